@@ -1,0 +1,106 @@
+"""
+Flow control for producers: a credit window bounding the messages in flight.
+
+Airflow's manager never waits for subscribers before fanning out the next raw event, and a
+subscriber whose queue fills up (``[triggerer] shared_stream_subscriber_queue_size``, 1024) is
+force-failed. Persistence confirmations arrive at the pace of the triggerer's state sync (about
+once a second, a few dozen events per second on SQLite). A producer that yields whatever the
+broker hands it therefore overflows subscriber queues on a burst and piles up messages that will
+time out and be redelivered.
+
+A :class:`CreditWindow` closes that loop: the producer spends a credit per yielded message and
+gets it back when the manager advances the message. While ``max_in_flight`` messages are yielded
+but not advanced, the producer waits instead of fetching more. Because a subscriber's queue only
+ever holds messages that are in flight, a window no larger than the queue size makes an overflow
+impossible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from airflow.triggers.shared_stream import DEFAULT_SUBSCRIBER_QUEUE_MAX
+
+
+def subscriber_queue_size() -> int:
+    """The triggerer's per-subscriber queue bound, as configured for this deployment."""
+    try:
+        from airflow.configuration import conf
+
+        return conf.getint(
+            "triggerer", "shared_stream_subscriber_queue_size", fallback=DEFAULT_SUBSCRIBER_QUEUE_MAX
+        )
+    except Exception:  # pragma: no cover - configuration unreadable outside a deployment
+        return DEFAULT_SUBSCRIBER_QUEUE_MAX
+
+
+def validate_max_in_flight(max_in_flight: int) -> int:
+    """
+    Refuse a window that could overflow the triggerer's subscriber queues.
+
+    Raised at trigger construction, so a bad value fails the Dag file's parse with a clear
+    message rather than failing watchers at run time.
+    """
+    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
+        raise TypeError(f"max_in_flight must be an int, got {type(max_in_flight).__name__}")
+    limit = subscriber_queue_size()
+    if not 1 <= max_in_flight <= limit:
+        raise ValueError(
+            f"max_in_flight must be between 1 and {limit} "
+            "([triggerer] shared_stream_subscriber_queue_size); "
+            f"got {max_in_flight}. A larger window could overflow subscriber queues."
+        )
+    return max_in_flight
+
+
+class CreditWindow:
+    """
+    Bound the messages a producer has yielded but the manager has not yet advanced.
+
+    Single-producer, single-event-loop: :meth:`acquire` is called by the producer's stream task
+    and :meth:`release` by its ``advance``. Not thread-safe, like the manager it serves.
+    """
+
+    def __init__(self, max_in_flight: int) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+        self.max_in_flight = max_in_flight
+        self._in_flight = 0
+        self._credit_returned = asyncio.Event()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def available(self) -> int:
+        """Credits free right now: the most messages worth fetching from the broker."""
+        return self.max_in_flight - self._in_flight
+
+    async def wait_for_credit(self) -> int:
+        """Wait until at least one credit is free and return how many are."""
+        while self._in_flight >= self.max_in_flight:
+            self._credit_returned.clear()
+            await self._credit_returned.wait()
+        return self.available
+
+    async def acquire(self) -> None:
+        """Spend one credit, waiting for one to be returned if the window is full."""
+        await self.wait_for_credit()
+        self._in_flight += 1
+
+    def release(self, count: int = 1) -> None:
+        """Return credits for messages the manager has advanced (whatever their settlement)."""
+        self._in_flight = max(0, self._in_flight - count)
+        self._credit_returned.set()
+
+
+async def yield_point() -> None:
+    """
+    Give subscribers a turn between two yields.
+
+    The manager puts each raw event on every subscriber queue and immediately pulls the next one
+    from the producer. Suspending here lets the subscribers' filters run, so a burst is consumed
+    as it is produced instead of accumulating in the queues.
+    """
+    await asyncio.sleep(0)

@@ -1,0 +1,114 @@
+"""
+Declarative, serializable message matching: JMESPath over a decoded envelope.
+
+A watcher's ``match`` and ``reject`` are JMESPath expressions (strings, so they survive
+``serialize()``) evaluated against the envelope a producer builds from each message: the decoded
+body plus the broker's metadata. ``reject`` is evaluated first: a truthy result dead-letters the
+message; otherwise a truthy ``match`` fires a trigger event and anything else is skipped.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import jmespath
+from jmespath.exceptions import JMESPathError
+
+
+class Verdict(enum.Enum):
+    MATCH = "match"
+    SKIP = "skip"
+    REJECT = "reject"
+
+
+@dataclass(frozen=True, slots=True)
+class RawMessage:
+    """
+    What a producer broadcasts to its subscribers for one broker message.
+
+    ``envelope`` is the JSON-able mapping matched against and used, unchanged, as the trigger
+    event payload. ``unprocessable`` names why the message cannot become a trigger event at all
+    (a body that does not decode, one over the payload limit); every subscriber rejects such a
+    message, so it reaches the dead-letter path instead of blocking or crashing the stream.
+    """
+
+    envelope: dict[str, Any]
+    label: str
+    """Short, secret-free identification of the message for logs (``topic/partition@offset``)."""
+    unprocessable: str | None = field(default=None)
+
+
+def decode_body(data: bytes | str | None) -> tuple[Any, str | None]:
+    """
+    Decode a message body: JSON to an object, other text as text.
+
+    Returns ``(body, None)``, or ``(None, reason)`` for bytes that are not UTF-8 text.
+    """
+    if data is None:
+        return None, None
+    if isinstance(data, bytes | bytearray | memoryview):
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return None, f"body is not UTF-8 text ({exc.reason} at byte {exc.start})"
+    else:
+        text = data
+    stripped = text.lstrip()
+    if stripped[:1] in ("{", "[", '"') or stripped in ("true", "false", "null") or _looks_numeric(stripped):
+        try:
+            return json.loads(text), None
+        except ValueError:
+            pass
+    return text, None
+
+
+def _looks_numeric(text: str) -> bool:
+    return bool(text) and (text[0].isdigit() or (text[0] == "-" and text[1:2].isdigit()))
+
+
+def _compile(name: str, expression: str | None) -> jmespath.parser.ParsedResult | None:
+    if expression is None:
+        return None
+    if not isinstance(expression, str) or not expression.strip():
+        raise ValueError(f"{name} must be a non-empty JMESPath expression string, got {expression!r}")
+    try:
+        return jmespath.compile(expression)
+    except JMESPathError as exc:
+        raise ValueError(f"{name} is not a valid JMESPath expression: {expression!r}: {exc}") from None
+
+
+def is_truthy(value: Any) -> bool:
+    """JMESPath truthiness: false, null and empty strings, lists and objects are false; 0 is true."""
+    if value is None or value is False:
+        return False
+    if isinstance(value, str | list | dict):
+        return len(value) > 0
+    return True
+
+
+class EnvelopeMatcher:
+    """
+    The compiled ``match``/``reject`` pair of one trigger.
+
+    Construction raises :class:`ValueError` for a bad expression, so a typo fails the Dag
+    file's parse. Evaluation never raises: an expression that fails on a particular message
+    (a function given the wrong type, say) rejects that message with the reason.
+    """
+
+    def __init__(self, match: str | None = None, reject: str | None = None) -> None:
+        self._match = _compile("match", match)
+        self._reject = _compile("reject", reject)
+
+    def evaluate(self, envelope: dict[str, Any]) -> tuple[Verdict, str | None]:
+        """Return the verdict for one envelope and, for a reject, why."""
+        try:
+            if self._reject is not None and is_truthy(self._reject.search(envelope)):
+                return Verdict.REJECT, f"reject expression {self._reject.expression!r} matched"
+            if self._match is None or is_truthy(self._match.search(envelope)):
+                return Verdict.MATCH, None
+        except JMESPathError as exc:
+            return Verdict.REJECT, f"expression failed on this message: {exc}"
+        return Verdict.SKIP, None

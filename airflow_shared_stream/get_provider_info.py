@@ -1,0 +1,37 @@
+"""Provider metadata for Airflow's ProvidersManager (entry point ``apache_airflow_provider``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_shared_stream import __version__
+
+
+def get_provider_info() -> dict[str, Any]:
+    # Keep in step with provider.yaml: tests/unit/test_provider_info.py compares the two.
+    return {
+        "package-name": "airflow-shared-stream",
+        "name": "Shared Stream",
+        "description": (
+            "At-least-once shared-stream event triggers for Apache Airflow 3.3+ (Amazon SQS, Apache Kafka)\n"
+            "and a deferrable Spark submit operator.\n"
+        ),
+        "state": "ready",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "Amazon Simple Queue Service (SQS) shared stream",
+                "external-doc-url": "https://aws.amazon.com/sqs/",
+                "tags": ["aws"],
+            },
+        ],
+        "triggers": [
+            {
+                "integration-name": "Amazon Simple Queue Service (SQS) shared stream",
+                "python-modules": ["airflow_shared_stream.sqs.trigger"],
+            },
+        ],
+        "connection-types": [
+            {"hook-class-name": "airflow_shared_stream.sqs.hook.SqsHook", "connection-type": "aws"},
+        ],
+    }

@@ -1,0 +1,3 @@
+"""Apache Kafka shared stream on aiokafka: hook (Connection to client), producer, trigger."""
+
+from __future__ import annotations

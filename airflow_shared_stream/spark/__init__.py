@@ -1,0 +1,3 @@
+"""Deferrable Spark submission: hook, operator, trigger."""
+
+from __future__ import annotations

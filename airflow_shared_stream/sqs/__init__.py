@@ -1,0 +1,3 @@
+"""Amazon SQS shared stream: hook (Connection to client), producer, trigger."""
+
+from __future__ import annotations

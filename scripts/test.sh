@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test command of the README: build .venv/ if needed, lint, then run the whole suite
+# (unit tests, and integration tests against real brokers the suite starts on loopback).
+# Extra arguments go to pytest, e.g. scripts/test.sh tests/unit -q
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+.venv/bin/ruff check airflow_shared_stream tests bench example_dags
+.venv/bin/ruff format --check airflow_shared_stream tests bench example_dags
+exec .venv/bin/python -m pytest "$@"

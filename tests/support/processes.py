@@ -1,0 +1,90 @@
+"""Start and stop the real servers the integration and e2e suites talk to."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (never a broker's default port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float, proc: subprocess.Popen | None = None, what: str = "") -> None:
+    """Wait until something accepts connections on 127.0.0.1:port; fail loudly otherwise."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            name = what or "process"
+            raise RuntimeError(f"{name} exited with {proc.returncode} before listening on {port}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what or 'process'} did not listen on 127.0.0.1:{port} within {timeout}s")
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(interval)
+    raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
+
+
+@contextlib.contextmanager
+def running(
+    argv: Sequence[str],
+    *,
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Iterator[subprocess.Popen]:
+    """
+    Run a server process for the duration of the block and stop it by PID (then its group).
+
+    Output goes to ``log_path`` so a failed start can be diagnosed from the test report.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log_file:
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+            start_new_session=True,
+        )
+        try:
+            yield proc
+        finally:
+            stop(proc)
+
+
+def stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM the process group, then SIGKILL what is left after ``grace`` seconds."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    with contextlib.suppress(OSError):
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return ""
