@@ -37,7 +37,8 @@ def test_every_registered_module_and_hook_imports():
 
 
 def test_entry_point_names_the_canonical_distribution():
-    ours = [e for e in entry_points(group="apache_airflow_provider") if e.value.startswith("airflow_shared_stream")]
+    provider_entries = entry_points(group="apache_airflow_provider")
+    ours = [e for e in provider_entries if e.value.startswith("airflow_shared_stream")]
     [entry] = ours
     assert entry.load()()["package-name"] == entry.dist.metadata["Name"] == "airflow-shared-stream"
 
