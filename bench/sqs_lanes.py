@@ -10,6 +10,10 @@ loopback), same load: N messages, 3 watchers, persistence confirmed after a rand
 - ``receive``: one lane per receive call of up to 10 messages (the producer's default);
 - ``message``: one lane per message (no blocking, one API call per settlement).
 
+The anchor, measured in the same run: a bare aiobotocore loop that receives 10 and deletes them,
+with no Airflow in between (one consumer, no watchers, no persistence wait): the broker's speed
+on this machine.
+
 Reported: wall time until every watcher has every message and the queue is empty, messages/s,
 and SQS API calls by operation. Results go to bench/results/sqs_lanes.md.
 
@@ -101,6 +105,45 @@ async def run_scheme(scheme: str, client: Any, messages: int, max_in_flight: int
     return {"scheme": scheme, "seconds": elapsed, "rate": messages / elapsed, "calls": calls}
 
 
+async def run_bare_loop(client: Any, endpoint: str, messages: int) -> dict[str, Any]:
+    """The broker's own ceiling here: receive 10, delete 10, no Airflow in between."""
+    from aiobotocore.session import get_session
+
+    url = client.create_queue(QueueName=f"lanes-bare-{time.time_ns()}")["QueueUrl"]
+    for start in range(0, messages, 10):
+        entries = [{"Id": str(i), "MessageBody": json.dumps({"n": start + i})} for i in range(10)]
+        client.send_message_batch(QueueUrl=url, Entries=entries[: messages - start])
+    calls: collections.Counter[str] = collections.Counter()
+    done = 0
+    started = time.monotonic()
+    async with get_session().create_client(
+        "sqs",
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+    ) as sqs:
+        while done < messages:
+            received = (
+                await sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+            ).get("Messages", [])
+            calls["ReceiveMessage"] += 1
+            if received:
+                entries = [
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(received)
+                ]
+                await sqs.delete_message_batch(QueueUrl=url, Entries=entries)
+                calls["DeleteMessageBatch"] += 1
+                done += len(received)
+    elapsed = time.monotonic() - started
+    return {
+        "scheme": "bare aiobotocore loop",
+        "seconds": elapsed,
+        "rate": messages / elapsed,
+        "calls": dict(calls),
+    }
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -136,6 +179,9 @@ async def main() -> None:
     )
     results = []
     try:
+        bare = await run_bare_loop(client, endpoint, args.messages)
+        print(f"bare     {bare['seconds']:7.1f} s {bare['rate']:7.1f} msg/s {bare['calls']}")
+        results.append(bare)
         for scheme in ("global", "receive", "message"):
             result = await run_scheme(scheme, client, args.messages, args.max_in_flight)
             print(f"{scheme:8s} {result['seconds']:7.1f} s {result['rate']:7.1f} msg/s {result['calls']}")
