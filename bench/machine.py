@@ -40,6 +40,7 @@ def describe(packages: list[str]) -> str:
         [
             f"- run: {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}",
             f"- machine: {_cpu_model()}, {os.cpu_count()} cores, {_memory_gib()} RAM, {platform.platform()}",
+            f"- load average at the end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())} (1/5/15 min)",
             f"- Python {platform.python_version()}; " + ", ".join(versions),
         ]
     )
