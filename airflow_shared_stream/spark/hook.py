@@ -28,7 +28,6 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 from airflow.sdk import BaseHook
@@ -91,6 +90,13 @@ def _is_standalone_master(master: str) -> bool:
     return master.startswith("spark://") and "," not in master
 
 
+def _host_of(master: str) -> str:
+    """Host of the first master in ``scheme://host:port[,host:port]`` (no URL parser: ``local[2]``)."""
+    hostport = master.split("://", 1)[-1].split(",")[0].split("/")[0]
+    host = hostport.rsplit(":", 1)[0] if ":" in hostport else hostport
+    return host or "localhost"
+
+
 def config_from_connection(conn: Any) -> SparkRestConfig:
     """
     Read a ``spark`` connection the way ``SparkSubmitHook`` does, plus the REST settings.
@@ -103,14 +109,16 @@ def config_from_connection(conn: Any) -> SparkRestConfig:
     """
     extra: Mapping[str, Any] = conn.extra_dejson or {}
     host = (conn.host or "").strip()
-    if "://" in host:
+    # SparkSubmitHook's rule, so both operators read one connection the same way: a "spark"
+    # connection's host is the whole master ("spark://h", "local[2]", "yarn") unless it is a bare
+    # host with a port; other types (from a URI) give the scheme.
+    if conn.conn_type == "spark" and host and ("://" in host or not conn.port):
         master = host
     else:
-        scheme = "spark" if conn.conn_type in ("spark", None, "") else conn.conn_type
-        master = f"{scheme}://{host}"
+        master = f"{conn.conn_type or 'spark'}://{host}"
     if conn.port:
         master = f"{master}:{conn.port}"
-    rest_host = urlsplit(master.split(",")[0]).hostname or "localhost"
+    rest_host = _host_of(master)
     rest_scheme = str(extra.get("rest-scheme", "http"))
     rest_port = int(extra.get("rest-port", DEFAULT_REST_PORT))
     verify = extra.get("rest-verify", True)
