@@ -356,21 +356,33 @@ def parse_kill_response(resp: httpx.Response, submission_id: str) -> bool:
     return True
 
 
-_TRACEBACK_TAIL = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$", re.MULTILINE)
+_JVM_EXCEPTION = re.compile(
+    r"^(?:Caused by: |Exception in thread \"[^\"]*\" )?([\w.$]+(?:Error|Exception)(?::.*)?)$", re.MULTILINE
+)
 
 
-def summarize_driver_stderr(stderr: str) -> str | None:
+def _python_exception(text: str) -> str | None:
+    idx = text.rfind("Traceback (most recent call last):")
+    if idx < 0:
+        return None
+    for line in text[idx:].splitlines()[1:]:
+        if line and not line.startswith((" ", "\t")):
+            return line.strip()[:1000]
+    return None
+
+
+def summarize_driver_output(stdout: str, stderr: str = "") -> str | None:
     """
-    The line a person wants from a failed Python driver: the last exception raised.
+    The line a person wants from a failed driver: the last exception it raised.
 
-    Looks for the final line of the last Python traceback, else the last JVM exception line.
+    ``PythonRunner`` pipes the Python process's stdout and stderr into the driver's *stdout*
+    file, so a Python traceback is looked for there first (then in stderr); failing that, the
+    innermost JVM exception in stderr (the last ``Caused by:``).
     """
-    idx = stderr.rfind("Traceback (most recent call last):")
-    if idx >= 0:
-        for line in stderr[idx:].splitlines()[1:]:
-            if line and not line.startswith((" ", "\t")):
-                return line.strip()[:1000]
-    matches = _TRACEBACK_TAIL.findall(stderr)
+    found = _python_exception(stdout) or _python_exception(stderr)
+    if found:
+        return found
+    matches = _JVM_EXCEPTION.findall(stderr)
     return matches[-1].strip()[:1000] if matches else None
 
 
@@ -449,7 +461,7 @@ class AsyncSparkRestClient:
             raise _transport_error(exc, "kill") from None
         return parse_kill_response(resp, submission_id)
 
-    async def driver_stderr_summary(self, status: DriverStatus, max_bytes: int = 64 * 1024) -> str | None:
+    async def driver_failure_summary(self, status: DriverStatus, max_bytes: int = 64 * 1024) -> str | None:
         """
         Best effort: the failed driver's last exception, read from its worker's web UI.
 
@@ -460,7 +472,10 @@ class AsyncSparkRestClient:
             return None
         try:
             async with httpx.AsyncClient(
-                headers=self.cfg.headers, verify=self.cfg.verify, timeout=self.cfg.timeout
+                headers=self.cfg.headers,
+                verify=self.cfg.verify,
+                timeout=self.cfg.timeout,
+                follow_redirects=True,
             ) as http:
                 state = (await http.get(f"{self.cfg.master_ui_url.rstrip('/')}/json/")).json()
                 ui = next(
@@ -473,13 +488,18 @@ class AsyncSparkRestClient:
                 )
                 if not ui:
                     return None
-                resp = await http.get(
-                    f"{ui.rstrip('/')}/log",
-                    params={"driverId": status.submission_id, "logType": "stderr", "byteLength": max_bytes},
-                )
-                if resp.status_code != 200:
-                    return None
-                return summarize_driver_stderr(resp.text)
+                logs = {}
+                for log_type in ("stdout", "stderr"):
+                    resp = await http.get(
+                        f"{ui.rstrip('/')}/log/",
+                        params={
+                            "driverId": status.submission_id,
+                            "logType": log_type,
+                            "byteLength": max_bytes,
+                        },
+                    )
+                    logs[log_type] = resp.text if resp.status_code == 200 else ""
+                return summarize_driver_output(logs["stdout"], logs["stderr"])
         except (httpx.HTTPError, ValueError, AttributeError) as exc:
             log.info("Could not read driver %s stderr: %s", status.submission_id, type(exc).__name__)
             return None

@@ -164,7 +164,7 @@ class SparkApplicationTrigger(BaseTrigger):
         await asyncio.sleep(seconds)
 
     async def _failure_message(self, client: AsyncSparkRestClient, status: DriverStatus) -> str:
-        detail = status.message or await client.driver_stderr_summary(status)
+        detail = status.message or await client.driver_failure_summary(status)
         text = f"Spark driver {self.submission_id} ended {status.state}"
         return f"{text}: {detail}" if detail else text
 

@@ -19,7 +19,7 @@ from airflow_shared_stream.spark.hook import (
     parse_create_response,
     parse_status_response,
     rest_submission_supported,
-    summarize_driver_stderr,
+    summarize_driver_output,
 )
 
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.e30.secret-signature-value"
@@ -156,19 +156,24 @@ def test_create_response():
         parse_create_response(_resp(200, {"success": False, "message": "nope"}))
 
 
-def test_stderr_summary_prefers_the_python_exception():
-    stderr = (
-        "26/11/21 INFO SparkContext: Running\n"
+def test_failure_summary_prefers_the_python_exception():
+    stdout = (
         "Traceback (most recent call last):\n"
         '  File "/jobs/app.py", line 3, in <module>\n'
         "    raise RuntimeError('input batch 7 is corrupt')\n"
         "RuntimeError: input batch 7 is corrupt\n"
-        "26/11/21 ERROR DriverWrapper: failed\n"
-        "Exception in thread main org.apache.spark.SparkUserAppException: User application exited with 1\n"
     )
-    assert summarize_driver_stderr(stderr) == "RuntimeError: input batch 7 is corrupt"
+    stderr = (
+        "26/11/21 INFO SparkContext: Running\n"
+        'Exception in thread "main" java.lang.reflect.InvocationTargetException\n'
+        "\tat java.base/jdk.internal.reflect.NativeMethodAccessorImpl.invoke0(Native Method)\n"
+        "Caused by: org.apache.spark.SparkUserAppException: User application exited with 1\n"
+        "\t... 6 more\n"
+    )
+    assert summarize_driver_output(stdout, stderr) == "RuntimeError: input batch 7 is corrupt"
+    assert summarize_driver_output("", stdout) == "RuntimeError: input batch 7 is corrupt"
     assert (
-        summarize_driver_stderr("java.lang.IllegalStateException: no\n")
-        == "java.lang.IllegalStateException: no"
+        summarize_driver_output("all fine\n", stderr)
+        == "org.apache.spark.SparkUserAppException: User application exited with 1"
     )
-    assert summarize_driver_stderr("all fine\n") is None
+    assert summarize_driver_output("all fine\n", "done\n") is None
