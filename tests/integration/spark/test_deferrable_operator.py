@@ -169,12 +169,12 @@ async def test_deadline_kills_the_driver_and_its_python_process(spark_cluster, s
         spark_conn_id,
         application=str(APPS / "sleeper.py"),
         application_args=[str(pid_file)],
-        execution_timeout=dt.timedelta(seconds=45),
+        execution_timeout=dt.timedelta(seconds=30),
     )
     trigger = _defer(op, {"task_state_store": MemoryTaskStateStore()})
     assert trigger.deadline is not None
     run = asyncio.ensure_future(_first_event(trigger))
-    pid = int((await asyncio.to_thread(_wait_for_file, pid_file, 40)).split()[0])
+    pid = int((await asyncio.to_thread(_wait_for_file, pid_file, 28)).split()[0])
     assert _pid_alive(pid)
     assert not run.done(), "the trigger ended before its deadline"
 

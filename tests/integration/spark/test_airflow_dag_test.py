@@ -1,0 +1,82 @@
+"""
+The deferrable operator through Airflow's own task runner (``dag.test()``), not direct calls.
+
+``dag.test()`` executes the task with the real task runner, serializes the trigger's kwargs
+with Airflow's serde, runs the trigger in-process the way the triggerer would and resumes the
+task with ``execute_complete``; ``task_state_store`` is Airflow's. It runs in a subprocess so
+the Airflow home (SQLite metadata database) is a fresh temporary one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from tests.integration.spark.conftest import APPS
+from tests.integration.spark.test_deferrable_operator import EVENTS_JOB, RECORDS
+
+pytestmark = pytest.mark.integration
+SCRIPT = Path(__file__).with_name("dag_test_script.py")
+ROOT = Path(__file__).parents[3]
+
+
+@pytest.fixture(scope="module")
+def airflow_env(tmp_path_factory: pytest.TempPathFactory, spark_conn_id: str) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("airflow-home")
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "PYTHONPATH": str(ROOT),
+    }
+    migrate = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
+    return env
+
+
+def _dag_test(env: dict[str, str], conn_id: str, app: Path, args: list[str], expect: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), conn_id, str(app), json.dumps(args), expect],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    return out
+
+
+def test_dag_test_defers_and_succeeds(airflow_env, spark_conn_id, spark_cluster, tmp_path):
+    out_dir = tmp_path / "daily"
+    args = ["--records", json.dumps(RECORDS), "--output", str(out_dir), "--batch-id", "dagtest"]
+    out = _dag_test(airflow_env, spark_conn_id, EVENTS_JOB, args, "success")
+    assert "DAGRUN_STATE=success" in out
+    assert "running trigger in line" in out  # it really deferred
+    assert spark_cluster.token not in out
+    rows = ds.dataset(str(out_dir), format="parquet", partitioning="hive").to_table().to_pylist()
+    assert sorted((str(r["event_date"]), r["type"], r["events"]) for r in rows) == [
+        ("2026-11-20", "order", 2),
+        ("2026-11-21", "refund", 1),
+    ]
+
+
+def test_dag_test_fails_with_the_drivers_message(airflow_env, spark_conn_id, spark_cluster):
+    out = _dag_test(airflow_env, spark_conn_id, APPS / "fails.py", ["99"], "failed")
+    assert "DAGRUN_STATE=failed" in out
+    assert "input batch 99 is corrupt" in out
+    assert spark_cluster.token not in out
