@@ -26,7 +26,7 @@ from airflow.providers.common.compat.openlineage.utils.spark import (
     inject_transport_information_into_spark_properties,
 )
 from airflow.sdk import conf
-from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
+from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException, AirflowTaskTimeout
 
 from airflow_shared_stream.spark.hook import (
     SparkRestClient,
@@ -96,7 +96,12 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
     def execute(self, context: Context) -> None:
         if not self.deferrable:
             return super().execute(context)
-        cfg = SparkRestHook(self._conn_id).get_config()
+        try:
+            cfg = SparkRestHook(self._conn_id).get_config()
+        except AirflowNotFoundException:
+            # SparkSubmitHook treats a missing connection as "yarn"; so does this operator.
+            self.log.warning("Connection %s not found: running as SparkSubmitOperator", self._conn_id)
+            return super().execute(context)
         if not rest_submission_supported(cfg, self._deploy_mode):
             self.log.warning(
                 "Deferrable mode needs a single spark:// standalone master in cluster deploy mode; "

@@ -72,3 +72,16 @@ def test_unreachable_master_error_names_no_secret(monkeypatch):
         op.execute({})
     assert CONN["password"] not in str(failed.value)
     assert CONN["password"] not in repr(failed.value.__cause__)
+
+
+def test_missing_connection_falls_back_to_spark_submit_operator(monkeypatch):
+    calls = []
+    monkeypatch.setattr(
+        "airflow.providers.apache.spark.operators.spark_submit.SparkSubmitOperator.execute",
+        lambda self, context: calls.append(context),
+    )
+    op = DeferrableSparkSubmitOperator(
+        task_id="t", conn_id="no_such_conn", application="a.py", deferrable=True
+    )
+    assert op.execute({"k": 1}) is None
+    assert calls == [{"k": 1}]
