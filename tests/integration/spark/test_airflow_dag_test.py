@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,8 @@ ROOT = Path(__file__).parents[3]
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory: pytest.TempPathFactory, spark_conn_id: str) -> dict[str, str]:
     home = tmp_path_factory.mktemp("airflow-home")
+    (home / "dags").mkdir()
+    shutil.copy(SCRIPT, home / "dags" / SCRIPT.name)
     env = {
         **os.environ,
         "AIRFLOW_HOME": str(home),
@@ -49,9 +52,16 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory, spark_conn_id: str) ->
 
 
 def _dag_test(env: dict[str, str], conn_id: str, app: Path, args: list[str], expect: str) -> str:
+    dag_file = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / SCRIPT.name
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), conn_id, str(app), json.dumps(args), expect],
-        env=env,
+        [sys.executable, str(dag_file)],
+        env={
+            **env,
+            "DAG_TEST_SPARK_CONN_ID": conn_id,
+            "DAG_TEST_SPARK_APP": str(app),
+            "DAG_TEST_SPARK_ARGS": json.dumps(args),
+            "DAG_TEST_EXPECT": expect,
+        },
         capture_output=True,
         text=True,
         timeout=400,
