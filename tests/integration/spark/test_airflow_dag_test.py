@@ -16,11 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow.dataset as ds
 import pytest
 
 from tests.integration.spark.conftest import APPS
-from tests.integration.spark.test_deferrable_operator import EVENTS_JOB, RECORDS
 
 pytestmark = pytest.mark.integration
 SCRIPT = Path(__file__).with_name("dag_test_script.py")
@@ -72,17 +70,15 @@ def _dag_test(env: dict[str, str], conn_id: str, app: Path, args: list[str], exp
 
 
 def test_dag_test_defers_and_succeeds(airflow_env, spark_conn_id, spark_cluster, tmp_path):
-    out_dir = tmp_path / "daily"
-    args = ["--records", json.dumps(RECORDS), "--output", str(out_dir), "--batch-id", "dagtest"]
-    out = _dag_test(airflow_env, spark_conn_id, EVENTS_JOB, args, "success")
+    # A driver without a SparkSession keeps this fast; the Parquet job is covered by
+    # test_deferrable_operator.py, the Airflow plumbing (serde, task state, resume) here.
+    marker = tmp_path / "hello.txt"
+    out = _dag_test(airflow_env, spark_conn_id, APPS / "hello.py", [str(marker)], "success")
     assert "DAGRUN_STATE=success" in out
     assert "running trigger in line" in out  # it really deferred
+    assert "Spark driver driver-" in out
     assert spark_cluster.token not in out
-    rows = ds.dataset(str(out_dir), format="parquet", partitioning="hive").to_table().to_pylist()
-    assert sorted((str(r["event_date"]), r["type"], r["events"]) for r in rows) == [
-        ("2026-11-20", "order", 2),
-        ("2026-11-21", "refund", 1),
-    ]
+    assert marker.read_text() == "hello from the driver\n"
 
 
 def test_dag_test_fails_with_the_drivers_message(airflow_env, spark_conn_id, spark_cluster):
