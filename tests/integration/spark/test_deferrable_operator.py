@@ -297,23 +297,25 @@ async def test_transient_errors_are_tolerated_then_give_up(
 
 
 def test_not_deferrable_path_is_spark_submit_operator(spark_local_conn_id, tmp_path):
-    """Local master: deferrable=True falls back, and both give SparkSubmitOperator's output."""
-    records = json.dumps(RECORDS)
-    outputs = {}
-    for kind, cls, extra in (
-        ("ours", DeferrableSparkSubmitOperator, {"deferrable": True}),
-        ("stock", SparkSubmitOperator, {}),
-    ):
-        out = tmp_path / kind
-        op = cls(
-            task_id=f"local_{kind}",
-            conn_id=spark_local_conn_id,
-            application=str(EVENTS_JOB),
-            application_args=["--records", records, "--output", str(out), "--batch-id", "local"],
-            conf=dict(SMALL),
-            **extra,
-        )
-        assert op.execute({}) is None  # no TaskDeferred: it ran spark-submit to completion
-        outputs[kind] = _read_parquet(out)
-    assert outputs["ours"] == outputs["stock"]
-    assert [(r["type"], r["events"]) for r in outputs["ours"]] == [("order", 2), ("refund", 1)]
+    """Local master: deferrable=True falls back to SparkSubmitOperator.execute (spark-submit)."""
+    out = tmp_path / "local"
+    kwargs = {
+        "conn_id": spark_local_conn_id,
+        "application": str(EVENTS_JOB),
+        "application_args": ["--records", json.dumps(RECORDS), "--output", str(out), "--batch-id", "local"],
+        "conf": dict(SMALL),
+    }
+    ours = DeferrableSparkSubmitOperator(task_id="ours", deferrable=True, **kwargs)
+    stock = SparkSubmitOperator(task_id="stock", **kwargs)
+    # The same spark-submit command line as the stock operator...
+    app = kwargs["application"]
+    command = ours._get_hook()._build_spark_submit_command(app)
+    assert command == stock._get_hook()._build_spark_submit_command(app)
+    assert command[:3] == ["spark-submit", "--master", "local[2]"]
+    # ...run to completion on the worker: no TaskDeferred, and the job's real output.
+    assert ours.execute({}) is None
+    rows = _read_parquet(out)
+    assert [(str(r["event_date"]), r["type"], r["events"], r["amount"]) for r in rows] == [
+        ("2026-11-20", "order", 2, 12.5),
+        ("2026-11-21", "refund", 1, 3.0),
+    ]
