@@ -24,11 +24,32 @@ def get_provider_info() -> dict[str, Any]:
                 "external-doc-url": "https://aws.amazon.com/sqs/",
                 "tags": ["aws"],
             },
+            {
+                "integration-name": "Apache Spark (deferrable, standalone REST)",
+                "external-doc-url": "https://spark.apache.org/docs/latest/spark-standalone.html",
+                "tags": ["software"],
+            },
         ],
         "triggers": [
             {
                 "integration-name": "Amazon Simple Queue Service (SQS) shared stream",
                 "python-modules": ["airflow_shared_stream.sqs.trigger"],
+            },
+            {
+                "integration-name": "Apache Spark (deferrable, standalone REST)",
+                "python-modules": ["airflow_shared_stream.spark.triggers"],
+            },
+        ],
+        "operators": [
+            {
+                "integration-name": "Apache Spark (deferrable, standalone REST)",
+                "python-modules": ["airflow_shared_stream.spark.operators"],
+            },
+        ],
+        "hooks": [
+            {
+                "integration-name": "Apache Spark (deferrable, standalone REST)",
+                "python-modules": ["airflow_shared_stream.spark.hook"],
             },
         ],
         "connection-types": [
