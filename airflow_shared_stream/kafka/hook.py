@@ -51,7 +51,12 @@ _CONSUMER_INT_SETTINGS = {
     "retry.backoff.ms": "retry_backoff_ms",
     "connections.max.idle.ms": "connections_max_idle_ms",
 }
-_COMMON_INT_SETTINGS = {"request.timeout.ms", "metadata.max.age.ms", "retry.backoff.ms", "connections.max.idle.ms"}
+_COMMON_INT_SETTINGS = {
+    "request.timeout.ms",
+    "metadata.max.age.ms",
+    "retry.backoff.ms",
+    "connections.max.idle.ms",
+}
 
 # Settings that are understood and deliberately not forwarded: the shared consumer owns them.
 _OWNED_SETTINGS = {
@@ -190,7 +195,9 @@ def client_config_from_extra(
         common["client_id"] = str(extra["client.id"])
 
     if protocol.startswith("SASL_"):
-        mechanism = str(extra.get("sasl.mechanism") or extra.get("sasl.mechanisms") or "PLAIN").strip().upper()
+        mechanism = (
+            str(extra.get("sasl.mechanism") or extra.get("sasl.mechanisms") or "PLAIN").strip().upper()
+        )
         if mechanism not in SASL_MECHANISMS:
             raise KafkaConfigError(
                 f"unsupported sasl.mechanism {mechanism!r}; expected one of {', '.join(SASL_MECHANISMS)}"
@@ -202,7 +209,9 @@ def client_config_from_extra(
                 f"security.protocol {protocol} needs sasl.username and sasl.password "
                 "(in the extra, or the connection's login and password)"
             )
-        common.update(sasl_mechanism=mechanism, sasl_plain_username=str(username), sasl_plain_password=str(secret))
+        common.update(
+            sasl_mechanism=mechanism, sasl_plain_username=str(username), sasl_plain_password=str(secret)
+        )
     if protocol in ("SSL", "SASL_SSL"):
         context, key_password = _ssl_context(extra)
         common["ssl_context"] = context

@@ -253,13 +253,17 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             self._fetch_epoch[tp] = self._fetch_epoch.get(tp, 0) + 1
             self._ledger.forget((tp.topic, tp.partition))
         if revoked:
-            log.info("Kafka partitions revoked: %s", ", ".join(f"{tp.topic}/{tp.partition}" for tp in revoked))
+            log.info(
+                "Kafka partitions revoked: %s", ", ".join(f"{tp.topic}/{tp.partition}" for tp in revoked)
+            )
 
     def _on_assigned(self, assigned: Any) -> None:
         for tp in assigned:
             self._assignment_epoch[tp] = self._assignment_epoch.get(tp, 0) + 1
         if assigned:
-            log.info("Kafka partitions assigned: %s", ", ".join(f"{tp.topic}/{tp.partition}" for tp in assigned))
+            log.info(
+                "Kafka partitions assigned: %s", ", ".join(f"{tp.topic}/{tp.partition}" for tp in assigned)
+            )
 
     def _owns(self, tp: TopicPartition, epoch: int) -> bool:
         consumer = self._consumer
@@ -309,8 +313,12 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 await consumer.commit({tp: action.commit})
             except (CommitFailedError, IllegalStateError, RebalanceInProgressError) as exc:
                 if self._owns(tp, first.epoch):
-                    raise self._error(f"committing {tp.topic}/{tp.partition}@{action.commit} failed", exc) from None
-                log.info("Commit for %s/%d dropped: the partition was revoked meanwhile", tp.topic, tp.partition)
+                    raise self._error(
+                        f"committing {tp.topic}/{tp.partition}@{action.commit} failed", exc
+                    ) from None
+                log.info(
+                    "Commit for %s/%d dropped: the partition was revoked meanwhile", tp.topic, tp.partition
+                )
                 return
         if action.seek is not None and self._owns(tp, first.epoch):
             self._fetch_epoch[tp] = self._fetch_epoch.get(tp, 0) + 1
@@ -331,7 +339,10 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             deliveries = []
             for payload in payloads:
                 origin = (str(payload.topic), str(payload.partition), str(payload.offset))
-                headers = [*payload.headers, *((n, v.encode()) for n, v in zip(ORIGIN_HEADERS, origin))]
+                headers = [
+                    *payload.headers,
+                    *((n, v.encode()) for n, v in zip(ORIGIN_HEADERS, origin, strict=True)),
+                ]
                 deliveries.append(
                     await self._dlq.send(
                         self.dead_letter_topic, value=payload.value, key=payload.key, headers=headers
@@ -340,7 +351,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             await self._dlq.flush()
             await asyncio.gather(*deliveries)
         except KafkaError as exc:
-            raise self._error(f"producing to dead-letter topic {self.dead_letter_topic!r} failed", exc) from None
+            raise self._error(
+                f"producing to dead-letter topic {self.dead_letter_topic!r} failed", exc
+            ) from None
         log.warning("Dead-lettered %d message(s) to %s", len(payloads), self.dead_letter_topic)
 
     async def aclose(self) -> None:
