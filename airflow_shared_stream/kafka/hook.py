@@ -15,6 +15,7 @@ their values.
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -274,6 +275,50 @@ def _assignors(strategy: str) -> tuple[Any, ...]:
     return tuple(chosen) or (RangePartitionAssignor,)
 
 
+class _RedactSecrets(logging.Filter):
+    """
+    Scrub connection secrets from aiokafka's own log records.
+
+    At DEBUG, ``aiokafka.conn`` logs every request it sends, and the SASL/PLAIN authenticate
+    request carries the password. Airflow's secrets masker covers the triggerer's log pipeline;
+    this filter covers any other handler the records may reach.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._secrets: set[str] = set()
+
+    def add(self, secret: str) -> None:
+        self._secrets.add(secret)
+        # How the secret shows inside the repr of the request bytes.
+        self._secrets.add(repr(secret.encode())[2:-1])
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self._secrets:
+            return True
+        message = record.getMessage()
+        scrubbed = message
+        for secret in self._secrets:
+            scrubbed = scrubbed.replace(secret, "***")
+        if scrubbed != message:
+            record.msg, record.args = scrubbed, ()
+        return True
+
+
+_redact = _RedactSecrets()
+for _name in ("aiokafka", "aiokafka.conn", "aiokafka.producer.sender", "aiokafka.consumer.group_coordinator"):
+    logging.getLogger(_name).addFilter(_redact)
+
+
+def protect_secrets(config: KafkaClientConfig) -> None:
+    """Register a config's secrets with Airflow's secrets masker and aiokafka's log filter."""
+    from airflow.sdk.log import mask_secret
+
+    for secret in config.secrets:
+        _redact.add(secret)
+        mask_secret(secret)
+
+
 class KafkaHook(BaseHook):
     """
     Read a ``kafka`` connection (Airflow's Kafka provider's format) for aiokafka clients.
@@ -309,6 +354,7 @@ class KafkaHook(BaseHook):
         config = client_config_from_extra(
             connection.extra_dejson, login=connection.login, password=connection.password
         )
+        protect_secrets(config)
         if config.ignored:
             self.log.warning(
                 "Kafka connection %r: settings not supported by the aiokafka shared stream, ignored: %s",
