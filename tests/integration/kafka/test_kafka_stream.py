@@ -159,7 +159,7 @@ async def test_zero_subscriber_broadcast_is_read_again(kafka):
         assert [raw.envelope["value"] for raw, _ in again] == ["a", "b", "c"]
         assert await kafka.committed(group, topic) == {0: None}
         await producer.advance([AdvanceItem(payload, AdvanceOutcome(1, 0, 0)) for _, payload in again])
-        assert await kafka.committed(group, topic) == {0: 3}
+        assert await wait_committed(kafka, group, topic, {0: 3}) == {0: 3}
     finally:
         await stream.aclose()
         await producer.aclose()
