@@ -189,6 +189,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self._committer = asyncio.create_task(self._commit_loop(), name="kafka-shared-stream-committer")
         keep_record = self.dead_letter_topic is not None
         while True:
+            if self._commit_error is not None:
+                raise self._commit_error
             available = await self._credits.wait_for_credit()
             delay = self._paused_until - time.monotonic()
             if delay > 0:
@@ -358,7 +360,11 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         while True:
             await self._commit_wakeup.wait()
             self._commit_wakeup.clear()
-            await self._flush_commits()
+            try:
+                await self._flush_commits()
+            except Exception as exc:  # surfaced by the next advance or fetch, which fail the group
+                self._commit_error = self._error("committing offsets failed", exc)
+                return
             # Coalesce: under load every message settles on its own, and a commit request per
             # message costs the broker and this loop more than the whole fan-out does.
             await asyncio.sleep(COMMIT_INTERVAL)
