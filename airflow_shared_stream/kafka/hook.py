@@ -224,6 +224,9 @@ def client_config_from_extra(
     if reset not in _OFFSET_RESET:
         raise KafkaConfigError(f"unsupported auto.offset.reset {reset!r}")
     consumer["auto_offset_reset"] = _OFFSET_RESET[reset]
+    # librdkafka's default (and so the official provider's): batch CRCs are not verified; TCP and
+    # the broker already checksum the data, and verifying costs a pass over every record.
+    consumer["check_crcs"] = _flag("check.crcs", extra.get("check.crcs", False))
     if "isolation.level" in extra:
         consumer["isolation_level"] = str(extra["isolation.level"]).strip().lower()
     strategy = str(extra.get("partition.assignment.strategy", "range")).strip().lower()
@@ -242,6 +245,7 @@ def client_config_from_extra(
         "auto.offset.reset",
         "isolation.level",
         "partition.assignment.strategy",
+        "check.crcs",
         "sasl.mechanism",
         "sasl.mechanisms",
         "sasl.username",

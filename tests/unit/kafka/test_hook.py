@@ -21,6 +21,8 @@ def test_plaintext_minimal():
     assert kwargs["group_id"] == "override"
     assert kwargs["enable_auto_commit"] is False
     assert kwargs["auto_offset_reset"] == "latest"
+    assert kwargs["check_crcs"] is False  # librdkafka's default
+    assert client_config_from_extra({"bootstrap.servers": "a:1", "check.crcs": "true"}).consumer["check_crcs"]
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
