@@ -115,7 +115,7 @@ def build_raw_message(record: Any, max_payload_bytes: int) -> RawMessage:
         "timestamp": record.timestamp,
         "key": _text(record.key),
         "value": None,
-        "headers": {name: _text(value) for name, value in (record.headers or ())},
+        "headers": {name: _text(value) for name, value in record.headers} if record.headers else {},
     }
     size = len(record.value) if record.value is not None else 0
     if size > max_payload_bytes:
