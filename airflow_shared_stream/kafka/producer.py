@@ -10,6 +10,8 @@ partition holds back only its own commits.
 Settlement (see :mod:`airflow_shared_stream.common.settlement`):
 
 * ACK: commit the highest offset of the lane below which everything is settled (cumulative).
+  A background task sends the commit points of all partitions in one request, at most every
+  ``COMMIT_INTERVAL``: a commit that has not reached the broker yet only means redelivery.
 * DEAD_LETTER: produce the record (key, value, headers, plus origin headers) to
   ``dead_letter_topic`` and wait for the broker's acknowledgement, then commit past it. Without a
   dead-letter topic the record is logged and committed past, as Airflow's own producer does.
