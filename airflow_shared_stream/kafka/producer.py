@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import collections
 import contextlib
 import hashlib
 import logging
@@ -184,9 +183,6 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self._commit_wakeup = asyncio.Event()
         self._committer: asyncio.Task[None] | None = None
         self._commit_error: KafkaSharedStreamError | None = None
-        # Advance batches not yet settled, in the order the manager handed them over.
-        self._unsettled: collections.deque[Sequence[AdvanceItem]] = collections.deque()
-        self._settle_lock = asyncio.Lock()
 
     # -- stream ---------------------------------------------------------------------------
 
@@ -283,7 +279,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
     async def _on_revoked(self, revoked: Any) -> None:
         # Commit what is settled while the partitions are still ours: fewer redeliveries.
         try:
-            await self._settle_and_commit(only=set(revoked))
+            await self._flush_commits(only=set(revoked))
         except Exception as exc:  # never let a listener error break the rebalance
             log.warning("Commit before revoke failed: %s", type(exc).__name__)
         self._owned.difference_update(revoked)
@@ -315,25 +311,19 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         """
-        Take one partition's resolved prefix for settlement (see the module docstring).
+        Settle one partition's resolved prefix (see the module docstring).
 
-        Returns at once: the committer task settles the queued batches in order (dead letters
-        produced and acknowledged first, then the ledger, seeks, and one commit request for every
-        partition), at most every ``COMMIT_INTERVAL``. The manager awaits one advance at a time,
-        so any work here is paid once per message on the stream's critical path, while the
-        committer pays it once per round. A settlement that has not reached the broker when the
-        triggerer dies only means redelivery, which at-least-once allows; a failed one fails the
-        next advance, which terminates the group.
+        Dead letters are produced and acknowledged by the broker here, before the commit that
+        passes them is even queued. The commit itself is sent by the committer task, which
+        coalesces the targets of every partition into one request per round trip: awaiting a
+        commit per advance would cap the stream at one round trip per message, because the
+        manager awaits one advance at a time. A commit that has not reached the broker when the
+        triggerer dies only means redelivery, which at-least-once allows.
         """
-        # Every advanced message returns its credit, whatever happens to its settlement.
+        # Every advanced message returns its credit, whatever happens below.
         self._credits.release(len(batch))
         if self._commit_error is not None:
             raise self._commit_error
-        self._unsettled.append(batch)
-        self._commit_wakeup.set()
-
-    async def _settle(self, batch: Sequence[AdvanceItem]) -> None:
-        """Apply one advance batch: dead letters, ledger, pending commit, seek."""
         first: KafkaBrokerPayload = batch[0].broker_payload
         tp = TopicPartition(first.topic, first.partition)
         if not self._owns(tp, first.epoch):
@@ -362,6 +352,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             log.debug("Kafka advance %s/%d %s -> %s", tp.topic, tp.partition, describe_batch(batch), action)
         if action.commit is not None:
             self._pending_commits[tp] = (action.commit, first.epoch)
+            self._commit_wakeup.set()
         if action.seek is not None and self._consumer is not None and self._owns(tp, first.epoch):
             self._fetch_epoch[tp] = self._fetch_epoch.get(tp, 0) + 1
             self._consumer.seek(tp, action.seek)
@@ -372,23 +363,13 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             await self._commit_wakeup.wait()
             self._commit_wakeup.clear()
             try:
-                await self._settle_and_commit()
+                await self._flush_commits()
             except Exception as exc:  # surfaced by the next advance or fetch, which fail the group
-                self._commit_error = (
-                    exc if isinstance(exc, KafkaSharedStreamError) else self._error("settling failed", exc)
-                )
-                log.error("%s", self._commit_error)
+                self._commit_error = self._error("committing offsets failed", exc)
                 return
             # Coalesce: under load every message settles on its own, and a commit request per
             # message costs the broker and this loop more than the whole fan-out does.
             await asyncio.sleep(COMMIT_INTERVAL)
-
-    async def _settle_and_commit(self, only: set[TopicPartition] | None = None) -> None:
-        """Settle every queued batch in order, then send the pending commits (of ``only``)."""
-        async with self._settle_lock:
-            while self._unsettled:
-                await self._settle(self._unsettled.popleft())
-            await self._flush_commits(only)
 
     async def _flush_commits(self, only: set[TopicPartition] | None = None) -> None:
         """Send the pending commit targets (of ``only`` these partitions) in one request."""
@@ -446,7 +427,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             with contextlib.suppress(asyncio.CancelledError):
                 await committer
             try:
-                await asyncio.wait_for(self._settle_and_commit(), 10)
+                await asyncio.wait_for(self._flush_commits(), 10)
             except Exception as exc:
                 log.warning(
                     "Final commit failed (%s); those messages will be redelivered", type(exc).__name__

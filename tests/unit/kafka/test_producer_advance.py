@@ -49,18 +49,6 @@ def batch(*items: tuple[int, AdvanceOutcome], epoch: int = 1) -> list[AdvanceIte
     return [AdvanceItem(KafkaBrokerPayload("t", 0, offset, epoch), outcome) for offset, outcome in items]
 
 
-async def test_advance_only_queues_and_settlement_happens_in_order():
-    consumer = RecordingConsumer()
-    producer = producer_with(consumer)
-    await producer.advance(batch((0, ACK), (1, FAIL)))
-    await producer.advance(batch((1, ACK), (2, ACK)))  # the re-read floor settles in the next batch
-    assert consumer.commits == []
-    assert consumer.seeks == []
-    await producer._settle_and_commit()
-    assert consumer.seeks == [(TP, 1)]
-    assert consumer.commits == [{TP: 3}]
-
-
 async def test_acks_are_committed_cumulatively_in_one_request():
     consumer = RecordingConsumer()
     producer = producer_with(consumer)
@@ -69,7 +57,7 @@ async def test_acks_are_committed_cumulatively_in_one_request():
     await producer.advance(batch((0, ACK), (1, ACK)))
     await producer.advance(batch((2, REJECT)))  # no dead-letter topic: dropped with a warning
     assert producer._credits.in_flight == 0
-    await producer._settle_and_commit()
+    await producer._flush_commits()
     assert consumer.commits == [{TP: 3}]
     assert consumer.seeks == []
 
@@ -78,7 +66,7 @@ async def test_failure_holds_the_floor_and_seeks_back():
     consumer = RecordingConsumer()
     producer = producer_with(consumer)
     await producer.advance(batch((0, ACK), (1, FAIL), (2, ACK)))
-    await producer._settle_and_commit()
+    await producer._flush_commits()
     assert consumer.commits == [{TP: 1}]
     assert consumer.seeks == [(TP, 1)]
     assert producer._fetch_epoch[TP] == 1  # records fetched before the seek are now stale
@@ -88,7 +76,6 @@ async def test_nobody_subscribed_redelivers_after_a_pause():
     consumer = RecordingConsumer()
     producer = producer_with(consumer)
     await producer.advance(batch((0, NOBODY)))
-    await producer._settle_and_commit()
     assert consumer.seeks == [(TP, 0)]
     assert producer._paused_until > 0
 
@@ -98,7 +85,7 @@ async def test_messages_of_a_revoked_partition_are_left_to_the_new_owner():
     producer = producer_with(consumer, epoch=2)
     producer._credits.take()
     await producer.advance(batch((0, ACK), (1, FAIL), epoch=1))  # read under the previous assignment
-    await producer._settle_and_commit()
+    await producer._flush_commits()
     assert consumer.commits == []
     assert consumer.seeks == []
     assert producer._credits.in_flight == 0
@@ -108,23 +95,22 @@ async def test_pending_commit_of_a_partition_revoked_before_it_was_sent_is_dropp
     consumer = RecordingConsumer()
     producer = producer_with(consumer)
     await producer.advance(batch((0, ACK)))
-    await producer._settle(producer._unsettled.popleft())
     producer._owned.discard(TP)
     producer._assignment_epoch[TP] = 2
-    await producer._settle_and_commit()
+    await producer._flush_commits()
     assert consumer.commits == []
 
 
 async def test_commit_lost_to_a_rebalance_does_not_fail_the_stream():
     producer = producer_with(RecordingConsumer(fail_with=CommitFailedError("rebalanced")))
     await producer.advance(batch((0, ACK)))
-    await producer._settle_and_commit()
+    await producer._flush_commits()
     assert producer._commit_error is None
 
 
 async def test_other_commit_failures_fail_the_next_advance():
     producer = producer_with(RecordingConsumer(fail_with=KafkaConnectionError("broker gone")))
     await producer.advance(batch((0, ACK)))
-    await producer._settle_and_commit()
+    await producer._flush_commits()
     with pytest.raises(KafkaSharedStreamError, match="committing offsets failed"):
         await producer.advance(batch((1, ACK)))
