@@ -25,6 +25,11 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["aws"],
             },
             {
+                "integration-name": "Apache Kafka shared stream",
+                "external-doc-url": "https://kafka.apache.org/",
+                "tags": ["apache"],
+            },
+            {
                 "integration-name": "Apache Spark (deferrable, standalone REST)",
                 "external-doc-url": "https://spark.apache.org/docs/latest/spark-standalone.html",
                 "tags": ["software"],
@@ -34,6 +39,10 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "Amazon Simple Queue Service (SQS) shared stream",
                 "python-modules": ["airflow_shared_stream.sqs.trigger"],
+            },
+            {
+                "integration-name": "Apache Kafka shared stream",
+                "python-modules": ["airflow_shared_stream.kafka.trigger"],
             },
             {
                 "integration-name": "Apache Spark (deferrable, standalone REST)",
@@ -54,5 +63,6 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "connection-types": [
             {"hook-class-name": "airflow_shared_stream.sqs.hook.SqsHook", "connection-type": "aws"},
+            {"hook-class-name": "airflow_shared_stream.kafka.hook.KafkaHook", "connection-type": "kafka"},
         ],
     }
