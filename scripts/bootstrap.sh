@@ -12,13 +12,18 @@ if [ ! -x .venv/bin/python ]; then
 fi
 
 stamp=.venv/.airflow-shared-stream.stamp
-want=$(sha256sum pyproject.toml scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)
+want=$(sha256sum pyproject.toml scripts/bootstrap.sh scripts/uv-excludes.txt | sha256sum | cut -d' ' -f1)
 if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then .venv/bin/python -m ensurepip --upgrade >/dev/null; fi
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 
-echo "==> installing airflow-shared-stream[all,test] into .venv (first run takes a few minutes)"
+echo "==> installing airflow-shared-stream[all,test,spark] into .venv (first run takes a few minutes)"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "uv>=0.4"
-.venv/bin/python -m uv pip install --quiet --python .venv/bin/python -e ".[all,test]"
+# A .venv made before the exclusion may hold pyspark-client's half of the `pyspark` directory.
+if .venv/bin/python -m uv pip show --python .venv/bin/python pyspark-client >/dev/null 2>&1; then
+  .venv/bin/python -m uv pip uninstall --quiet --python .venv/bin/python pyspark-client pyspark
+fi
+.venv/bin/python -m uv pip install --quiet --python .venv/bin/python \
+  --excludes scripts/uv-excludes.txt -e ".[all,test,spark]"
 echo "$want" > "$stamp"

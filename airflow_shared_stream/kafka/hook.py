@@ -1,0 +1,309 @@
+"""
+The ``kafka`` Airflow Connection, translated to aiokafka client arguments.
+
+Airflow's Kafka provider keeps client settings in the connection's extra, spelled the way
+librdkafka (confluent-kafka) spells them: ``bootstrap.servers``, ``group.id``,
+``security.protocol``, ``sasl.*``, ``ssl.*``. A deployment that already has such a connection
+must be able to point this provider's triggers at it unchanged, so this module reads that
+spelling and produces the keyword arguments of :class:`aiokafka.AIOKafkaConsumer` and
+:class:`aiokafka.AIOKafkaProducer`.
+
+Secrets (``sasl.password``, ``ssl.key.password``) only ever live in the returned
+:class:`KafkaClientConfig`, whose ``repr`` hides them; error messages name settings, never
+their values.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow.sdk import BaseHook
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+_OFFSET_RESET = {
+    "earliest": "earliest",
+    "smallest": "earliest",
+    "beginning": "earliest",
+    "latest": "latest",
+    "largest": "latest",
+    "end": "latest",
+    "error": "none",
+    "none": "none",
+}
+
+# librdkafka setting -> (aiokafka consumer argument, converter). Settings the shared consumer
+# cannot honour are refused or ignored explicitly below rather than passed through blindly.
+_CONSUMER_INT_SETTINGS = {
+    "session.timeout.ms": "session_timeout_ms",
+    "heartbeat.interval.ms": "heartbeat_interval_ms",
+    "max.poll.interval.ms": "max_poll_interval_ms",
+    "fetch.max.bytes": "fetch_max_bytes",
+    "fetch.min.bytes": "fetch_min_bytes",
+    "fetch.wait.max.ms": "fetch_max_wait_ms",
+    "max.partition.fetch.bytes": "max_partition_fetch_bytes",
+    "request.timeout.ms": "request_timeout_ms",
+    "metadata.max.age.ms": "metadata_max_age_ms",
+    "retry.backoff.ms": "retry_backoff_ms",
+    "connections.max.idle.ms": "connections_max_idle_ms",
+}
+_COMMON_INT_SETTINGS = {"request.timeout.ms", "metadata.max.age.ms", "retry.backoff.ms", "connections.max.idle.ms"}
+
+# Settings that are understood and deliberately not forwarded: the shared consumer owns them.
+_OWNED_SETTINGS = {
+    "enable.auto.commit",  # always off: the ack channel commits (checked below)
+    "auto.commit.interval.ms",
+    "enable.auto.offset.store",
+    "enable.partition.eof",
+    "key.deserializer",
+    "value.deserializer",
+}
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+class KafkaConfigError(ValueError):
+    """The connection's settings cannot drive a safe shared consumer. Never carries a secret."""
+
+
+def _flag(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise KafkaConfigError(f"Kafka setting {name!r} must be true or false")
+
+
+def _int(name: str, value: Any) -> int:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise KafkaConfigError(f"Kafka setting {name!r} must be an integer") from None
+
+
+@dataclass(frozen=True)
+class KafkaClientConfig:
+    """
+    Client arguments for one Kafka cluster, split by who uses them.
+
+    ``common`` goes to every aiokafka client (consumer and dead-letter producer), ``consumer``
+    only to the consumer. ``group_id`` is the connection's ``group.id``, if any; the trigger's
+    own ``group_id`` overrides it.
+    """
+
+    common: dict[str, Any] = field(repr=False)
+    consumer: dict[str, Any] = field(repr=False)
+    group_id: str | None = None
+    ignored: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:  # secrets live in ``common``: show only where we connect
+        return (
+            f"KafkaClientConfig(bootstrap_servers={self.common.get('bootstrap_servers')!r}, "
+            f"security_protocol={self.common.get('security_protocol')!r}, group_id={self.group_id!r})"
+        )
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Secret values in this config, so error text can be scrubbed of them."""
+        values = (self.common.get("sasl_plain_password"), self.common.get("_ssl_key_password"))
+        return tuple(v for v in values if v)
+
+    def consumer_kwargs(self, group_id: str) -> dict[str, Any]:
+        """Arguments for :class:`aiokafka.AIOKafkaConsumer`: manual commits, always."""
+        kwargs = {k: v for k, v in self.common.items() if not k.startswith("_")}
+        kwargs.update(self.consumer)
+        kwargs["group_id"] = group_id
+        kwargs["enable_auto_commit"] = False
+        return kwargs
+
+    def producer_kwargs(self) -> dict[str, Any]:
+        """Arguments for the dead-letter :class:`aiokafka.AIOKafkaProducer`: every replica acks."""
+        kwargs = {k: v for k, v in self.common.items() if not k.startswith("_")}
+        kwargs["acks"] = "all"
+        return kwargs
+
+
+def _ssl_context(extra: Mapping[str, Any]) -> tuple[ssl.SSLContext, str | None]:
+    from aiokafka.helpers import create_ssl_context
+
+    key_password = extra.get("ssl.key.password")
+    context = create_ssl_context(
+        cafile=extra.get("ssl.ca.location"),
+        cadata=extra.get("ssl.ca.pem"),
+        certfile=extra.get("ssl.certificate.location"),
+        keyfile=extra.get("ssl.key.location"),
+        password=key_password,
+    )
+    algorithm = str(extra.get("ssl.endpoint.identification.algorithm", "https")).strip().lower()
+    if algorithm in ("", "none"):
+        context.check_hostname = False
+    if "enable.ssl.certificate.verification" in extra and not _flag(
+        "enable.ssl.certificate.verification", extra["enable.ssl.certificate.verification"]
+    ):
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context, key_password
+
+
+def client_config_from_extra(
+    extra: Mapping[str, Any], *, login: str | None = None, password: str | None = None
+) -> KafkaClientConfig:
+    """
+    Translate a ``kafka`` connection's extra (librdkafka spelling) into aiokafka arguments.
+
+    ``login``/``password`` of the connection stand in for ``sasl.username``/``sasl.password``
+    when the extra does not set them, so the secret can live in the connection's password
+    field (masked in the UI) instead of the extra.
+
+    Raises :class:`KafkaConfigError` for settings the shared consumer cannot run with safely:
+    no bootstrap servers, auto-commit turned on, an unknown security protocol or SASL
+    mechanism, cooperative rebalancing (aiokafka implements eager rebalancing only).
+    """
+    extra = dict(extra)
+    servers = extra.get("bootstrap.servers") or extra.get("metadata.broker.list")
+    if not servers:
+        raise KafkaConfigError("the Kafka connection's extra must set 'bootstrap.servers'")
+    if isinstance(servers, str):
+        servers = [s.strip() for s in servers.split(",") if s.strip()]
+    if "enable.auto.commit" in extra and _flag("enable.auto.commit", extra["enable.auto.commit"]):
+        raise KafkaConfigError(
+            "the Kafka connection sets enable.auto.commit=true; the shared stream commits offsets "
+            "itself, only after trigger events are persisted, and auto-commit would commit "
+            "messages that were never handled. Set enable.auto.commit=false (or remove it)."
+        )
+
+    protocol = str(extra.get("security.protocol", "PLAINTEXT")).strip().upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise KafkaConfigError(
+            f"unsupported security.protocol {protocol!r}; expected one of {', '.join(SECURITY_PROTOCOLS)}"
+        )
+    common: dict[str, Any] = {"bootstrap_servers": list(servers), "security_protocol": protocol}
+    if extra.get("client.id"):
+        common["client_id"] = str(extra["client.id"])
+
+    if protocol.startswith("SASL_"):
+        mechanism = str(extra.get("sasl.mechanism") or extra.get("sasl.mechanisms") or "PLAIN").strip().upper()
+        if mechanism not in SASL_MECHANISMS:
+            raise KafkaConfigError(
+                f"unsupported sasl.mechanism {mechanism!r}; expected one of {', '.join(SASL_MECHANISMS)}"
+            )
+        username = extra.get("sasl.username") or login
+        secret = extra.get("sasl.password") or password
+        if not username or not secret:
+            raise KafkaConfigError(
+                f"security.protocol {protocol} needs sasl.username and sasl.password "
+                "(in the extra, or the connection's login and password)"
+            )
+        common.update(sasl_mechanism=mechanism, sasl_plain_username=str(username), sasl_plain_password=str(secret))
+    if protocol in ("SSL", "SASL_SSL"):
+        context, key_password = _ssl_context(extra)
+        common["ssl_context"] = context
+        if key_password:
+            common["_ssl_key_password"] = key_password
+
+    consumer: dict[str, Any] = {}
+    reset = str(extra.get("auto.offset.reset", "latest")).strip().lower()
+    if reset not in _OFFSET_RESET:
+        raise KafkaConfigError(f"unsupported auto.offset.reset {reset!r}")
+    consumer["auto_offset_reset"] = _OFFSET_RESET[reset]
+    if "isolation.level" in extra:
+        consumer["isolation_level"] = str(extra["isolation.level"]).strip().lower()
+    strategy = str(extra.get("partition.assignment.strategy", "range")).strip().lower()
+    consumer["partition_assignment_strategy"] = _assignors(strategy)
+    for name, argument in _CONSUMER_INT_SETTINGS.items():
+        if name in extra:
+            target = common if name in _COMMON_INT_SETTINGS else consumer
+            target[argument] = _int(name, extra[name])
+
+    handled = {
+        "bootstrap.servers",
+        "metadata.broker.list",
+        "security.protocol",
+        "client.id",
+        "group.id",
+        "auto.offset.reset",
+        "isolation.level",
+        "partition.assignment.strategy",
+        "sasl.mechanism",
+        "sasl.mechanisms",
+        "sasl.username",
+        "sasl.password",
+        *_CONSUMER_INT_SETTINGS,
+        *_OWNED_SETTINGS,
+    }
+    ignored = tuple(sorted(k for k in extra if k not in handled and not k.startswith("ssl.")))
+    group_id = str(extra["group.id"]) if extra.get("group.id") else None
+    return KafkaClientConfig(common=common, consumer=consumer, group_id=group_id, ignored=ignored)
+
+
+def _assignors(strategy: str) -> tuple[Any, ...]:
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+
+    known = {
+        "range": RangePartitionAssignor,
+        "roundrobin": RoundRobinPartitionAssignor,
+        "sticky": StickyPartitionAssignor,
+    }
+    chosen = []
+    for name in (s.strip() for s in strategy.split(",") if s.strip()):
+        if name not in known:
+            raise KafkaConfigError(
+                f"unsupported partition.assignment.strategy {name!r}; aiokafka rebalances eagerly: "
+                f"use one of {', '.join(known)}"
+            )
+        chosen.append(known[name])
+    return tuple(chosen) or (RangePartitionAssignor,)
+
+
+class KafkaHook(BaseHook):
+    """
+    Read a ``kafka`` connection (Airflow's Kafka provider's format) for aiokafka clients.
+
+    Only :meth:`aget_client_config` touches the connection; it is awaited inside the producer's
+    ``open_stream`` (never at trigger construction, which runs in the Dag processor).
+    """
+
+    conn_name_attr = "kafka_conn_id"
+    default_conn_name = "kafka_default"
+    conn_type = "kafka"
+    hook_name = "Apache Kafka (shared stream, aiokafka)"
+
+    def __init__(self, kafka_conn_id: str = default_conn_name) -> None:
+        super().__init__()
+        self.kafka_conn_id = kafka_conn_id
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": ["schema", "port", "host"],
+            "relabeling": {"login": "SASL username", "password": "SASL password"},
+            "placeholders": {
+                "extra": '{"bootstrap.servers": "broker1:9092,broker2:9092", '
+                '"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", '
+                '"enable.auto.commit": "false"}'
+            },
+        }
+
+    async def aget_client_config(self) -> KafkaClientConfig:
+        """Fetch the connection and translate it; raises :class:`KafkaConfigError` on bad settings."""
+        connection = await BaseHook.aget_connection(self.kafka_conn_id)
+        config = client_config_from_extra(
+            connection.extra_dejson, login=connection.login, password=connection.password
+        )
+        if config.ignored:
+            self.log.warning(
+                "Kafka connection %r: settings not supported by the aiokafka shared stream, ignored: %s",
+                self.kafka_conn_id,
+                ", ".join(config.ignored),
+            )
+        return config

