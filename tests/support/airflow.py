@@ -371,7 +371,9 @@ def airflow_deployment(
     parallelism: int = 4,
 ) -> Iterator[AirflowDeployment]:
     """Start a deployment for the block; stop every process it started, also on failure."""
-    deployment = AirflowDeployment(home=home, dags_folder=dags_folder, env=dict(env or {}), parallelism=parallelism)
+    deployment = AirflowDeployment(
+        home=home, dags_folder=dags_folder, env=dict(env or {}), parallelism=parallelism
+    )
     try:
         deployment.start()
         yield deployment
@@ -379,7 +381,9 @@ def airflow_deployment(
         deployment.stop()
 
 
-def wait_for(condition: Any, timeout: float, what: str, deployment: AirflowDeployment, interval: float = 0.5) -> None:
+def wait_for(
+    condition: Any, timeout: float, what: str, deployment: AirflowDeployment, interval: float = 0.5
+) -> None:
     """``wait_until`` that also fails fast when an Airflow component died."""
 
     def check() -> bool:
