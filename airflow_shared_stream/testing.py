@@ -118,7 +118,8 @@ class SharedStreamHarness:
         """Set to False to stop confirming persistence (a metadata database that is down)."""
         self.watchers: dict[int, Watcher] = {}
         self._ids = itertools.count(1)
-        self._unconfirmed: dict[int, float] = {}
+        # seq -> (when it was bound, which trigger bound it)
+        self._unconfirmed: dict[int, tuple[float, int]] = {}
         self._supervisor: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> SharedStreamHarness:
@@ -147,12 +148,23 @@ class SharedStreamHarness:
                 await watcher.task
         self.watchers.pop(watcher.trigger_id, None)
 
-    def confirm(self, seqs: Iterable[int] | None = None) -> None:
-        """Confirm persistence of the given bound events, or of every unconfirmed one."""
-        chosen = list(self._unconfirmed) if seqs is None else list(seqs)
+    def confirm(self, seqs: Iterable[int] | None = None, *, watcher: Watcher | None = None) -> int:
+        """
+        Confirm persistence of bound trigger events; return how many were confirmed.
+
+        ``seqs`` picks events by sequence number, ``watcher`` picks every unconfirmed event of
+        one trigger, and neither confirms everything unconfirmed.
+        """
+        if seqs is not None:
+            chosen = list(seqs)
+        elif watcher is not None:
+            chosen = [seq for seq, (_, tid) in self._unconfirmed.items() if tid == watcher.trigger_id]
+        else:
+            chosen = list(self._unconfirmed)
         for seq in chosen:
             self._unconfirmed.pop(seq, None)
         self.manager.confirm_persisted(chosen)
+        return len(chosen)
 
     @property
     def unconfirmed(self) -> int:
@@ -180,7 +192,7 @@ class SharedStreamHarness:
                 await asyncio.sleep(0)
                 seq = self.manager.bind_pending_event(trigger_id=watcher.trigger_id, key=watcher.key)
                 if seq is not None:
-                    self._unconfirmed[seq] = time.monotonic()
+                    self._unconfirmed[seq] = (time.monotonic(), watcher.trigger_id)
                 watcher.events.append(event)
                 watcher._changed.set()
         except asyncio.CancelledError:
@@ -197,7 +209,7 @@ class SharedStreamHarness:
             if self.confirm_after is None or not self.persisting or not self._unconfirmed:
                 continue
             horizon = time.monotonic() - self.confirm_after
-            due = [seq for seq, bound_at in self._unconfirmed.items() if bound_at <= horizon]
+            due = [seq for seq, (bound_at, _) in self._unconfirmed.items() if bound_at <= horizon]
             if due:
                 self.confirm(due)
 

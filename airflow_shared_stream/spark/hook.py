@@ -1,0 +1,477 @@
+"""
+Spark standalone master REST API: connection settings, request bodies, status parsing, clients.
+
+The operator (a worker, synchronous) and the trigger (the triggerer, asynchronous) talk to the
+same three endpoints of the master's REST submission server::
+
+    POST /v1/submissions/create          -> submissionId (the driver id)
+    GET  /v1/submissions/status/<id>     -> driverState (SUBMITTED, RUNNING, FINISHED, ...)
+    POST /v1/submissions/kill/<id>
+
+Everything that is not I/O (parsing the connection, building the create body, classifying a
+response) is a pure function here, so both clients share it and unit tests cover it without
+a cluster.
+
+Credentials: the REST server runs arbitrary code, so a production master protects it with
+``spark.master.rest.filters=org.apache.spark.ui.JWSFilter``. The JWS the client must send as
+``Authorization: Bearer`` is the connection's *password*. It lives only in
+:class:`SparkRestConfig` (``repr`` hides it) and in request headers: never in trigger kwargs,
+log lines or exception text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from airflow.sdk import BaseHook
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REST_PORT = 6066
+PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
+
+ACTIVE_STATES = frozenset({"SUBMITTED", "RUNNING", "RELAUNCHING", "UNKNOWN"})
+"""Driver states that may still change (``DriverState.scala``); ``UNKNOWN`` = master recovering."""
+SUCCEEDED_STATES = frozenset({"FINISHED"})
+FAILED_STATES = frozenset({"FAILED", "ERROR", "KILLED"})
+
+
+class SparkRestError(Exception):
+    """The master's REST API refused or failed a request (never carries the token)."""
+
+
+class TransientSparkRestError(SparkRestError):
+    """A failure worth retrying: connection refused/reset, timeout, HTTP 5xx, master recovering."""
+
+
+class UnknownSubmissionError(SparkRestError):
+    """The master does not know this submission id: polling it again would never end."""
+
+
+class SparkRestAuthError(SparkRestError):
+    """HTTP 401/403: missing, wrong or expired JWS token (a configuration error, not transient)."""
+
+
+@dataclass(frozen=True)
+class SparkRestConfig:
+    """What a client needs to reach one standalone master; built from an Airflow Connection."""
+
+    master_url: str
+    """``spark://host:port`` of the master's RPC endpoint (what the driver connects to)."""
+    rest_url: str
+    """``http(s)://host:rest_port`` of the REST submission server."""
+    deploy_mode: str | None = None
+    token: str | None = field(default=None, repr=False)
+    verify: bool = True
+    timeout: float = 30.0
+    driver_python: str | None = None
+    """``spark.pyspark.driver.python`` default: the parent-death launcher on the Spark nodes."""
+    python: str | None = None
+    """``spark.pyspark.python`` default: the executors' interpreter on the Spark nodes."""
+    master_ui_url: str | None = None
+    """Master web UI base URL; when set, failed drivers' stderr is read for the error message."""
+
+    @property
+    def headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json;charset=UTF-8"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
+
+
+def _is_standalone_master(master: str) -> bool:
+    return master.startswith("spark://") and "," not in master
+
+
+def config_from_connection(conn: Any) -> SparkRestConfig:
+    """
+    Read a ``spark`` connection the way ``SparkSubmitHook`` does, plus the REST settings.
+
+    Host may be ``spark://host`` or a bare host (then the connection type gives the scheme);
+    the port is the master's RPC port. Extras: ``deploy-mode``, ``rest-port`` (default 6066),
+    ``rest-scheme`` (``http``), ``rest-verify`` (TLS verification, default true),
+    ``rest-timeout`` (seconds), ``pyspark-driver-python``, ``pyspark-python``,
+    ``master-ui-url``. Password: the JWS token for ``JWSFilter``.
+    """
+    extra: Mapping[str, Any] = conn.extra_dejson or {}
+    host = (conn.host or "").strip()
+    if "://" in host:
+        master = host
+    else:
+        scheme = "spark" if conn.conn_type in ("spark", None, "") else conn.conn_type
+        master = f"{scheme}://{host}"
+    if conn.port:
+        master = f"{master}:{conn.port}"
+    rest_host = urlsplit(master.split(",")[0]).hostname or "localhost"
+    rest_scheme = str(extra.get("rest-scheme", "http"))
+    rest_port = int(extra.get("rest-port", DEFAULT_REST_PORT))
+    verify = extra.get("rest-verify", True)
+    if isinstance(verify, str):
+        verify = verify.strip().lower() not in ("false", "0", "no")
+    return SparkRestConfig(
+        master_url=master,
+        rest_url=f"{rest_scheme}://{rest_host}:{rest_port}",
+        deploy_mode=extra.get("deploy-mode"),
+        token=conn.password or None,
+        verify=bool(verify),
+        timeout=float(extra.get("rest-timeout", 30.0)),
+        driver_python=extra.get("pyspark-driver-python"),
+        python=extra.get("pyspark-python"),
+        master_ui_url=(extra.get("master-ui-url") or None),
+    )
+
+
+def rest_submission_supported(cfg: SparkRestConfig, deploy_mode: str | None) -> bool:
+    """True for a single standalone master in cluster mode: the only target the REST path serves."""
+    return _is_standalone_master(cfg.master_url) and (deploy_mode or cfg.deploy_mode) == "cluster"
+
+
+def _mask(token: str | None) -> None:
+    """Register the token with Airflow's secrets masker so no log line can show it."""
+    if token:
+        with contextlib.suppress(Exception):
+            from airflow.sdk.log import mask_secret
+
+            mask_secret(token)
+
+
+class SparkRestHook(BaseHook):
+    """
+    Reads a ``spark`` connection for the master's REST API (see :func:`config_from_connection`).
+
+    It reuses the ``spark`` connection type of apache-airflow-providers-apache-spark, so one
+    ``spark_default`` serves both ``SparkSubmitOperator`` and the deferrable operator.
+    """
+
+    conn_name_attr = "conn_id"
+    default_conn_name = "spark_default"
+    conn_type = "spark"
+    hook_name = "Spark (standalone REST)"
+
+    def __init__(self, conn_id: str = default_conn_name) -> None:
+        super().__init__()
+        self.conn_id = conn_id
+
+    def get_config(self) -> SparkRestConfig:
+        cfg = config_from_connection(self.get_connection(self.conn_id))
+        _mask(cfg.token)
+        return cfg
+
+    async def aget_config(self) -> SparkRestConfig:
+        cfg = config_from_connection(await BaseHook.aget_connection(self.conn_id))
+        _mask(cfg.token)
+        return cfg
+
+
+# ---------------------------------------------------------------------------------------------
+# Request bodies
+
+
+def _csv(value: str | Sequence[str] | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    return ",".join(value)
+
+
+def _as_uri(path: str) -> str:
+    return path if "://" in path or path.startswith("file:") else f"file:{path}"
+
+
+def build_create_request(
+    *,
+    application: str,
+    master_url: str,
+    spark_version: str,
+    application_args: Sequence[Any] | None = None,
+    conf: Mapping[str, Any] | None = None,
+    name: str | None = None,
+    java_class: str | None = None,
+    py_files: str | None = None,
+    files: str | None = None,
+    jars: str | None = None,
+    archives: str | None = None,
+    driver_class_path: str | None = None,
+    driver_memory: str | None = None,
+    executor_memory: str | None = None,
+    executor_cores: int | None = None,
+    total_executor_cores: int | None = None,
+    env_vars: Mapping[str, Any] | None = None,
+    driver_python: str | None = None,
+    python: str | None = None,
+) -> dict[str, Any]:
+    """
+    The ``CreateSubmissionRequest`` that ``spark-submit --deploy-mode cluster`` would send.
+
+    A ``.py`` application runs through ``PythonRunner`` (``spark-submit`` refuses Python apps in
+    standalone cluster mode, the REST API does not): its arguments are the script, the
+    comma-separated ``py_files`` and then the application's own arguments. Operator arguments
+    become the Spark properties ``spark-submit`` would set for them; explicit ``conf`` wins.
+    """
+    is_python = application.endswith(".py")
+    if not is_python and not java_class:
+        raise ValueError("java_class is required for a JVM application submitted over the REST API")
+    props: dict[str, str] = {
+        "spark.master": master_url,
+        "spark.submit.deployMode": "cluster",
+        "spark.driver.supervise": "false",
+        "spark.app.name": name or posixpath.basename(application),
+    }
+    derived = {
+        "spark.submit.pyFiles": _csv(py_files),
+        "spark.files": _csv(files),
+        "spark.jars": _csv(jars) if is_python else ",".join(x for x in (application, _csv(jars)) if x),
+        "spark.archives": _csv(archives),
+        "spark.driver.extraClassPath": driver_class_path,
+        "spark.driver.memory": driver_memory,
+        "spark.executor.memory": executor_memory,
+        "spark.executor.cores": None if executor_cores is None else str(executor_cores),
+        "spark.cores.max": None if total_executor_cores is None else str(total_executor_cores),
+    }
+    if is_python:
+        derived["spark.pyspark.driver.python"] = driver_python
+        derived["spark.pyspark.python"] = python
+    props.update({k: v for k, v in derived.items() if v})
+    props.update({str(k): str(v) for k, v in (conf or {}).items()})
+    args = [str(a) for a in (application_args or [])]
+    if is_python:
+        app_resource = _as_uri(application)
+        main_class = PYTHON_RUNNER
+        args = [application, _csv(py_files) or "", *args]
+    else:
+        app_resource = _as_uri(application)
+        main_class = str(java_class)
+    env = {"SPARK_ENV_LOADED": "1", **{str(k): str(v) for k, v in (env_vars or {}).items()}}
+    return {
+        "action": "CreateSubmissionRequest",
+        "appResource": app_resource,
+        "mainClass": main_class,
+        "appArgs": args,
+        "clientSparkVersion": spark_version,
+        "environmentVariables": env,
+        "sparkProperties": props,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Responses
+
+
+@dataclass(frozen=True)
+class DriverStatus:
+    """One ``SubmissionStatusResponse``."""
+
+    submission_id: str
+    state: str
+    message: str | None = None
+    worker_id: str | None = None
+    worker_host_port: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state in SUCCEEDED_STATES
+
+    @property
+    def failed(self) -> bool:
+        return self.state in FAILED_STATES
+
+
+def _check_http(resp: httpx.Response, what: str) -> dict[str, Any]:
+    if resp.status_code in (401, 403):
+        raise SparkRestAuthError(
+            f"Spark master refused {what} with HTTP {resp.status_code}: check the connection's JWS token"
+        )
+    if resp.status_code >= 500:
+        raise TransientSparkRestError(f"Spark master answered {what} with HTTP {resp.status_code}")
+    try:
+        data = resp.json()
+    except ValueError:
+        raise SparkRestError(f"Spark master answered {what} with HTTP {resp.status_code}, not JSON") from None
+    if not isinstance(data, dict):
+        raise SparkRestError(f"Spark master answered {what} with unexpected JSON")
+    if resp.status_code >= 400 and data.get("success") is not False:
+        raise SparkRestError(
+            f"Spark master answered {what} with HTTP {resp.status_code}: {data.get('message')}"
+        )
+    return data
+
+
+def parse_create_response(resp: httpx.Response) -> str:
+    data = _check_http(resp, "create")
+    sid = data.get("submissionId")
+    if not data.get("success") or not sid:
+        raise SparkRestError(f"Spark master refused the submission: {data.get('message', 'no message')}")
+    return str(sid)
+
+
+_RECOVERING = re.compile(r"ALIVE state|not the active master|STANDBY|RECOVERING", re.IGNORECASE)
+
+
+def parse_status_response(resp: httpx.Response, submission_id: str) -> DriverStatus:
+    data = _check_http(resp, "status")
+    if not data.get("success"):
+        message = str(data.get("message") or "")
+        if _RECOVERING.search(message):
+            raise TransientSparkRestError(f"Spark master cannot answer for {submission_id} now: {message}")
+        raise UnknownSubmissionError(
+            f"Spark master does not know submission {submission_id}"
+            + (f": {message}" if message else " (finished and forgotten, or never submitted there)")
+        )
+    return DriverStatus(
+        submission_id=submission_id,
+        state=str(data.get("driverState", "UNKNOWN")).upper(),
+        message=data.get("message") or None,
+        worker_id=data.get("workerId"),
+        worker_host_port=data.get("workerHostPort"),
+    )
+
+
+def parse_kill_response(resp: httpx.Response, submission_id: str) -> bool:
+    """True if the master accepted the kill (False: already finished or unknown)."""
+    data = _check_http(resp, "kill")
+    if not data.get("success"):
+        log.info("Spark master did not kill %s: %s", submission_id, data.get("message"))
+        return False
+    return True
+
+
+_TRACEBACK_TAIL = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$", re.MULTILINE)
+
+
+def summarize_driver_stderr(stderr: str) -> str | None:
+    """
+    The line a person wants from a failed Python driver: the last exception raised.
+
+    Looks for the final line of the last Python traceback, else the last JVM exception line.
+    """
+    idx = stderr.rfind("Traceback (most recent call last):")
+    if idx >= 0:
+        for line in stderr[idx:].splitlines()[1:]:
+            if line and not line.startswith((" ", "\t")):
+                return line.strip()[:1000]
+    matches = _TRACEBACK_TAIL.findall(stderr)
+    return matches[-1].strip()[:1000] if matches else None
+
+
+def _transport_error(exc: httpx.HTTPError, what: str) -> TransientSparkRestError:
+    # str(exc) names the URL at most; httpx never puts request headers in exception text.
+    return TransientSparkRestError(f"Spark master unreachable for {what}: {type(exc).__name__}: {exc}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Clients
+
+
+class SparkRestClient:
+    """Synchronous client (operator side, on a worker)."""
+
+    def __init__(self, cfg: SparkRestConfig) -> None:
+        self.cfg = cfg
+        self._http = httpx.Client(
+            base_url=cfg.rest_url, headers=cfg.headers, verify=cfg.verify, timeout=cfg.timeout
+        )
+
+    def __enter__(self) -> SparkRestClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._http.close()
+
+    def create(self, body: Mapping[str, Any]) -> str:
+        try:
+            resp = self._http.post("/v1/submissions/create", json=dict(body))
+        except httpx.HTTPError as exc:
+            raise _transport_error(exc, "create") from None
+        return parse_create_response(resp)
+
+    def status(self, submission_id: str) -> DriverStatus:
+        try:
+            resp = self._http.get(f"/v1/submissions/status/{submission_id}")
+        except httpx.HTTPError as exc:
+            raise _transport_error(exc, "status") from None
+        return parse_status_response(resp, submission_id)
+
+    def kill(self, submission_id: str) -> bool:
+        try:
+            resp = self._http.post(f"/v1/submissions/kill/{submission_id}")
+        except httpx.HTTPError as exc:
+            raise _transport_error(exc, "kill") from None
+        return parse_kill_response(resp, submission_id)
+
+
+class AsyncSparkRestClient:
+    """Asynchronous client (trigger side, in the triggerer's event loop)."""
+
+    def __init__(self, cfg: SparkRestConfig) -> None:
+        self.cfg = cfg
+        self._http = httpx.AsyncClient(
+            base_url=cfg.rest_url, headers=cfg.headers, verify=cfg.verify, timeout=cfg.timeout
+        )
+
+    async def __aenter__(self) -> AsyncSparkRestClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._http.aclose()
+
+    async def status(self, submission_id: str) -> DriverStatus:
+        try:
+            resp = await self._http.get(f"/v1/submissions/status/{submission_id}")
+        except httpx.HTTPError as exc:
+            raise _transport_error(exc, "status") from None
+        return parse_status_response(resp, submission_id)
+
+    async def kill(self, submission_id: str) -> bool:
+        try:
+            resp = await self._http.post(f"/v1/submissions/kill/{submission_id}")
+        except httpx.HTTPError as exc:
+            raise _transport_error(exc, "kill") from None
+        return parse_kill_response(resp, submission_id)
+
+    async def driver_stderr_summary(self, status: DriverStatus, max_bytes: int = 64 * 1024) -> str | None:
+        """
+        Best effort: the failed driver's last exception, read from its worker's web UI.
+
+        Needs ``master-ui-url`` in the connection (to map the worker id to its UI). Any failure
+        here returns ``None``: the task still fails with the driver's state.
+        """
+        if not self.cfg.master_ui_url or not status.worker_id:
+            return None
+        try:
+            async with httpx.AsyncClient(
+                headers=self.cfg.headers, verify=self.cfg.verify, timeout=self.cfg.timeout
+            ) as http:
+                state = (await http.get(f"{self.cfg.master_ui_url.rstrip('/')}/json/")).json()
+                ui = next(
+                    (
+                        w.get("webuiaddress")
+                        for w in state.get("workers", [])
+                        if w.get("id") == status.worker_id
+                    ),
+                    None,
+                )
+                if not ui:
+                    return None
+                resp = await http.get(
+                    f"{ui.rstrip('/')}/log",
+                    params={"driverId": status.submission_id, "logType": "stderr", "byteLength": max_bytes},
+                )
+                if resp.status_code != 200:
+                    return None
+                return summarize_driver_stderr(resp.text)
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            log.info("Could not read driver %s stderr: %s", status.submission_id, type(exc).__name__)
+            return None

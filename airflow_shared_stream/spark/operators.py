@@ -1,0 +1,218 @@
+"""
+``DeferrableSparkSubmitOperator``: ``SparkSubmitOperator`` that frees its worker slot while Spark runs.
+
+A drop-in subclass: same arguments, same ``spark`` connection. With ``deferrable=True`` and a
+single standalone master in cluster mode (``spark://host:port`` with ``deploy-mode: cluster``)
+it submits through the master's REST API, stores the submission id in the task state store,
+and defers to :class:`~airflow_shared_stream.spark.triggers.SparkApplicationTrigger`. Every
+other case (``deferrable=False``, ``local[*]``, YARN, Kubernetes, HA master lists) runs the
+parent's ``execute`` unchanged, so behaviour there is exactly ``SparkSubmitOperator``'s.
+
+Why the REST API rather than ``spark-submit``: ``spark-submit --deploy-mode cluster`` refuses
+Python applications on standalone, and a ``spark-submit`` process would have to stay alive on
+the worker anyway. The REST create call returns at once with the driver id.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.common.compat.openlineage.utils.spark import (
+    inject_parent_job_information_into_spark_properties,
+    inject_transport_information_into_spark_properties,
+)
+from airflow.sdk import conf
+from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
+
+from airflow_shared_stream.spark.hook import (
+    SparkRestClient,
+    SparkRestConfig,
+    SparkRestHook,
+    UnknownSubmissionError,
+    build_create_request,
+    rest_submission_supported,
+)
+from airflow_shared_stream.spark.triggers import DEFAULT_MAX_TRANSIENT_ERRORS, SparkApplicationTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+# SparkSubmitOperator arguments that only spark-submit itself can honour (client-side dependency
+# resolution, Kerberos login, YARN). The REST path refuses them loudly instead of dropping them.
+_SPARK_SUBMIT_ONLY = {
+    "packages": "packages",
+    "exclude_packages": "exclude_packages",
+    "_repositories": "repositories",
+    "keytab": "keytab",
+    "principal": "principal",
+    "proxy_user": "proxy_user",
+    "_num_executors": "num_executors",
+    "_yarn_queue": "yarn_queue",
+    "properties_file": "properties_file",
+}
+
+
+def _spark_version() -> str:
+    try:
+        return metadata.version("pyspark")
+    except metadata.PackageNotFoundError:
+        return "4.0.0"
+
+
+class DeferrableSparkSubmitOperator(SparkSubmitOperator):
+    """
+    ``SparkSubmitOperator`` with a deferrable mode for Spark standalone clusters.
+
+    :param deferrable: submit over REST and wait in the triggerer (standalone cluster mode).
+        Defaults to ``[operators] default_deferrable``.
+    :param max_transient_errors: consecutive transient REST failures the trigger tolerates.
+
+    Every other argument is ``SparkSubmitOperator``'s. In deferrable mode ``status_poll_interval``
+    is the trigger's poll interval and ``execution_timeout`` is enforced by the trigger, which
+    kills the driver when it passes. Connection extras used by the REST path:
+    ``rest-port``, ``rest-scheme``, ``pyspark-driver-python`` (the parent-death launcher),
+    ``pyspark-python``, ``master-ui-url``; the password is the JWS token (docs/spark.rst).
+    """
+
+    def __init__(
+        self,
+        *,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        max_transient_errors: int = DEFAULT_MAX_TRANSIENT_ERRORS,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.deferrable = deferrable
+        self.max_transient_errors = max_transient_errors
+        self._submission_id: str | None = None
+        self._rest_config: SparkRestConfig | None = None
+
+    # -- execution ---------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> None:
+        if not self.deferrable:
+            return super().execute(context)
+        cfg = SparkRestHook(self._conn_id).get_config()
+        if not rest_submission_supported(cfg, self._deploy_mode):
+            self.log.warning(
+                "Deferrable mode needs a single spark:// standalone master in cluster deploy mode; "
+                "running as SparkSubmitOperator"
+            )
+            return super().execute(context)
+        self._rest_config = cfg
+        self._check_rest_arguments()
+        with SparkRestClient(cfg) as client:
+            submission_id = self._reattach(client, context)
+            if submission_id is None:
+                submission_id = self._submit(client, context)
+        self._submission_id = submission_id
+        self.defer(
+            trigger=SparkApplicationTrigger(
+                submission_id=submission_id,
+                conn_id=self._conn_id,
+                poll_interval=float(self._status_poll_interval or 1),
+                deadline=self._deadline(context),
+                max_transient_errors=self.max_transient_errors,
+            ),
+            method_name="execute_complete",
+        )
+
+    def _check_rest_arguments(self) -> None:
+        used = [arg for attr, arg in _SPARK_SUBMIT_ONLY.items() if getattr(self, attr, None)]
+        if used:
+            raise ValueError(
+                f"{', '.join(used)} cannot be honoured when submitting over the standalone REST API; "
+                "use deferrable=False"
+            )
+
+    def _reattach(self, client: SparkRestClient, context: Context) -> str | None:
+        """A retry picks up the attempt's stored driver if it is still running (or finished)."""
+        store = context.get("task_state_store") if self.durable else None
+        stored = store.get(self.external_id_key) if store is not None else None
+        if not stored:
+            return None
+        try:
+            status = client.status(str(stored))
+        except UnknownSubmissionError:
+            self.log.warning("Stored Spark driver %s is unknown to the master: submitting anew", stored)
+            return None
+        if status.active:
+            self.log.info("Reattaching to Spark driver %s (%s) instead of resubmitting", stored, status.state)
+            return str(stored)
+        if status.succeeded:
+            self.log.info("Spark driver %s already finished: not resubmitting", stored)
+            return str(stored)
+        self.log.warning("Stored Spark driver %s ended %s: submitting anew", stored, status.state)
+        return None
+
+    def _submit(self, client: SparkRestClient, context: Context) -> str:
+        spark_conf = dict(self.conf or {})
+        if self._openlineage_inject_parent_job_info:
+            spark_conf = inject_parent_job_information_into_spark_properties(spark_conf, context)
+        if self._openlineage_inject_transport_info:
+            spark_conf = inject_transport_information_into_spark_properties(spark_conf, context)
+        cfg = self._rest_config
+        assert cfg is not None
+        if not (spark_conf.get("spark.pyspark.driver.python") or cfg.driver_python):
+            self.log.warning(
+                "No spark.pyspark.driver.python launcher configured: a killed driver's Python process "
+                "may outlive it (set the connection extra pyspark-driver-python, docs/spark.rst)"
+            )
+        body = build_create_request(
+            application=self.application,
+            master_url=cfg.master_url,
+            spark_version=_spark_version(),
+            application_args=self.application_args,
+            conf=spark_conf,
+            name=self.name,
+            java_class=self._java_class,
+            py_files=self.py_files,
+            files=self.files,
+            jars=self.jars,
+            archives=self._archives,
+            driver_class_path=self.driver_class_path,
+            driver_memory=self._driver_memory,
+            executor_memory=self._executor_memory,
+            executor_cores=self._executor_cores,
+            total_executor_cores=self._total_executor_cores,
+            env_vars=self.env_vars,
+            driver_python=cfg.driver_python,
+            python=cfg.python,
+        )
+        submission_id = client.create(body)
+        self.log.info("Submitted Spark application %s as driver %s", self.name, submission_id)
+        store = context.get("task_state_store") if self.durable else None
+        if store is not None:
+            store.set(self.external_id_key, submission_id)
+        return submission_id
+
+    def _deadline(self, context: Context) -> float | None:
+        if self.execution_timeout is None:
+            return None
+        ti = context.get("ti")
+        start = getattr(ti, "start_date", None)
+        started = start.timestamp() if isinstance(start, dt.datetime) else time.time()
+        return started + self.execution_timeout.total_seconds()
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> None:
+        """Resume on a worker with the trigger's event: succeed on FINISHED, fail otherwise."""
+        status = event.get("status")
+        message = event.get("message") or f"Spark driver {event.get('submission_id')}: {status}"
+        if status == "success":
+            self.log.info("%s", message)
+            return None
+        if status == "timeout":
+            raise AirflowTaskTimeout(message)
+        raise AirflowException(message)
+
+    def on_kill(self) -> None:
+        """Kill the REST-submitted driver if this process submitted one; else the parent's on_kill."""
+        if self._submission_id and self._rest_config is not None:
+            with SparkRestClient(self._rest_config) as client:
+                client.kill(self._submission_id)
+            return
+        super().on_kill()

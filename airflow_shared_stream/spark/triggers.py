@@ -1,0 +1,209 @@
+"""
+``SparkApplicationTrigger``: wait in the triggerer for a standalone Spark driver to end.
+
+Why a trigger: a Spark application runs for minutes to hours. ``SparkSubmitOperator`` holds a
+worker slot (and a ``spark-submit`` JVM) all that time; the deferrable operator submits over
+the master's REST API, hands the submission id to this trigger and frees the slot. The
+trigger polls ``GET /v1/submissions/status/<id>`` with httpx in the triggerer's event loop.
+
+What it promises, each because a naive poller got it wrong:
+
+* **It always ends.** An unknown submission id (the master restarted, or the id is wrong) is
+  an error event at once, not a poll that never returns; a run of transient errors (master
+  unreachable, HTTP 5xx, master recovering) longer than ``max_transient_errors`` is an error.
+* **It owns the deadline.** A deferred task is not covered by ``execution_timeout``, so the
+  operator passes the attempt's deadline; past it the trigger kills the driver and reports
+  ``timeout``. Killing matters: failing the task while Spark keeps running would let a retry
+  run two copies of the job side by side.
+* **on_kill kills.** When a user marks the deferred task failed/success or clears it, Airflow
+  calls :meth:`on_kill` and the driver is killed. A triggerer restart does not (the trigger
+  moves, the application keeps running).
+* **No secret in kwargs.** ``serialize()`` holds the connection id, never the token: the
+  trigger reads the connection in the triggerer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_shared_stream.spark.hook import (
+    AsyncSparkRestClient,
+    DriverStatus,
+    SparkRestConfig,
+    SparkRestError,
+    SparkRestHook,
+    TransientSparkRestError,
+    UnknownSubmissionError,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_TRANSIENT_ERRORS = 5
+KILL_CONFIRM_SECONDS = 30.0
+"""After a kill, how long to wait for the master to report the driver KILLED."""
+
+
+class SparkApplicationTrigger(BaseTrigger):
+    """
+    Poll a standalone Spark driver until it ends, the deadline passes, or errors persist.
+
+    Fires exactly one event whose payload is ``{"status", "submission_id", "driver_state",
+    "message"}`` with status ``success`` (FINISHED), ``failed`` (FAILED, ERROR, KILLED),
+    ``timeout`` (deadline passed, driver killed) or ``error`` (unknown submission, persistent
+    transport errors, auth refused).
+
+    :param submission_id: the driver id returned by ``/v1/submissions/create``.
+    :param conn_id: the ``spark`` connection (REST address and JWS token are read from it here).
+    :param poll_interval: seconds between status requests.
+    :param deadline: Unix time after which the driver is killed, or ``None`` for no deadline.
+    :param max_transient_errors: consecutive transient failures tolerated before giving up.
+    """
+
+    def __init__(
+        self,
+        *,
+        submission_id: str,
+        conn_id: str = "spark_default",
+        poll_interval: float = 5.0,
+        deadline: float | None = None,
+        max_transient_errors: int = DEFAULT_MAX_TRANSIENT_ERRORS,
+    ) -> None:
+        super().__init__()
+        if poll_interval <= 0:
+            raise ValueError("poll_interval must be positive")
+        if max_transient_errors < 0:
+            raise ValueError("max_transient_errors must be >= 0")
+        self.submission_id = submission_id
+        self.conn_id = conn_id
+        self.poll_interval = float(poll_interval)
+        self.deadline = None if deadline is None else float(deadline)
+        self.max_transient_errors = int(max_transient_errors)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "submission_id": self.submission_id,
+                "conn_id": self.conn_id,
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+                "max_transient_errors": self.max_transient_errors,
+            },
+        )
+
+    async def _config(self) -> SparkRestConfig:
+        return await SparkRestHook(self.conn_id).aget_config()
+
+    def _event(self, status: str, driver_state: str | None, message: str) -> TriggerEvent:
+        return TriggerEvent(
+            {
+                "status": status,
+                "submission_id": self.submission_id,
+                "driver_state": driver_state,
+                "message": message,
+            }
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            cfg = await self._config()
+        except Exception as exc:
+            # Connection lookup errors name the conn id only; never the password.
+            yield self._event("error", None, f"cannot read connection {self.conn_id!r}: {type(exc).__name__}")
+            return
+        async with AsyncSparkRestClient(cfg) as client:
+            event = await self._poll(client)
+        yield event
+
+    async def _poll(self, client: AsyncSparkRestClient) -> TriggerEvent:
+        errors = 0
+        last_state: str | None = None
+        while True:
+            if self.deadline is not None and time.time() >= self.deadline:
+                return await self._kill_for_deadline(client, last_state)
+            try:
+                status = await client.status(self.submission_id)
+            except UnknownSubmissionError as exc:
+                return self._event("error", last_state, str(exc))
+            except TransientSparkRestError as exc:
+                errors += 1
+                if errors > self.max_transient_errors:
+                    return self._event(
+                        "error", last_state, f"{errors} transient errors in a row polling Spark; last: {exc}"
+                    )
+                log.warning(
+                    "Transient error %d/%d polling %s: %s",
+                    errors,
+                    self.max_transient_errors,
+                    self.submission_id,
+                    exc,
+                )
+                await self._sleep(min(self.poll_interval * (2 ** (errors - 1)), 30.0))
+                continue
+            except SparkRestError as exc:
+                return self._event("error", last_state, str(exc))
+            errors = 0
+            if status.state != last_state:
+                log.info("Spark driver %s is %s", self.submission_id, status.state)
+                last_state = status.state
+            if status.succeeded:
+                return self._event("success", status.state, f"Spark driver {self.submission_id} finished")
+            if not status.active:
+                return self._event("failed", status.state, await self._failure_message(client, status))
+            await self._sleep(self.poll_interval)
+
+    async def _sleep(self, seconds: float) -> None:
+        if self.deadline is not None:
+            seconds = max(0.0, min(seconds, self.deadline - time.time()))
+        await asyncio.sleep(seconds)
+
+    async def _failure_message(self, client: AsyncSparkRestClient, status: DriverStatus) -> str:
+        detail = status.message or await client.driver_stderr_summary(status)
+        text = f"Spark driver {self.submission_id} ended {status.state}"
+        return f"{text}: {detail}" if detail else text
+
+    async def _kill_for_deadline(self, client: AsyncSparkRestClient, last_state: str | None) -> TriggerEvent:
+        log.warning("Deadline passed for Spark driver %s: killing it", self.submission_id)
+        state = await self._kill_and_confirm(client) or last_state
+        return self._event(
+            "timeout", state, f"Spark driver {self.submission_id} killed: the task's execution_timeout passed"
+        )
+
+    async def _kill_and_confirm(self, client: AsyncSparkRestClient) -> str | None:
+        """Kill the driver and wait (bounded) until the master no longer reports it active."""
+        try:
+            await client.kill(self.submission_id)
+        except SparkRestError as exc:
+            log.warning("Kill of Spark driver %s failed: %s", self.submission_id, exc)
+        until = time.monotonic() + KILL_CONFIRM_SECONDS
+        state: str | None = None
+        while time.monotonic() < until:
+            try:
+                status = await client.status(self.submission_id)
+            except UnknownSubmissionError:
+                return state
+            except SparkRestError:
+                await asyncio.sleep(0.5)
+                continue
+            state = status.state
+            if not status.active:
+                return state
+            await asyncio.sleep(0.5)
+        log.warning(
+            "Spark driver %s still %s %.0fs after kill", self.submission_id, state, KILL_CONFIRM_SECONDS
+        )
+        return state
+
+    async def on_kill(self) -> None:
+        """The user acted on the deferred task (mark failed/success, clear): kill the driver."""
+        log.info("Task killed by user action: killing Spark driver %s", self.submission_id)
+        cfg = await self._config()
+        async with AsyncSparkRestClient(cfg) as client:
+            state = await self._kill_and_confirm(client)
+        log.info("Spark driver %s is %s after kill", self.submission_id, state)
