@@ -177,6 +177,7 @@ def build_pipeline(source: str, body_key: str, position: Any) -> None:
         "conf": {
             "spark.pyspark.python": python,
             "spark.ui.enabled": "false",
+            "spark.log.level": "WARN",
             "spark.sql.session.timeZone": "UTC",
             "spark.sql.shuffle.partitions": "2",
         },

@@ -77,41 +77,41 @@ def run(spark: SparkSession, input_path: str, output: str) -> dict[str, int]:
     orders_path = os.path.join(output, "orders")
     totals_path = os.path.join(output, "daily_totals")
 
-    records = spark.read.schema(RECORD_SCHEMA).json(input_path)
-    total = records.count()
-    checked = _valid(records)
-    valid_count = checked.count()
-    valid = checked.dropDuplicates(["event_id"])
-    unique_count = valid.count()
+    records = spark.read.schema(RECORD_SCHEMA).json(input_path).cache()
+    valid = _valid(records)
+    counts = records.agg(F.count("*").alias("records")).first()
+    unique = valid.dropDuplicates(["event_id"])
 
-    known: set[str] = set()
+    known: list[str] = []
     if os.path.isdir(orders_path):
-        known = {row.event_id for row in spark.read.parquet(orders_path).select("event_id").collect()}
-    # Collected before the write starts, so the append never reads its own output.
-    fresh = valid.where(~F.col("event_id").isin(list(known))) if known else valid
-    fresh = fresh.localCheckpoint()
+        known = [
+            row.event_id for row in spark.read.parquet(orders_path).select("event_id").distinct().collect()
+        ]
+    # Materialized before the write starts, so the append never reads its own output.
+    fresh = (unique.where(~F.col("event_id").isin(known)) if known else unique).localCheckpoint()
     written = fresh.count()
     if written:
         fresh.write.mode("append").partitionBy("event_date").parquet(orders_path)
 
-    orders = spark.read.parquet(orders_path) if os.path.isdir(orders_path) else None
-    if orders is not None:
-        (
-            orders.groupBy("event_date", "event_type")
+    rows_total = 0
+    if os.path.isdir(orders_path):
+        totals = (
+            spark.read.parquet(orders_path)
+            .groupBy("event_date", "event_type")
             .agg(F.count("*").alias("events"), F.round(F.sum("amount"), 2).alias("amount"))
             .orderBy("event_date", "event_type")
             .coalesce(1)
-            .write.mode("overwrite")
-            .parquet(totals_path)
+            .localCheckpoint()
         )
+        totals.write.mode("overwrite").parquet(totals_path)
+        rows_total = int(totals.agg(F.sum("events")).first()[0] or 0)
+    valid_count = valid.count()
     return {
-        "records": total,
-        "valid": valid_count,
-        "invalid": total - valid_count,
+        "records": counts["records"],
+        "invalid": counts["records"] - valid_count,
         "duplicates_skipped": valid_count - written,
-        "duplicates_in_input": valid_count - unique_count,
         "rows_written": written,
-        "rows_total": orders.count() if orders is not None else 0,
+        "rows_total": rows_total,
     }
 
 

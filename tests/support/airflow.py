@@ -139,6 +139,8 @@ class AirflowDeployment:
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            # A SIGKILLed triggerer's watchers move to its successor after this long.
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "15",
             **self.env,
         }
 
@@ -334,6 +336,14 @@ class AirflowDeployment:
             )
             for r in runs
         ]
+
+    def queued_assets(self, dag_id: str) -> int:
+        """Rows of the asset-triggered run queue (ADRQ) for ``dag_id``: a run is about to be created."""
+        with self.db() as conn:
+            row = conn.execute(
+                "SELECT count(*) AS n FROM asset_dag_run_queue WHERE target_dag_id = ?", (dag_id,)
+            ).fetchone()
+        return int(row["n"])
 
     def task_instances(self, dag_id: str) -> list[TaskInstanceRow]:
         with self.db() as conn:

@@ -164,9 +164,15 @@ class SqsServer:
             aws_secret_access_key="testing",
         )
 
-    def create_queue(self, name: str, dead_letter_queue_url: str | None = None, max_receives: int = 5) -> str:
+    def create_queue(
+        self,
+        name: str,
+        dead_letter_queue_url: str | None = None,
+        max_receives: int = 5,
+        visibility_timeout: int = 20,
+    ) -> str:
         sqs = self.client()
-        attributes = {"VisibilityTimeout": "30"}
+        attributes = {"VisibilityTimeout": str(visibility_timeout)}
         if dead_letter_queue_url:
             arn = sqs.get_queue_attributes(QueueUrl=dead_letter_queue_url, AttributeNames=["QueueArn"])
             attributes["RedrivePolicy"] = json.dumps(
