@@ -88,7 +88,8 @@ def sqs(e2e_dir: Path) -> Iterator[SqsServer]:
 
 @pytest.fixture(scope="session")
 def spark(e2e_dir: Path) -> Iterator[SparkCluster]:
-    with spark_standalone_cluster(e2e_dir / "spark") as cluster:
+    # 4 scheduling slots on 2 real cores: both Dags can have an application running at once.
+    with spark_standalone_cluster(e2e_dir / "spark", worker_cores=4) as cluster:
         yield cluster
 
 

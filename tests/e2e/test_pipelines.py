@@ -1,11 +1,18 @@
 """
 Message in, Parquet out: the example pipelines on a real broker, Spark cluster and Airflow.
 
-For each broker: publish a stream of order events and assert that every message produced the
-asset events its watchers match (and only those), that the Dag ran its Spark application with
-both operators, that each Parquet output holds exactly one row per valid matched message, that
-malformed messages reached the dead-letter path, and that the broker advanced only what was
-persisted. Then SIGKILL the triggerer mid-stream and prove nothing was lost.
+Both brokers' streams run at once, through one deployment (the ``streams`` fixture): a burst
+of order events on Kafka, then a paced stream on SQS during which the triggerer is SIGKILLed
+and restarted. Each test then waits for its broker's pipeline and asserts that every message
+produced the asset events its watchers match (and only those), that every Dag run ran the Spark
+application with both operators, that each Parquet output holds exactly one row per valid
+matched message, that malformed messages reached the dead-letter path, and that the broker
+advanced only what was persisted.
+
+Kafka is published and fully persisted before the kill: noida-db never evicts a SIGKILLed
+group member, so a restarted consumer of the same group would wait forever there (the Kafka
+integration suite covers crash recovery on Tansu). The kill still hits the Kafka pipeline's
+deferred Spark tasks, which the restarted triggerer must pick up.
 """
 
 from __future__ import annotations
@@ -14,20 +21,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import KAFKA_DEAD_LETTER_TOPIC, KAFKA_GROUP_ID, KAFKA_TOPIC, WATCHERS, Stack
 from tests.support.order_events import Expectation, expectation, order_stream
-from tests.support.pipeline import (
-    SPARK_TASKS,
-    PipelineState,
-    latencies,
-    parquet_event_ids,
-    wait_for_pipeline,
-)
+from tests.support.pipeline import SPARK_TASKS, PipelineState, latencies, parquet_event_ids, wait_for_pipeline
 from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -94,60 +95,100 @@ class Stream:
         return {event["event_id"]}
 
 
-def test_kafka_pipeline_end_to_end(stack: Stack, latency_log: dict[str, Any]) -> None:
-    airflow = stack.airflow
-    airflow.wait_for_watchers({w for w in WATCHERS if w.startswith("kafka_")})
-    stream = Stream("kafka-e2e", lambda batch: stack.kafka.produce(KAFKA_TOPIC, batch))
-    stream.publish(order_stream(24, tag="kafka-e2e", seed=11), every=0.05)
+@dataclass
+class Streams:
+    kafka: Stream
+    sqs: Stream
+    kafka_committed_before_kill: dict[int, int | None]
+    kafka_end_offsets: dict[int, int]
+    sqs_asset_events_before_kill: int
+    sqs_sent_after_kill: int
 
-    ids, rows = stream.ids, expectation("kafka", stream.events).rows
-    state = wait_for_pipeline(
-        airflow, KAFKA_DAG, "kafka", "value", ids, rows, timeout=480, nudge=stream.nudge
+
+@pytest.fixture(scope="module")
+def streams(stack: Stack) -> Streams:
+    airflow = stack.airflow
+    airflow.wait_for_watchers(WATCHERS)
+
+    kafka = Stream("kafka-e2e", lambda batch: stack.kafka.produce(KAFKA_TOPIC, batch))
+    kafka.publish(order_stream(24, tag="kafka-e2e", seed=11), every=0.05)
+    kafka_ids = kafka.ids
+    kafka_want = expectation("kafka", kafka.events)
+    # Everything matched is persisted as asset events, and only then committed: wait for both.
+    wait_until(
+        lambda: (
+            sum(map(len, _asset_event_ids(stack, "kafka", "value", kafka_ids).values()))
+            >= sum(map(len, kafka_want.asset_events.values()))
+        ),
+        180,
+        "the Kafka stream's asset events",
     )
-    want = expectation("kafka", stream.events)
-    _assert_outputs(stack, "kafka", state, want, stream.ids)
-
-    # The broker advanced only what was persisted: by now everything was, so the group's
-    # committed offset is the end of the topic, and the malformed events are on the DLQ topic.
     end = stack.kafka.end_offsets(KAFKA_TOPIC)
-    wait_until(lambda: stack.kafka.committed(KAFKA_GROUP_ID, KAFKA_TOPIC) == end, 30, "offsets at the end")
-    dead = {v.get("event_id") for v in stack.kafka.read_all(KAFKA_DEAD_LETTER_TOPIC)}
-    assert want.rejected
-    assert want.rejected <= dead
-    latency_log["Kafka (noida-db): 24 messages, 20/s"] = latencies(state, stream.published_at, want.rows)
+    wait_until(
+        lambda: stack.kafka.committed(KAFKA_GROUP_ID, KAFKA_TOPIC) == end, 60, "Kafka offsets at the end"
+    )
+    committed = stack.kafka.committed(KAFKA_GROUP_ID, KAFKA_TOPIC)
 
-
-def test_sqs_pipeline_survives_triggerer_sigkill(stack: Stack, latency_log: dict[str, Any]) -> None:
-    """
-    SQS end to end, with the triggerer SIGKILLed mid-stream and restarted: nothing is lost.
-
-    Messages the dead triggerer had received but not settled come back when their visibility
-    lapses (the queue's 20 s), and are turned into asset events by the restarted triggerer.
-    (Kafka is covered without a kill: noida-db never evicts a SIGKILLed group member, so a
-    restarted consumer of the same group would wait forever there.)
-    """
-    airflow = stack.airflow
-    airflow.wait_for_watchers({w for w in WATCHERS if w.startswith("sqs_")})
-    stream = Stream("sqs-e2e", lambda batch: stack.sqs.send(stack.sqs_queue_url, batch))
-    events = order_stream(30, tag="sqs-e2e", seed=12)
-
-    publisher = threading.Thread(target=stream.publish, args=(events, 0.25))
+    sqs = Stream("sqs-e2e", lambda batch: stack.sqs.send(stack.sqs_queue_url, batch))
+    publisher = threading.Thread(target=sqs.publish, args=(order_stream(30, tag="sqs-e2e", seed=12), 0.25))
     publisher.start()
     try:
-        # Kill once some, not all, of the stream has become asset events.
-        wait_until(lambda: len(_sqs_asset_event_ids(stack, set(stream.ids))) >= 6, 120, "first asset events")
+        # Kill once some, not all, of the SQS stream has become asset events.
+        wait_until(lambda: len(_asset_event_ids(stack, "sqs", "body", sqs.ids)) >= 6, 120, "first SQS events")
         killed_at = time.time()
         airflow.kill_triggerer()
-        before_kill = _sqs_asset_event_ids(stack, set(stream.ids))
+        before_kill = len(_asset_event_ids(stack, "sqs", "body", sqs.ids))
         time.sleep(2)
         airflow.restart_triggerer()
     finally:
         publisher.join()
-    sent_after_kill = [i for i, t in stream.published_at.items() if t >= killed_at]
-    assert sent_after_kill, "the kill came after the whole stream was published"
+    return Streams(
+        kafka=kafka,
+        sqs=sqs,
+        kafka_committed_before_kill=committed,
+        kafka_end_offsets=end,
+        sqs_asset_events_before_kill=before_kill,
+        sqs_sent_after_kill=sum(t >= killed_at for t in sqs.published_at.values()),
+    )
+
+
+def test_kafka_pipeline_end_to_end(stack: Stack, streams: Streams, latency_log: dict[str, Any]) -> None:
+    stream = streams.kafka
+    # The broker advanced only what was persisted: the group committed the end of the topic only
+    # once every asset event was in the database (the fixture waited for events, then offsets).
+    assert streams.kafka_committed_before_kill == streams.kafka_end_offsets
+
+    ids, rows = stream.ids, expectation("kafka", stream.events).rows
+    state = wait_for_pipeline(
+        stack.airflow, KAFKA_DAG, "kafka", "value", ids, rows, timeout=540, nudge=stream.nudge
+    )
+    want = expectation("kafka", stream.events)
+    _assert_outputs(stack, "kafka", state, want, stream.ids)
+
+    dead = {v.get("event_id") for v in stack.kafka.read_all(KAFKA_DEAD_LETTER_TOPIC)}
+    assert want.rejected
+    assert want.rejected <= dead
+    latency_log["Kafka (noida-db): 24 messages at 20/s"] = latencies(state, stream.published_at, want.rows)
+
+
+def test_sqs_pipeline_survives_triggerer_sigkill(
+    stack: Stack, streams: Streams, latency_log: dict[str, Any]
+) -> None:
+    """
+    Nothing is lost when the triggerer is SIGKILLed mid-stream and restarted.
+
+    Messages the dead triggerer had received but not settled come back when their visibility
+    lapses (the queue's 20 s) and become asset events in the restarted triggerer; messages sent
+    while no triggerer ran wait on the queue.
+    """
+    stream = streams.sqs
+    assert 0 < streams.sqs_asset_events_before_kill < len(stream.events)
+    assert streams.sqs_sent_after_kill > 0, "the kill came after the whole stream was published"
 
     ids, rows = stream.ids, expectation("sqs", stream.events).rows
-    state = wait_for_pipeline(airflow, SQS_DAG, "sqs", "body", ids, rows, timeout=480, nudge=stream.nudge)
+    state = wait_for_pipeline(
+        stack.airflow, SQS_DAG, "sqs", "body", ids, rows, timeout=540, nudge=stream.nudge
+    )
     want = expectation("sqs", stream.events)
     _assert_outputs(stack, "sqs", state, want, stream.ids)
 
@@ -157,31 +198,35 @@ def test_sqs_pipeline_survives_triggerer_sigkill(stack: Stack, latency_log: dict
     assert want.rejected
     assert want.rejected <= dead
     print(
-        f"SIGKILL after {len(before_kill)} asset events; {len(sent_after_kill)} messages sent after it; "
-        f"{sum(len(v) for v in state.asset_events.values())} asset events for "
-        f"{sum(len(v) for v in want.asset_events.values())} expected (duplicates are redeliveries)"
+        f"SIGKILL after {streams.sqs_asset_events_before_kill} asset events, {streams.sqs_sent_after_kill} "
+        f"messages sent after it; {sum(map(len, state.asset_events.values()))} asset events for "
+        f"{sum(map(len, want.asset_events.values()))} expected (extra ones are redeliveries)"
     )
-    latency_log["SQS (moto): 30 messages, 4/s, triggerer SIGKILLed mid-stream"] = latencies(
+    latency_log["SQS (moto): 30 messages at 4/s, triggerer SIGKILLed mid-stream"] = latencies(
         state, stream.published_at, want.rows
     )
 
 
-def _sqs_asset_event_ids(stack: Stack, ids: set[str]) -> set[str]:
-    found = set()
+def _asset_event_ids(stack: Stack, source: str, body_key: str, ids: set[str]) -> dict[str, list[str]]:
+    """asset name -> event ids of its asset events among ``ids``."""
+    found: dict[str, list[str]] = {}
     for event in stack.airflow.asset_events():
-        body = (event.payload or {}).get("body") if isinstance(event.payload, dict) else None
-        if isinstance(body, dict) and body.get("event_id") in ids:
-            found.add(body["event_id"])
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        body = payload.get(body_key)
+        if (
+            event.asset_name.startswith(f"{source}_")
+            and isinstance(body, dict)
+            and body.get("event_id") in ids
+        ):
+            found.setdefault(event.asset_name, []).append(body["event_id"])
     return found
 
 
-def test_no_secret_in_airflow_logs(stack: Stack) -> None:
+def test_no_secret_in_airflow_logs(stack: Stack, streams: Streams) -> None:
     """The Spark REST token (a connection password) never reaches a process or task log."""
-    logs = [
-        *stack.airflow.home.joinpath("process-logs").glob("*.log"),
-        *stack.airflow.home.joinpath("logs").rglob("*"),
-    ]
-    texts = [p.read_text(errors="replace") for p in logs if isinstance(p, Path) and p.is_file()]
-    assert texts
+    home = stack.airflow.home
+    paths = [*home.joinpath("process-logs").glob("*.log"), *home.joinpath("logs").rglob("*.log")]
+    texts = [p.read_text(errors="replace") for p in paths]
+    assert any("spark_submit_deferrable" in t for t in texts)
     for text in texts:
         assert stack.spark.token not in text
