@@ -127,7 +127,8 @@ def _progress_printer(publisher: Publisher, total: int) -> Any:
         runs = Counter(r.state for r in state.runs)
         spark_done = sum(1 for key in state.task_end if key[1] in SPARK_TASKS)
         line = (
-            f"published {len(publisher.published)}/{total}  asset events {sum(map(len, state.asset_events.values()))}"
+            f"published {len(publisher.published)}/{total}"
+            f"  asset events {sum(map(len, state.asset_events.values()))}"
             f"  Dag runs {dict(runs) or 0}  Spark applications finished {spark_done}"
         )
         now = time.monotonic()
@@ -145,7 +146,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, _interrupt)
-    dag_file, dag_id, body_key = BROKERS[args.broker]
+    _, dag_id, body_key = BROKERS[args.broker]
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="airflow-shared-stream-demo-"))
     work.mkdir(parents=True, exist_ok=True)
     data_dir = work / "data"
@@ -196,9 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         env["AIRFLOW_CONN_SPARK_CLUSTER"] = spark.connection_json()
         env["AIRFLOW_VAR_SHARED_STREAM_SPARK_DEFERRABLE_CONN_ID"] = "spark_cluster"
 
-        say(
-            "starting Airflow 3.3 (db migrate, dag-processor, scheduler, triggerer, api-server: about a minute)"
-        )
+        say("starting Airflow 3.3: db migrate, dag-processor, scheduler, triggerer, api-server (~1 min)")
         airflow = AirflowDeployment(
             home=work / "airflow", dags_folder=_dags_folder(work, args.broker), env=env
         )
@@ -261,9 +260,7 @@ def _summary(
     for asset, found in sorted(state.asset_events.items()):
         print(f"  asset events       {asset}: {len(found)}")
     print(f"  Dag runs           {runs['dag_runs']} ({runs['succeeded']} succeeded)")
-    print(
-        f"  Spark applications {runs['spark_applications']} (SparkSubmitOperator + DeferrableSparkSubmitOperator)"
-    )
+    print(f"  Spark applications {runs['spark_applications']} (stock and deferrable operator)")
     for task in SPARK_TASKS:
         table = data_dir / args.broker / task / "orders"
         found = parquet_event_ids(table)
