@@ -127,7 +127,7 @@ def _progress_printer(publisher: Publisher, total: int) -> Any:
         runs = Counter(r.state for r in state.runs)
         spark_done = sum(1 for key in state.task_end if key[1] in SPARK_TASKS)
         line = (
-            f"published {len(publisher.published)}/{total}"
+            f"published {len(publisher.published)} of {total}"
             f"  asset events {sum(map(len, state.asset_events.values()))}"
             f"  Dag runs {dict(runs) or 0}  Spark applications finished {spark_done}"
         )
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         say("starting Spark standalone (master with JWS-protected REST API, one worker)")
         spark = stack.enter_context(spark_standalone_cluster(work / "spark", worker_cores=4))
         env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps(
-            {"conn_type": "spark", "host": "spark://127.0.0.1", "port": spark.master_port, "extra": {}}
+            {"conn_type": "spark", "host": "local[1]", "extra": {}}
         )
         env["AIRFLOW_CONN_SPARK_CLUSTER"] = spark.connection_json()
         env["AIRFLOW_VAR_SHARED_STREAM_SPARK_DEFERRABLE_CONN_ID"] = "spark_cluster"

@@ -31,7 +31,8 @@ from tests.support.order_events import Expectation, expectation, order_stream
 from tests.support.pipeline import SPARK_TASKS, PipelineState, latencies, parquet_event_ids, wait_for_pipeline
 from tests.support.processes import wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+# Spark dominates: each application takes 1-2.5 min on two shared cores.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 KAFKA_DAG = "kafka_orders_pipeline"
 SQS_DAG = "sqs_orders_pipeline"
@@ -160,7 +161,7 @@ def test_kafka_pipeline_end_to_end(stack: Stack, streams: Streams, latency_log: 
 
     ids, rows = stream.ids, expectation("kafka", stream.events).rows
     state = wait_for_pipeline(
-        stack.airflow, KAFKA_DAG, "kafka", "value", ids, rows, timeout=540, nudge=stream.nudge
+        stack.airflow, KAFKA_DAG, "kafka", "value", ids, rows, timeout=1080, nudge=stream.nudge
     )
     want = expectation("kafka", stream.events)
     _assert_outputs(stack, "kafka", state, want, stream.ids)
@@ -187,7 +188,7 @@ def test_sqs_pipeline_survives_triggerer_sigkill(
 
     ids, rows = stream.ids, expectation("sqs", stream.events).rows
     state = wait_for_pipeline(
-        stack.airflow, SQS_DAG, "sqs", "body", ids, rows, timeout=540, nudge=stream.nudge
+        stack.airflow, SQS_DAG, "sqs", "body", ids, rows, timeout=1080, nudge=stream.nudge
     )
     want = expectation("sqs", stream.events)
     _assert_outputs(stack, "sqs", state, want, stream.ids)

@@ -39,6 +39,7 @@ class DagRunRow:
     run_id: str
     state: str | None
     run_type: str
+    created_at: datetime | None
     queued_at: datetime | None
     start_date: datetime | None
     end_date: datetime | None
@@ -311,7 +312,7 @@ class AirflowDeployment:
     def dag_runs(self, dag_id: str) -> list[DagRunRow]:
         with self.db() as conn:
             runs = conn.execute(
-                "SELECT id, dag_id, run_id, state, run_type, queued_at, start_date, end_date "
+                "SELECT id, dag_id, run_id, state, run_type, created_at, queued_at, start_date, end_date "
                 "FROM dag_run WHERE dag_id = ? ORDER BY id",
                 (dag_id,),
             ).fetchall()
@@ -329,6 +330,7 @@ class AirflowDeployment:
                 run_id=r["run_id"],
                 state=r["state"],
                 run_type=r["run_type"],
+                created_at=_ts(r["created_at"]),
                 queued_at=_ts(r["queued_at"]),
                 start_date=_ts(r["start_date"]),
                 end_date=_ts(r["end_date"]),

@@ -200,16 +200,19 @@ def latencies(
     Message-to-milestone latencies of ``expected_ids``.
 
     ``published_at`` holds wall-clock publish times (``time.time()``). Milestones: the first
-    asset event, the queued Dag run that consumed it, and the end of each Spark task of that run.
+    asset event, the creation and the start of the Dag run that consumed it (a created run waits
+    while an earlier one runs: ``max_active_runs``), and the end of each Spark task of that run.
     """
-    out: dict[str, list[float]] = {"asset_event": [], "dag_run_queued": []}
+    out: dict[str, list[float]] = {"asset_event": [], "dag_run_created": [], "dag_run_started": []}
     out.update({f"{t}_finished": [] for t in SPARK_TASKS})
     for event_id in expected_ids:
         sent = published_at[event_id]
         out["asset_event"].append(_epoch(state.first_asset_event[event_id].timestamp) - sent)
         run = state.run_of_event[event_id]
-        if run.queued_at is not None:
-            out["dag_run_queued"].append(_epoch(run.queued_at) - sent)
+        if run.created_at is not None:
+            out["dag_run_created"].append(_epoch(run.created_at) - sent)
+        if run.start_date is not None:
+            out["dag_run_started"].append(_epoch(run.start_date) - sent)
         for task in SPARK_TASKS:
             end = state.task_end.get((run.run_id, task))
             if end is not None:
@@ -223,7 +226,7 @@ def _epoch(value: datetime) -> float:
 
 def latency_table(rows: dict[str, dict[str, Latency]]) -> str:
     """A Markdown table: one row per scenario, one column per milestone (p50 / max)."""
-    columns = ["asset_event", "dag_run_queued", *(f"{t}_finished" for t in SPARK_TASKS)]
+    columns = ["asset_event", "dag_run_created", "dag_run_started", *(f"{t}_finished" for t in SPARK_TASKS)]
     header = "| scenario | " + " | ".join(f"message -> {c} (p50 / max)" for c in columns) + " |"
     lines = [header, "|" + " --- |" * (len(columns) + 1)]
     for scenario, values in rows.items():
