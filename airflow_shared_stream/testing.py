@@ -28,7 +28,7 @@ import contextlib
 import itertools
 import json
 import time
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,8 +90,9 @@ class SharedStreamHarness:
     """
     A triggerer in a box for shared-stream triggers (see the module docstring).
 
-    :param confirm_after: seconds after which each bound trigger event is confirmed persisted;
-        ``None`` confirms only through :meth:`confirm`.
+    :param confirm_after: seconds after which each bound trigger event is confirmed persisted,
+        or a callable drawing that delay per event (uneven persistence); ``None`` confirms only
+        through :meth:`confirm`.
     :param sync_interval: how often the simulated supervisor delivers confirmations.
     :param ack_timeout: the manager's per-event ack timeout (``[triggerer] shared_stream_ack_timeout``).
     :param max_subscriber_queue: ``[triggerer] shared_stream_subscriber_queue_size``.
@@ -101,7 +102,7 @@ class SharedStreamHarness:
     def __init__(
         self,
         *,
-        confirm_after: float | None = 0.0,
+        confirm_after: float | Callable[[], float] | None = 0.0,
         sync_interval: float = 0.02,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
         max_subscriber_queue: int = DEFAULT_SUBSCRIBER_QUEUE_MAX,
@@ -118,7 +119,7 @@ class SharedStreamHarness:
         """Set to False to stop confirming persistence (a metadata database that is down)."""
         self.watchers: dict[int, Watcher] = {}
         self._ids = itertools.count(1)
-        # seq -> (when it was bound, which trigger bound it)
+        # seq -> (when it is due for confirmation, which trigger bound it)
         self._unconfirmed: dict[int, tuple[float, int]] = {}
         self._supervisor: asyncio.Task[None] | None = None
 
@@ -192,7 +193,7 @@ class SharedStreamHarness:
                 await asyncio.sleep(0)
                 seq = self.manager.bind_pending_event(trigger_id=watcher.trigger_id, key=watcher.key)
                 if seq is not None:
-                    self._unconfirmed[seq] = (time.monotonic(), watcher.trigger_id)
+                    self._unconfirmed[seq] = (time.monotonic() + self._delay(), watcher.trigger_id)
                 watcher.events.append(event)
                 watcher._changed.set()
         except asyncio.CancelledError:
@@ -203,13 +204,18 @@ class SharedStreamHarness:
         finally:
             await self.manager.unsubscribe(watcher.trigger_id, watcher.key)
 
+    def _delay(self) -> float:
+        if self.confirm_after is None:
+            return 0.0
+        return self.confirm_after() if callable(self.confirm_after) else self.confirm_after
+
     async def _supervise(self) -> None:
         while True:
             await asyncio.sleep(self.sync_interval)
             if self.confirm_after is None or not self.persisting or not self._unconfirmed:
                 continue
-            horizon = time.monotonic() - self.confirm_after
-            due = [seq for seq, (bound_at, _) in self._unconfirmed.items() if bound_at <= horizon]
+            now = time.monotonic()
+            due = [seq for seq, (due_at, _) in self._unconfirmed.items() if due_at <= now]
             if due:
                 self.confirm(due)
 

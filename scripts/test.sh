@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-.venv/bin/ruff check airflow_shared_stream tests bench example_dags
-.venv/bin/ruff format --check airflow_shared_stream tests bench example_dags
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
 exec .venv/bin/python -m pytest "$@"

@@ -109,6 +109,6 @@ class EnvelopeMatcher:
                 return Verdict.REJECT, f"reject expression {self._reject.expression!r} matched"
             if self._match is None or is_truthy(self._match.search(envelope)):
                 return Verdict.MATCH, None
-        except JMESPathError as exc:
-            return Verdict.REJECT, f"expression failed on this message: {exc}"
+        except Exception as exc:  # jmespath raises TypeError too, e.g. for 'a' > `1`
+            return Verdict.REJECT, f"expression failed on this message: {type(exc).__name__}: {exc}"
         return Verdict.SKIP, None

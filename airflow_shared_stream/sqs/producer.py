@@ -123,6 +123,11 @@ class SqsSharedStreamProducer(SharedStreamProducer):
         await self._connect()
         attributes = await self._call("GetQueueAttributes", QueueUrl=self._queue.url, AttributeNames=["All"])
         queue_attributes = attributes.get("Attributes", {})
+        if "QueueArn" not in queue_attributes:
+            raise SqsEndpointError(
+                f"GetQueueAttributes on {self._queue.url} returned no queue attributes: "
+                "the endpoint did not answer as SQS"
+            )
         if self._dead_letter_queue is None:
             self._dead_letter_queue = await self._redrive_target(queue_attributes)
         visibility = max(1, int(queue_attributes.get("VisibilityTimeout", 30)))
@@ -305,14 +310,16 @@ class SqsSharedStreamProducer(SharedStreamProducer):
             ) from None
 
     def _explain(self, operation: str, exc: Exception) -> SqsSharedStreamError:
-        error = getattr(exc, "response", {}).get("Error", {})
+        response = getattr(exc, "response", {})
+        error = response.get("Error", {})
         code = error.get("Code", "Unknown")
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         if code in _MISSING_QUEUE_CODES:
             return SqsQueueNotFoundError(
                 f"SQS queue {self._queue.url} does not exist, or connection {self._aws_conn_id!r} "
                 "cannot see it"
             )
-        if code in _ACCESS_CODES:
+        if code in _ACCESS_CODES or status in (401, 403):
             # The service's own message can quote the signed request: leave it out.
             return SqsAccessError(
                 f"SQS refused connection {self._aws_conn_id!r} on {operation} for {self._queue.url} ({code})"

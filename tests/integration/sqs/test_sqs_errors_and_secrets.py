@@ -1,0 +1,150 @@
+"""Bad input gives a clear error naming the problem, and no credential ever leaks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from airflow_shared_stream.sqs.errors import (
+    SqsAccessError,
+    SqsConfigurationError,
+    SqsEndpointError,
+    SqsQueueNotFoundError,
+)
+from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
+from tests.integration.sqs.conftest import ACCESS_KEY, REGION, SECRET_KEY
+from tests.support.processes import free_port, running, wait_for_port
+
+pytestmark = pytest.mark.integration
+
+
+async def test_missing_queue_fails_the_watchers_with_a_clear_error(sqs, aws_connection, harness):
+    url = sqs.create_queue().rsplit("/", 1)[0] + "/no-such-queue"
+    watcher = harness.add(SqsSharedStreamTrigger(url))
+    error = await watcher.wait_for_error()
+    assert isinstance(error, SqsQueueNotFoundError)
+    assert "no-such-queue does not exist" in str(error)
+
+
+async def test_missing_connection_is_named(sqs, harness, monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_AWS_NOWHERE", raising=False)
+    watcher = harness.add(SqsSharedStreamTrigger(sqs.create_queue(), aws_conn_id="aws_nowhere"))
+    error = await watcher.wait_for_error()
+    assert isinstance(error, SqsConfigurationError)
+    assert "'aws_nowhere' is not defined" in str(error)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://example.com/not/a/queue/at/all",
+        "ftp://sqs.us-east-1.amazonaws.com/123456789012/orders",
+        "https://sqs.us-east-1.amazonaws.com/orders",
+        "not a url",
+    ],
+)
+def test_a_url_that_is_not_sqs_is_refused_at_construction(url):
+    with pytest.raises(SqsConfigurationError, match="is not an SQS queue URL"):
+        SqsSharedStreamTrigger(url)
+
+
+def test_bad_expressions_are_refused_at_construction():
+    url = "https://sqs.us-east-1.amazonaws.com/123456789012/orders"
+    with pytest.raises(ValueError, match="match is not a valid JMESPath expression"):
+        SqsSharedStreamTrigger(url, match="body.[")
+    with pytest.raises(ValueError, match="max_in_flight must be between 1 and"):
+        SqsSharedStreamTrigger(url, max_in_flight=100_000)
+
+
+class _NotSqs(BaseHTTPRequestHandler):
+    def do_POST(self):  # an ordinary web server: HTML, not the SQS protocol
+        body = b"<html><body>hello</body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("endpoint_kind", ["closed_port", "not_sqs_http_server"])
+async def test_an_endpoint_that_is_not_sqs_is_named(harness, monkeypatch, endpoint_kind):
+    server = None
+    if endpoint_kind == "closed_port":
+        port = free_port()
+    else:
+        server = HTTPServer(("127.0.0.1", 0), _NotSqs)
+        port = server.server_address[1]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    conn = {
+        "conn_type": "aws",
+        "login": ACCESS_KEY,
+        "password": SECRET_KEY,
+        "extra": {"region_name": REGION, "endpoint_url": f"http://127.0.0.1:{port}"},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_ELSEWHERE", json.dumps(conn))
+    try:
+        queue_url = f"http://127.0.0.1:{port}/123456789012/orders"
+        watcher = harness.add(SqsSharedStreamTrigger(queue_url, aws_conn_id="aws_elsewhere"))
+        error = await watcher.wait_for_error(timeout=90)
+    finally:
+        if server is not None:
+            server.shutdown()
+    assert isinstance(error, SqsEndpointError)
+    assert "did not answer as SQS" in str(error)
+    assert SECRET_KEY not in str(error)
+
+
+@pytest.fixture(scope="module")
+def authenticating_sqs(tmp_path_factory):
+    """A second moto server that checks credentials against its own IAM (none are known)."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("moto-auth") / "moto.log"
+    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    with running(argv, log_path=log, env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as proc:
+        wait_for_port(port, timeout=60, proc=proc, what="authenticating moto server")
+        yield f"http://127.0.0.1:{port}"
+
+
+async def test_wrong_credentials_are_named_without_the_secret(
+    authenticating_sqs, harness, monkeypatch, caplog
+):
+    conn = {
+        "conn_type": "aws",
+        "login": ACCESS_KEY,
+        "password": SECRET_KEY,
+        "extra": {"region_name": REGION, "endpoint_url": authenticating_sqs},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_WRONG", json.dumps(conn))
+    with caplog.at_level(logging.DEBUG):
+        watcher = harness.add(
+            SqsSharedStreamTrigger(f"{authenticating_sqs}/123456789012/orders", aws_conn_id="aws_wrong")
+        )
+        error = await watcher.wait_for_error()
+    assert isinstance(error, SqsAccessError)
+    assert "refused connection 'aws_wrong'" in str(error)
+    assert SECRET_KEY not in str(error)
+    assert SECRET_KEY not in repr(error.__cause__)
+    assert SECRET_KEY not in caplog.text
+
+
+async def test_no_secret_in_serialize_payloads_or_logs(sqs, aws_connection, harness, caplog):
+    url = sqs.create_queue()
+    trigger = SqsSharedStreamTrigger(url, reject="body.bad")
+    classpath, kwargs = trigger.serialize()
+    assert SECRET_KEY not in json.dumps(kwargs)
+    assert ACCESS_KEY not in json.dumps(kwargs)
+    with caplog.at_level(logging.DEBUG):
+        watcher = harness.add(trigger)
+        sqs.send(url, [{"n": 1}, {"bad": True}])
+        await watcher.wait_for_events(1)
+    assert SECRET_KEY not in json.dumps(watcher.payloads)
+    assert SECRET_KEY not in caplog.text
+    assert classpath == "airflow_shared_stream.sqs.trigger.SqsSharedStreamTrigger"

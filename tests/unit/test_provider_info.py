@@ -1,0 +1,62 @@
+"""The package registers as an Airflow provider, and provider.yaml says what get_provider_info says."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import yaml
+
+from airflow_shared_stream import __version__
+from airflow_shared_stream.get_provider_info import get_provider_info
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_provider_yaml_and_get_provider_info_agree():
+    from_yaml = yaml.safe_load((ROOT / "provider.yaml").read_text())
+    info = get_provider_info()
+    assert from_yaml["versions"] == [__version__]
+    for key in ("package-name", "name", "description", "integrations", "triggers", "connection-types"):
+        assert from_yaml[key] == info[key], key
+
+
+def test_every_registered_module_and_hook_imports():
+    info = get_provider_info()
+    for trigger in info["triggers"]:
+        for module in trigger["python-modules"]:
+            importlib.import_module(module)
+    for connection in info["connection-types"]:
+        module, _, name = connection["hook-class-name"].rpartition(".")
+        hook = getattr(importlib.import_module(module), name)
+        assert hook.conn_type == connection["connection-type"]
+
+
+def test_entry_point_names_the_canonical_distribution():
+    provider_entries = entry_points(group="apache_airflow_provider")
+    ours = [e for e in provider_entries if e.value.startswith("airflow_shared_stream")]
+    [entry] = ours
+    assert entry.load()()["package-name"] == entry.dist.metadata["Name"] == "airflow-shared-stream"
+
+
+def _airflow(*args: str, home: Path) -> str:
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    result = subprocess.run(
+        [sys.executable, "-m", "airflow", *args], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def test_a_real_airflow_lists_the_provider_and_its_triggers(tmp_path):
+    providers = _airflow("providers", "list", "--output", "plain", home=tmp_path)
+    assert "airflow-shared-stream" in providers
+    triggers = _airflow("providers", "triggers", "--output", "plain", home=tmp_path)
+    for module in [m for t in get_provider_info()["triggers"] for m in t["python-modules"]]:
+        assert module in triggers
+    hooks = _airflow("providers", "hooks", "--output", "plain", home=tmp_path)
+    assert "airflow-shared-stream" in hooks
