@@ -24,14 +24,24 @@ def get_provider_info() -> dict[str, Any]:
                 "external-doc-url": "https://aws.amazon.com/sqs/",
                 "tags": ["aws"],
             },
+            {
+                "integration-name": "Apache Kafka shared stream",
+                "external-doc-url": "https://kafka.apache.org/",
+                "tags": ["apache"],
+            },
         ],
         "triggers": [
             {
                 "integration-name": "Amazon Simple Queue Service (SQS) shared stream",
                 "python-modules": ["airflow_shared_stream.sqs.trigger"],
             },
+            {
+                "integration-name": "Apache Kafka shared stream",
+                "python-modules": ["airflow_shared_stream.kafka.trigger"],
+            },
         ],
         "connection-types": [
             {"hook-class-name": "airflow_shared_stream.sqs.hook.SqsHook", "connection-type": "aws"},
+            {"hook-class-name": "airflow_shared_stream.kafka.hook.KafkaHook", "connection-type": "kafka"},
         ],
     }

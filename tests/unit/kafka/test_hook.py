@@ -1,0 +1,133 @@
+"""Translating a ``kafka`` connection (librdkafka spelling) into aiokafka arguments."""
+
+from __future__ import annotations
+
+import json
+import ssl
+
+import pytest
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+from airflow_shared_stream.kafka.hook import KafkaConfigError, KafkaHook, client_config_from_extra
+
+SECRET = "s3cr3t-Pa55"
+
+
+def test_plaintext_minimal():
+    config = client_config_from_extra({"bootstrap.servers": "a:1, b:2", "group.id": "g"})
+    assert config.common == {"bootstrap_servers": ["a:1", "b:2"], "security_protocol": "PLAINTEXT"}
+    assert config.group_id == "g"
+    kwargs = config.consumer_kwargs("override")
+    assert kwargs["group_id"] == "override"
+    assert kwargs["enable_auto_commit"] is False
+    assert kwargs["auto_offset_reset"] == "latest"
+    assert kwargs["check_crcs"] is False  # librdkafka's default
+    assert client_config_from_extra({"bootstrap.servers": "a:1", "check.crcs": "true"}).consumer["check_crcs"]
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_sasl_plaintext(mechanism):
+    config = client_config_from_extra(
+        {
+            "bootstrap.servers": "a:1",
+            "security.protocol": "sasl_plaintext",
+            "sasl.mechanisms": mechanism,
+            "sasl.username": "u",
+            "sasl.password": SECRET,
+        }
+    )
+    kwargs = config.consumer_kwargs("g")
+    assert kwargs["security_protocol"] == "SASL_PLAINTEXT"
+    assert kwargs["sasl_mechanism"] == mechanism
+    assert kwargs["sasl_plain_username"] == "u"
+    assert kwargs["sasl_plain_password"] == SECRET
+    assert SECRET not in repr(config)
+    assert config.secrets == (SECRET,)
+
+
+def test_sasl_password_from_connection_fields():
+    config = client_config_from_extra(
+        {"bootstrap.servers": "a:1", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"},
+        login="user",
+        password=SECRET,
+    )
+    kwargs = config.producer_kwargs()
+    assert kwargs["sasl_plain_username"] == "user"
+    assert kwargs["sasl_plain_password"] == SECRET
+    assert isinstance(kwargs["ssl_context"], ssl.SSLContext)
+    assert kwargs["acks"] == "all"
+
+
+def test_ssl_settings(tmp_path):
+    config = client_config_from_extra(
+        {
+            "bootstrap.servers": "a:1",
+            "security.protocol": "SSL",
+            "ssl.endpoint.identification.algorithm": "none",
+            "enable.ssl.certificate.verification": "false",
+        }
+    )
+    context = config.common["ssl_context"]
+    assert context.check_hostname is False
+    assert context.verify_mode == ssl.CERT_NONE
+
+
+def test_consumer_tuning_and_assignor():
+    config = client_config_from_extra(
+        {
+            "bootstrap.servers": "a:1",
+            "auto.offset.reset": "smallest",
+            "session.timeout.ms": "12000",
+            "request.timeout.ms": 5000,
+            "partition.assignment.strategy": "roundrobin",
+            "isolation.level": "read_committed",
+            "linger.ms": 5,
+        }
+    )
+    kwargs = config.consumer_kwargs("g")
+    assert kwargs["auto_offset_reset"] == "earliest"
+    assert kwargs["session_timeout_ms"] == 12000
+    assert kwargs["request_timeout_ms"] == 5000
+    assert config.producer_kwargs()["request_timeout_ms"] == 5000
+    assert kwargs["partition_assignment_strategy"] == (RoundRobinPartitionAssignor,)
+    assert kwargs["isolation_level"] == "read_committed"
+    assert config.ignored == ("linger.ms",)
+
+
+@pytest.mark.parametrize("value", ["true", True, "1", "TRUE"])
+def test_auto_commit_refused(value):
+    with pytest.raises(KafkaConfigError, match=r"enable\.auto\.commit"):
+        client_config_from_extra({"bootstrap.servers": "a:1", "enable.auto.commit": value})
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({}, "bootstrap.servers"),
+        ({"bootstrap.servers": "a:1", "security.protocol": "SASL_GSSAPI"}, "security.protocol"),
+        (
+            {"bootstrap.servers": "a:1", "security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI"},
+            "sasl.mechanism",
+        ),
+        ({"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT"}, "sasl.username"),
+        ({"bootstrap.servers": "a:1", "partition.assignment.strategy": "cooperative-sticky"}, "eagerly"),
+        ({"bootstrap.servers": "a:1", "session.timeout.ms": "soon"}, "integer"),
+    ],
+)
+def test_bad_settings_are_refused_without_secrets(extra, message):
+    extra = {**extra, "sasl.password": SECRET} if "sasl.username" not in message else extra
+    with pytest.raises(KafkaConfigError, match=message) as info:
+        client_config_from_extra(extra)
+    assert SECRET not in str(info.value)
+
+
+async def test_hook_reads_airflow_connection(monkeypatch):
+    extra = {"bootstrap.servers": "h:9", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_UNIT",
+        json.dumps({"conn_type": "kafka", "login": "svc", "password": SECRET, "extra": extra}),
+    )
+    config = await KafkaHook("kafka_unit").aget_client_config()
+    assert config.common["sasl_plain_username"] == "svc"
+    assert config.common["bootstrap_servers"] == ["h:9"]
+    assert SECRET not in repr(config)

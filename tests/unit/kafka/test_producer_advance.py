@@ -1,0 +1,116 @@
+"""The producer's advance: what it commits, seeks and ignores (broker calls recorded by a stub)."""
+
+from __future__ import annotations
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.errors import CommitFailedError, KafkaConnectionError
+from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
+
+from airflow_shared_stream.kafka.producer import (
+    KafkaBrokerPayload,
+    KafkaSharedStreamError,
+    KafkaSharedStreamProducer,
+)
+
+TP = TopicPartition("t", 0)
+ACK, FAIL, REJECT, NOBODY = (
+    AdvanceOutcome(1, 0, 0),
+    AdvanceOutcome(1, 1, 0),
+    AdvanceOutcome(1, 0, 1),
+    AdvanceOutcome(0, 0, 0),
+)
+
+
+class RecordingConsumer:
+    def __init__(self, fail_with: Exception | None = None) -> None:
+        self.commits: list[dict[TopicPartition, int]] = []
+        self.seeks: list[tuple[TopicPartition, int]] = []
+        self.fail_with = fail_with
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.commits.append(dict(offsets))
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.seeks.append((tp, offset))
+
+
+def producer_with(consumer: RecordingConsumer, *, epoch: int = 1) -> KafkaSharedStreamProducer:
+    producer = KafkaSharedStreamProducer(topics=["t"], group_id="g", max_in_flight=10)
+    producer._consumer = consumer  # type: ignore[assignment]
+    producer._owned.add(TP)
+    producer._assignment_epoch[TP] = epoch
+    return producer
+
+
+def batch(*items: tuple[int, AdvanceOutcome], epoch: int = 1) -> list[AdvanceItem]:
+    return [AdvanceItem(KafkaBrokerPayload("t", 0, offset, epoch), outcome) for offset, outcome in items]
+
+
+async def test_acks_are_committed_cumulatively_in_one_request():
+    consumer = RecordingConsumer()
+    producer = producer_with(consumer)
+    for _ in range(3):
+        producer._credits.take()
+    await producer.advance(batch((0, ACK), (1, ACK)))
+    await producer.advance(batch((2, REJECT)))  # no dead-letter topic: dropped with a warning
+    assert producer._credits.in_flight == 0
+    await producer._flush_commits()
+    assert consumer.commits == [{TP: 3}]
+    assert consumer.seeks == []
+
+
+async def test_failure_holds_the_floor_and_seeks_back():
+    consumer = RecordingConsumer()
+    producer = producer_with(consumer)
+    await producer.advance(batch((0, ACK), (1, FAIL), (2, ACK)))
+    await producer._flush_commits()
+    assert consumer.commits == [{TP: 1}]
+    assert consumer.seeks == [(TP, 1)]
+    assert producer._fetch_epoch[TP] == 1  # records fetched before the seek are now stale
+
+
+async def test_nobody_subscribed_redelivers_after_a_pause():
+    consumer = RecordingConsumer()
+    producer = producer_with(consumer)
+    await producer.advance(batch((0, NOBODY)))
+    assert consumer.seeks == [(TP, 0)]
+    assert producer._paused_until > 0
+
+
+async def test_messages_of_a_revoked_partition_are_left_to_the_new_owner():
+    consumer = RecordingConsumer()
+    producer = producer_with(consumer, epoch=2)
+    producer._credits.take()
+    await producer.advance(batch((0, ACK), (1, FAIL), epoch=1))  # read under the previous assignment
+    await producer._flush_commits()
+    assert consumer.commits == []
+    assert consumer.seeks == []
+    assert producer._credits.in_flight == 0
+
+
+async def test_pending_commit_of_a_partition_revoked_before_it_was_sent_is_dropped():
+    consumer = RecordingConsumer()
+    producer = producer_with(consumer)
+    await producer.advance(batch((0, ACK)))
+    producer._owned.discard(TP)
+    producer._assignment_epoch[TP] = 2
+    await producer._flush_commits()
+    assert consumer.commits == []
+
+
+async def test_commit_lost_to_a_rebalance_does_not_fail_the_stream():
+    producer = producer_with(RecordingConsumer(fail_with=CommitFailedError("rebalanced")))
+    await producer.advance(batch((0, ACK)))
+    await producer._flush_commits()
+    assert producer._commit_error is None
+
+
+async def test_other_commit_failures_fail_the_next_advance():
+    producer = producer_with(RecordingConsumer(fail_with=KafkaConnectionError("broker gone")))
+    await producer.advance(batch((0, ACK)))
+    await producer._flush_commits()
+    with pytest.raises(KafkaSharedStreamError, match="committing offsets failed"):
+        await producer.advance(batch((1, ACK)))
