@@ -29,6 +29,11 @@ def get_provider_info() -> dict[str, Any]:
                 "external-doc-url": "https://kafka.apache.org/",
                 "tags": ["apache"],
             },
+            {
+                "integration-name": "Apache Spark (deferrable, standalone REST)",
+                "external-doc-url": "https://spark.apache.org/docs/latest/spark-standalone.html",
+                "tags": ["software"],
+            },
         ],
         "triggers": [
             {
@@ -38,6 +43,22 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "Apache Kafka shared stream",
                 "python-modules": ["airflow_shared_stream.kafka.trigger"],
+            },
+            {
+                "integration-name": "Apache Spark (deferrable, standalone REST)",
+                "python-modules": ["airflow_shared_stream.spark.triggers"],
+            },
+        ],
+        "operators": [
+            {
+                "integration-name": "Apache Spark (deferrable, standalone REST)",
+                "python-modules": ["airflow_shared_stream.spark.operators"],
+            },
+        ],
+        "hooks": [
+            {
+                "integration-name": "Apache Spark (deferrable, standalone REST)",
+                "python-modules": ["airflow_shared_stream.spark.hook"],
             },
         ],
         "connection-types": [

@@ -28,7 +28,6 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 from airflow.sdk import BaseHook
@@ -91,6 +90,13 @@ def _is_standalone_master(master: str) -> bool:
     return master.startswith("spark://") and "," not in master
 
 
+def _host_of(master: str) -> str:
+    """Host of the first master in ``scheme://host:port[,host:port]`` (no URL parser: ``local[2]``)."""
+    hostport = master.split("://", 1)[-1].split(",")[0].split("/")[0]
+    host = hostport.rsplit(":", 1)[0] if ":" in hostport else hostport
+    return host or "localhost"
+
+
 def config_from_connection(conn: Any) -> SparkRestConfig:
     """
     Read a ``spark`` connection the way ``SparkSubmitHook`` does, plus the REST settings.
@@ -103,14 +109,16 @@ def config_from_connection(conn: Any) -> SparkRestConfig:
     """
     extra: Mapping[str, Any] = conn.extra_dejson or {}
     host = (conn.host or "").strip()
-    if "://" in host:
+    # SparkSubmitHook's rule, so both operators read one connection the same way: a "spark"
+    # connection's host is the whole master ("spark://h", "local[2]", "yarn") unless it is a bare
+    # host with a port; other types (from a URI) give the scheme.
+    if conn.conn_type == "spark" and host and ("://" in host or not conn.port):
         master = host
     else:
-        scheme = "spark" if conn.conn_type in ("spark", None, "") else conn.conn_type
-        master = f"{scheme}://{host}"
+        master = f"{conn.conn_type or 'spark'}://{host}"
     if conn.port:
         master = f"{master}:{conn.port}"
-    rest_host = urlsplit(master.split(",")[0]).hostname or "localhost"
+    rest_host = _host_of(master)
     rest_scheme = str(extra.get("rest-scheme", "http"))
     rest_port = int(extra.get("rest-port", DEFAULT_REST_PORT))
     verify = extra.get("rest-verify", True)
@@ -348,21 +356,33 @@ def parse_kill_response(resp: httpx.Response, submission_id: str) -> bool:
     return True
 
 
-_TRACEBACK_TAIL = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$", re.MULTILINE)
+_JVM_EXCEPTION = re.compile(
+    r"^(?:Caused by: |Exception in thread \"[^\"]*\" )?([\w.$]+(?:Error|Exception)(?::.*)?)$", re.MULTILINE
+)
 
 
-def summarize_driver_stderr(stderr: str) -> str | None:
+def _python_exception(text: str) -> str | None:
+    idx = text.rfind("Traceback (most recent call last):")
+    if idx < 0:
+        return None
+    for line in text[idx:].splitlines()[1:]:
+        if line and not line.startswith((" ", "\t")):
+            return line.strip()[:1000]
+    return None
+
+
+def summarize_driver_output(stdout: str, stderr: str = "") -> str | None:
     """
-    The line a person wants from a failed Python driver: the last exception raised.
+    The line a person wants from a failed driver: the last exception it raised.
 
-    Looks for the final line of the last Python traceback, else the last JVM exception line.
+    ``PythonRunner`` pipes the Python process's stdout and stderr into the driver's *stdout*
+    file, so a Python traceback is looked for there first (then in stderr); failing that, the
+    innermost JVM exception in stderr (the last ``Caused by:``).
     """
-    idx = stderr.rfind("Traceback (most recent call last):")
-    if idx >= 0:
-        for line in stderr[idx:].splitlines()[1:]:
-            if line and not line.startswith((" ", "\t")):
-                return line.strip()[:1000]
-    matches = _TRACEBACK_TAIL.findall(stderr)
+    found = _python_exception(stdout) or _python_exception(stderr)
+    if found:
+        return found
+    matches = _JVM_EXCEPTION.findall(stderr)
     return matches[-1].strip()[:1000] if matches else None
 
 
@@ -441,7 +461,7 @@ class AsyncSparkRestClient:
             raise _transport_error(exc, "kill") from None
         return parse_kill_response(resp, submission_id)
 
-    async def driver_stderr_summary(self, status: DriverStatus, max_bytes: int = 64 * 1024) -> str | None:
+    async def driver_failure_summary(self, status: DriverStatus, max_bytes: int = 64 * 1024) -> str | None:
         """
         Best effort: the failed driver's last exception, read from its worker's web UI.
 
@@ -452,7 +472,10 @@ class AsyncSparkRestClient:
             return None
         try:
             async with httpx.AsyncClient(
-                headers=self.cfg.headers, verify=self.cfg.verify, timeout=self.cfg.timeout
+                headers=self.cfg.headers,
+                verify=self.cfg.verify,
+                timeout=self.cfg.timeout,
+                follow_redirects=True,
             ) as http:
                 state = (await http.get(f"{self.cfg.master_ui_url.rstrip('/')}/json/")).json()
                 ui = next(
@@ -465,13 +488,18 @@ class AsyncSparkRestClient:
                 )
                 if not ui:
                     return None
-                resp = await http.get(
-                    f"{ui.rstrip('/')}/log",
-                    params={"driverId": status.submission_id, "logType": "stderr", "byteLength": max_bytes},
-                )
-                if resp.status_code != 200:
-                    return None
-                return summarize_driver_stderr(resp.text)
+                logs = {}
+                for log_type in ("stdout", "stderr"):
+                    resp = await http.get(
+                        f"{ui.rstrip('/')}/log/",
+                        params={
+                            "driverId": status.submission_id,
+                            "logType": log_type,
+                            "byteLength": max_bytes,
+                        },
+                    )
+                    logs[log_type] = resp.text if resp.status_code == 200 else ""
+                return summarize_driver_output(logs["stdout"], logs["stderr"])
         except (httpx.HTTPError, ValueError, AttributeError) as exc:
             log.info("Could not read driver %s stderr: %s", status.submission_id, type(exc).__name__)
             return None

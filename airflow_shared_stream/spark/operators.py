@@ -26,7 +26,7 @@ from airflow.providers.common.compat.openlineage.utils.spark import (
     inject_transport_information_into_spark_properties,
 )
 from airflow.sdk import conf
-from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
+from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException, AirflowTaskTimeout
 
 from airflow_shared_stream.spark.hook import (
     SparkRestClient,
@@ -96,7 +96,12 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
     def execute(self, context: Context) -> None:
         if not self.deferrable:
             return super().execute(context)
-        cfg = SparkRestHook(self._conn_id).get_config()
+        try:
+            cfg = SparkRestHook(self._conn_id).get_config()
+        except AirflowNotFoundException:
+            # SparkSubmitHook treats a missing connection as "yarn"; so does this operator.
+            self.log.warning("Connection %s not found: running as SparkSubmitOperator", self._conn_id)
+            return super().execute(context)
         if not rest_submission_supported(cfg, self._deploy_mode):
             self.log.warning(
                 "Deferrable mode needs a single spark:// standalone master in cluster deploy mode; "
@@ -106,7 +111,9 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
         self._rest_config = cfg
         self._check_rest_arguments()
         with SparkRestClient(cfg) as client:
-            submission_id = self._reattach(client, context)
+            submission_id, finished = self._reattach(client, context)
+            if finished:
+                return None  # a retry after the driver already succeeded: nothing left to do
             if submission_id is None:
                 submission_id = self._submit(client, context)
         self._submission_id = submission_id
@@ -129,25 +136,30 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
                 "use deferrable=False"
             )
 
-    def _reattach(self, client: SparkRestClient, context: Context) -> str | None:
-        """A retry picks up the attempt's stored driver if it is still running (or finished)."""
+    def _reattach(self, client: SparkRestClient, context: Context) -> tuple[str | None, bool]:
+        """
+        What a retry does with the driver id an earlier attempt stored: ``(id to wait on, finished)``.
+
+        Still running: wait on it (no second copy of the job). Finished: nothing to do. Failed,
+        killed, or unknown to the master (restarted): ``(None, False)``, submit anew.
+        """
         store = context.get("task_state_store") if self.durable else None
         stored = store.get(self.external_id_key) if store is not None else None
         if not stored:
-            return None
+            return None, False
         try:
             status = client.status(str(stored))
         except UnknownSubmissionError:
             self.log.warning("Stored Spark driver %s is unknown to the master: submitting anew", stored)
-            return None
+            return None, False
         if status.active:
             self.log.info("Reattaching to Spark driver %s (%s) instead of resubmitting", stored, status.state)
-            return str(stored)
+            return str(stored), False
         if status.succeeded:
             self.log.info("Spark driver %s already finished: not resubmitting", stored)
-            return str(stored)
+            return str(stored), True
         self.log.warning("Stored Spark driver %s ended %s: submitting anew", stored, status.state)
-        return None
+        return None, False
 
     def _submit(self, client: SparkRestClient, context: Context) -> str:
         spark_conf = dict(self.conf or {})

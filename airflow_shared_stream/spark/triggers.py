@@ -25,7 +25,6 @@ What it promises, each because a naive poller got it wrong:
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -41,8 +40,6 @@ from airflow_shared_stream.spark.hook import (
     TransientSparkRestError,
     UnknownSubmissionError,
 )
-
-log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TRANSIENT_ERRORS = 5
 KILL_CONFIRM_SECONDS = 30.0
@@ -137,7 +134,7 @@ class SparkApplicationTrigger(BaseTrigger):
                     return self._event(
                         "error", last_state, f"{errors} transient errors in a row polling Spark; last: {exc}"
                     )
-                log.warning(
+                self.log.warning(
                     "Transient error %d/%d polling %s: %s",
                     errors,
                     self.max_transient_errors,
@@ -150,7 +147,7 @@ class SparkApplicationTrigger(BaseTrigger):
                 return self._event("error", last_state, str(exc))
             errors = 0
             if status.state != last_state:
-                log.info("Spark driver %s is %s", self.submission_id, status.state)
+                self.log.info("Spark driver %s is %s", self.submission_id, status.state)
                 last_state = status.state
             if status.succeeded:
                 return self._event("success", status.state, f"Spark driver {self.submission_id} finished")
@@ -164,12 +161,12 @@ class SparkApplicationTrigger(BaseTrigger):
         await asyncio.sleep(seconds)
 
     async def _failure_message(self, client: AsyncSparkRestClient, status: DriverStatus) -> str:
-        detail = status.message or await client.driver_stderr_summary(status)
+        detail = status.message or await client.driver_failure_summary(status)
         text = f"Spark driver {self.submission_id} ended {status.state}"
         return f"{text}: {detail}" if detail else text
 
     async def _kill_for_deadline(self, client: AsyncSparkRestClient, last_state: str | None) -> TriggerEvent:
-        log.warning("Deadline passed for Spark driver %s: killing it", self.submission_id)
+        self.log.warning("Deadline passed for Spark driver %s: killing it", self.submission_id)
         state = await self._kill_and_confirm(client) or last_state
         return self._event(
             "timeout", state, f"Spark driver {self.submission_id} killed: the task's execution_timeout passed"
@@ -180,7 +177,7 @@ class SparkApplicationTrigger(BaseTrigger):
         try:
             await client.kill(self.submission_id)
         except SparkRestError as exc:
-            log.warning("Kill of Spark driver %s failed: %s", self.submission_id, exc)
+            self.log.warning("Kill of Spark driver %s failed: %s", self.submission_id, exc)
         until = time.monotonic() + KILL_CONFIRM_SECONDS
         state: str | None = None
         while time.monotonic() < until:
@@ -195,15 +192,15 @@ class SparkApplicationTrigger(BaseTrigger):
             if not status.active:
                 return state
             await asyncio.sleep(0.5)
-        log.warning(
+        self.log.warning(
             "Spark driver %s still %s %.0fs after kill", self.submission_id, state, KILL_CONFIRM_SECONDS
         )
         return state
 
     async def on_kill(self) -> None:
         """The user acted on the deferred task (mark failed/success, clear): kill the driver."""
-        log.info("Task killed by user action: killing Spark driver %s", self.submission_id)
+        self.log.info("Task killed by user action: killing Spark driver %s", self.submission_id)
         cfg = await self._config()
         async with AsyncSparkRestClient(cfg) as client:
             state = await self._kill_and_confirm(client)
-        log.info("Spark driver %s is %s after kill", self.submission_id, state)
+        self.log.info("Spark driver %s is %s after kill", self.submission_id, state)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import importlib.util
 import json
 import os
 import secrets
@@ -128,14 +129,12 @@ def make_token(secret_key: str, ttl_seconds: int = 3600) -> str:
 
 def _spark_env(work_dir: Path) -> dict[str, str]:
     env = {
+        **spark_client_env(),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOCAL_DIRS": str(work_dir / "local"),
         "SPARK_LOG_DIR": str(work_dir / "logs"),
         "SPARK_NO_DAEMONIZE": "1",
-        # The worker's drivers and executors inherit this: keep them on the test's Python.
-        "PYSPARK_PYTHON": sys.executable,
     }
-    env.pop("SPARK_HOME", None)
     return env
 
 
@@ -239,6 +238,42 @@ def spark_standalone_cluster(
             yield cluster
 
 
+def spark_home() -> Path:
+    """SPARK_HOME of the installed full pyspark (its jars and bin/)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise RuntimeError(f"pyspark=={SPARK_VERSION} is not installed; run scripts/bootstrap.sh")
+    home = Path(spec.origin).parent
+    if not (home / "jars").is_dir():
+        raise RuntimeError(f"{home} has no jars/: pyspark-client is installed instead of pyspark")
+    return home
+
+
+def spark_client_env() -> dict[str, str]:
+    """Environment under which ``spark-submit`` (SparkSubmitHook) finds this Spark and Python."""
+    return {
+        "SPARK_HOME": str(spark_home()),
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+
+
+class MemoryTaskStateStore:
+    """In-process stand-in for Airflow 3.3's ``task_state_store`` (``get``/``set``/``delete``)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, object] = {}
+
+    def get(self, key: str, default: object = None) -> object:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: object, **_: object) -> None:
+        self.values[key] = value
+
+    def delete(self, key: str) -> None:
+        self.values.pop(key, None)
+
+
 def spark_submit_local(app: Path, *args: str, timeout: float = 300.0) -> subprocess.CompletedProcess:
     """Run ``app`` with ``spark-submit --master local[2]`` (for checking a job without a cluster)."""
     return subprocess.run(
@@ -254,6 +289,6 @@ def spark_submit_local(app: Path, *args: str, timeout: float = 300.0) -> subproc
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable},
+        env={**os.environ, **spark_client_env(), "PYSPARK_DRIVER_PYTHON": sys.executable},
         check=False,
     )
