@@ -1,18 +1,11 @@
 """
 Message in, Parquet out: the example pipelines on a real broker, Spark cluster and Airflow.
 
-Both brokers' streams run at once, through one deployment (the ``streams`` fixture): a burst
-of order events on Kafka, then a paced stream on SQS during which the triggerer is SIGKILLed
-and restarted. Each test then waits for its broker's pipeline and asserts that every message
-produced the asset events its watchers match (and only those), that every Dag run ran the Spark
-application with both operators, that each Parquet output holds exactly one row per valid
-matched message, that malformed messages reached the dead-letter path, and that the broker
-advanced only what was persisted.
-
-Kafka is published and fully persisted before the kill: noida-db never evicts a SIGKILLed
-group member, so a restarted consumer of the same group would wait forever there (the Kafka
-integration suite covers crash recovery on Tansu). The kill still hits the Kafka pipeline's
-deferred Spark tasks, which the restarted triggerer must pick up.
+For each broker: publish a stream of order events and assert that every message produced the
+asset events its watchers match (and only those), that every Dag run ran the Spark application
+with both operators, that each Parquet output holds exactly one row per valid matched message,
+that malformed messages reached the dead-letter path, and that the broker advanced only what was
+persisted. The SQS stream is published while the triggerer is SIGKILLed and restarted.
 """
 
 from __future__ import annotations
@@ -21,7 +14,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -96,75 +88,30 @@ class Stream:
         return {event["event_id"]}
 
 
-@dataclass
-class Streams:
-    kafka: Stream
-    sqs: Stream
-    kafka_committed_before_kill: dict[int, int | None]
-    kafka_end_offsets: dict[int, int]
-    sqs_asset_events_before_kill: int
-    sqs_sent_after_kill: int
-
-
-@pytest.fixture(scope="module")
-def streams(stack: Stack) -> Streams:
+def test_kafka_pipeline_end_to_end(stack: Stack, latency_log: dict[str, Any]) -> None:
     airflow = stack.airflow
     airflow.wait_for_watchers(WATCHERS)
+    stream = Stream("kafka-e2e", lambda batch: stack.kafka.produce(KAFKA_TOPIC, batch))
+    stream.publish(order_stream(24, tag="kafka-e2e", seed=11), every=0.05)
+    want = expectation("kafka", stream.events)
 
-    kafka = Stream("kafka-e2e", lambda batch: stack.kafka.produce(KAFKA_TOPIC, batch))
-    kafka.publish(order_stream(24, tag="kafka-e2e", seed=11), every=0.05)
-    kafka_ids = kafka.ids
-    kafka_want = expectation("kafka", kafka.events)
-    # Everything matched is persisted as asset events, and only then committed: wait for both.
+    # The broker advances only what was persisted: once every asset event is in the database,
+    # the group's committed offset reaches the end of the topic.
     wait_until(
-        lambda: (
-            sum(map(len, _asset_event_ids(stack, "kafka", "value", kafka_ids).values()))
-            >= sum(map(len, kafka_want.asset_events.values()))
-        ),
+        lambda: _count(stack, "kafka", "value", stream.ids) >= sum(map(len, want.asset_events.values())),
         180,
         "the Kafka stream's asset events",
     )
     end = stack.kafka.end_offsets(KAFKA_TOPIC)
-    wait_until(
-        lambda: stack.kafka.committed(KAFKA_GROUP_ID, KAFKA_TOPIC) == end, 60, "Kafka offsets at the end"
-    )
-    committed = stack.kafka.committed(KAFKA_GROUP_ID, KAFKA_TOPIC)
+    wait_until(lambda: stack.kafka.committed(KAFKA_GROUP_ID, KAFKA_TOPIC) == end, 60, "offsets at the end")
 
-    sqs = Stream("sqs-e2e", lambda batch: stack.sqs.send(stack.sqs_queue_url, batch))
-    publisher = threading.Thread(target=sqs.publish, args=(order_stream(30, tag="sqs-e2e", seed=12), 0.25))
-    publisher.start()
-    try:
-        # Kill once some, not all, of the SQS stream has become asset events.
-        wait_until(lambda: _distinct(stack, "sqs", "body", sqs.ids) >= 6, 120, "first SQS asset events")
-        killed_at = time.time()
-        airflow.kill_triggerer()
-        before_kill = _distinct(stack, "sqs", "body", sqs.ids)
-        time.sleep(2)
-        airflow.restart_triggerer()
-    finally:
-        publisher.join()
-    return Streams(
-        kafka=kafka,
-        sqs=sqs,
-        kafka_committed_before_kill=committed,
-        kafka_end_offsets=end,
-        sqs_asset_events_before_kill=before_kill,
-        sqs_sent_after_kill=sum(t >= killed_at for t in sqs.published_at.values()),
-    )
-
-
-def test_kafka_pipeline_end_to_end(stack: Stack, streams: Streams, latency_log: dict[str, Any]) -> None:
-    stream = streams.kafka
-    # The broker advanced only what was persisted: the group committed the end of the topic only
-    # once every asset event was in the database (the fixture waited for events, then offsets).
-    assert streams.kafka_committed_before_kill == streams.kafka_end_offsets
-
-    ids, rows = stream.ids, expectation("kafka", stream.events).rows
+    ids, rows = stream.ids, want.rows
     state = wait_for_pipeline(
-        stack.airflow, KAFKA_DAG, "kafka", "value", ids, rows, timeout=1080, nudge=stream.nudge
+        airflow, KAFKA_DAG, "kafka", "value", ids, rows, timeout=1080, nudge=stream.nudge
     )
     want = expectation("kafka", stream.events)
     _assert_outputs(stack, "kafka", state, want, stream.ids)
+    assert stack.kafka.committed(KAFKA_GROUP_ID, KAFKA_TOPIC) == stack.kafka.end_offsets(KAFKA_TOPIC)
 
     dead = {v.get("event_id") for v in stack.kafka.read_all(KAFKA_DEAD_LETTER_TOPIC)}
     assert want.rejected
@@ -172,24 +119,37 @@ def test_kafka_pipeline_end_to_end(stack: Stack, streams: Streams, latency_log: 
     latency_log["Kafka (noida-db): 24 messages at 20/s"] = latencies(state, stream.published_at, want.rows)
 
 
-def test_sqs_pipeline_survives_triggerer_sigkill(
-    stack: Stack, streams: Streams, latency_log: dict[str, Any]
-) -> None:
+def test_sqs_pipeline_survives_triggerer_sigkill(stack: Stack, latency_log: dict[str, Any]) -> None:
     """
-    Nothing is lost when the triggerer is SIGKILLed mid-stream and restarted.
+    SQS end to end with the triggerer SIGKILLed mid-stream and restarted: nothing is lost.
 
     Messages the dead triggerer had received but not settled come back when their visibility
     lapses (the queue's 20 s) and become asset events in the restarted triggerer; messages sent
-    while no triggerer ran wait on the queue.
+    while no triggerer ran wait on the queue. Runs after the Kafka test on purpose: noida-db
+    never evicts a SIGKILLed group member, so the restarted triggerer's Kafka consumer cannot
+    rejoin its group there (the Kafka suite covers crash recovery on Tansu).
     """
-    stream = streams.sqs
-    assert 0 < streams.sqs_asset_events_before_kill < len(stream.events)
-    assert streams.sqs_sent_after_kill > 0, "the kill came after the whole stream was published"
+    airflow = stack.airflow
+    airflow.wait_for_watchers({w for w in WATCHERS if w.startswith("sqs_")})
+    stream = Stream("sqs-e2e", lambda batch: stack.sqs.send(stack.sqs_queue_url, batch))
+    publisher = threading.Thread(target=stream.publish, args=(order_stream(30, tag="sqs-e2e", seed=12), 0.25))
+    publisher.start()
+    try:
+        # Kill once some, not all, of the stream has become asset events.
+        wait_until(lambda: _distinct(stack, "sqs", "body", stream.ids) >= 6, 120, "first SQS asset events")
+        killed_at = time.time()
+        airflow.kill_triggerer()
+        before_kill = _distinct(stack, "sqs", "body", stream.ids)
+        time.sleep(2)
+        airflow.restart_triggerer()
+    finally:
+        publisher.join()
+    sent_after_kill = sum(t >= killed_at for t in stream.published_at.values())
+    assert 0 < before_kill < len(stream.events)
+    assert sent_after_kill > 0, "the kill came after the whole stream was published"
 
     ids, rows = stream.ids, expectation("sqs", stream.events).rows
-    state = wait_for_pipeline(
-        stack.airflow, SQS_DAG, "sqs", "body", ids, rows, timeout=1080, nudge=stream.nudge
-    )
+    state = wait_for_pipeline(airflow, SQS_DAG, "sqs", "body", ids, rows, timeout=1080, nudge=stream.nudge)
     want = expectation("sqs", stream.events)
     _assert_outputs(stack, "sqs", state, want, stream.ids)
 
@@ -199,13 +159,18 @@ def test_sqs_pipeline_survives_triggerer_sigkill(
     assert want.rejected
     assert want.rejected <= dead
     print(
-        f"SIGKILL after {streams.sqs_asset_events_before_kill} asset events, {streams.sqs_sent_after_kill} "
-        f"messages sent after it; {sum(map(len, state.asset_events.values()))} asset events for "
+        f"SIGKILL after {before_kill} asset events, {sent_after_kill} messages sent after it; "
+        f"{sum(map(len, state.asset_events.values()))} asset events for "
         f"{sum(map(len, want.asset_events.values()))} expected (extra ones are redeliveries)"
     )
     latency_log["SQS (moto): 30 messages at 4/s, triggerer SIGKILLed mid-stream"] = latencies(
         state, stream.published_at, want.rows
     )
+
+
+def _count(stack: Stack, source: str, body_key: str, ids: set[str]) -> int:
+    """How many asset events the messages in ``ids`` have produced so far."""
+    return sum(map(len, _asset_event_ids(stack, source, body_key, ids).values()))
 
 
 def _asset_event_ids(stack: Stack, source: str, body_key: str, ids: set[str]) -> dict[str, list[str]]:
@@ -228,7 +193,7 @@ def _distinct(stack: Stack, source: str, body_key: str, ids: set[str]) -> int:
     return len({i for found in _asset_event_ids(stack, source, body_key, ids).values() for i in found})
 
 
-def test_no_secret_in_airflow_logs(stack: Stack, streams: Streams) -> None:
+def test_no_secret_in_airflow_logs(stack: Stack) -> None:
     """The Spark REST token (a connection password) never reaches a process or task log."""
     home = stack.airflow.home
     paths = [*home.joinpath("process-logs").glob("*.log"), *home.joinpath("logs").rglob("*.log")]
