@@ -94,12 +94,12 @@ def stranded(airflow: AirflowDeployment, dag_id: str, state: PipelineState) -> b
     """
     Whether some asset events wait for a Dag run that Airflow will not create on its own.
 
-    Airflow 3.3's scheduler snapshots the asset-triggered run queue (ADRQ), gives the new run the
-    asset events up to the newest queue row, then deletes the rows it read. An event persisted
-    in between, for an asset whose row already existed, is in no run and has no row left: it is
-    consumed by the next run, which the next asset event creates. In a live stream that is the
-    next message; at the end of a finite batch nothing comes. True when every run is done, the
-    queue is empty and some event is still unconsumed.
+    Airflow 3.3's asset-triggered run queue (ADRQ) has one row per (asset, Dag), created by the
+    first event after the last run. A new run gets the asset events up to the newest row's
+    creation time, then the rows are deleted: later events of already-queued assets are in no
+    run and have no row left. The next asset event creates a run that consumes them; at the end
+    of a finite batch no such event comes. True when every run is done, the queue is empty and
+    some event is still unconsumed (docs/pipelines.rst, "Asset events can wait").
     """
     unconsumed = state.event_ids - state.run_of_event.keys()
     if not unconsumed or airflow.queued_assets(dag_id):
