@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import shutil
 import signal
 import sys
@@ -146,6 +147,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, _interrupt)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request access log
     _, dag_id, body_key = BROKERS[args.broker]
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="airflow-shared-stream-demo-"))
     work.mkdir(parents=True, exist_ok=True)
