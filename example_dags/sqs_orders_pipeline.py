@@ -1,0 +1,50 @@
+"""
+Amazon SQS order events -> asset events -> PySpark -> Parquet.
+
+Three assets watch ONE SQS queue through ``SqsSharedStreamTrigger`` (one long-polling receiver
+in the triggerer; a message is deleted only after every watcher's asset event is persisted).
+Malformed events go to the dead-letter queue. See ``order_pipeline.py`` for the tasks.
+
+Settings (Airflow Variables, or ``AIRFLOW_VAR_*``): ``orders_sqs_queue_url`` and
+``orders_sqs_dead_letter_queue_url`` (empty: the queue's RedrivePolicy target); credentials and
+endpoint come from the ``aws_default`` connection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import DAG
+from order_pipeline import build_pipeline, reject_expression, setting, watched_assets
+
+from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
+
+QUEUE_URL = setting("orders_sqs_queue_url", "https://sqs.us-east-1.amazonaws.com/000000000000/orders")
+DEAD_LETTER_QUEUE_URL = setting("orders_sqs_dead_letter_queue_url", "") or None
+
+
+def _trigger(match: str) -> SqsSharedStreamTrigger:
+    return SqsSharedStreamTrigger(
+        queue_url=QUEUE_URL,
+        aws_conn_id="aws_default",
+        match=match,
+        reject=reject_expression("body"),
+        dead_letter_queue_url=DEAD_LETTER_QUEUE_URL,
+    )
+
+
+def _position(payload: dict[str, Any]) -> str:
+    return str(payload.get("message_id"))
+
+
+created, cancelled, large = watched_assets("sqs", "body", _trigger)
+
+with DAG(
+    dag_id="sqs_orders_pipeline",
+    schedule=created | cancelled | large,
+    max_active_runs=1,
+    catchup=False,
+    tags=["airflow-shared-stream", "sqs", "spark"],
+    doc_md=__doc__,
+):
+    build_pipeline("sqs", "body", _position)

@@ -1,0 +1,243 @@
+"""
+Observe the example pipelines in a running deployment: asset events, Dag runs, Spark, Parquet.
+
+Shared by the e2e tests (which assert on it) and the demo (which prints it), so both report the
+same numbers measured the same way.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from tests.support.airflow import AirflowDeployment, AssetEventRow, DagRunRow
+
+SPARK_TASKS = ("spark_submit", "spark_submit_deferrable")
+TERMINAL = {"success", "failed"}
+
+
+def event_id_of(event: AssetEventRow, body_key: str) -> str | None:
+    payload = event.payload or {}
+    body = payload.get(body_key) if isinstance(payload, dict) else None
+    return body.get("event_id") if isinstance(body, dict) else None
+
+
+@dataclass
+class PipelineState:
+    """One snapshot of a broker's pipeline, restricted to a set of published event ids."""
+
+    asset_events: dict[str, list[str]] = field(default_factory=dict)
+    """asset name -> event ids of its asset events (duplicates kept: delivery is at least once)."""
+    first_asset_event: dict[str, AssetEventRow] = field(default_factory=dict)
+    """event id -> its earliest asset event."""
+    runs: list[DagRunRow] = field(default_factory=list)
+    """Dag runs that consumed at least one of the asset events."""
+    run_of_event: dict[str, DagRunRow] = field(default_factory=dict)
+    """event id -> the first Dag run that consumed one of its asset events."""
+    task_end: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    """(run_id, task_id) -> end of a successful task."""
+    failed_tasks: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def event_ids(self) -> set[str]:
+        return set(self.first_asset_event)
+
+    def finished(self, expected_ids: set[str]) -> bool:
+        """Every expected event has an asset event, consumed by a run whose Spark tasks succeeded."""
+        if not expected_ids <= self.event_ids or not expected_ids <= self.run_of_event.keys():
+            return False
+        for event_id in expected_ids:
+            run = self.run_of_event[event_id]
+            if run.state not in TERMINAL or any((run.run_id, t) not in self.task_end for t in SPARK_TASKS):
+                return False
+        return True
+
+
+def snapshot(
+    airflow: AirflowDeployment, dag_id: str, source: str, body_key: str, ids: set[str]
+) -> PipelineState:
+    state = PipelineState()
+    by_event_row: dict[int, str] = {}
+    for event in airflow.asset_events():
+        if not event.asset_name.startswith(f"{source}_"):
+            continue
+        event_id = event_id_of(event, body_key)
+        if event_id not in ids:
+            continue
+        state.asset_events.setdefault(event.asset_name, []).append(event_id)
+        state.first_asset_event.setdefault(event_id, event)
+        by_event_row[event.id] = event_id
+    for run in airflow.dag_runs(dag_id):
+        consumed = [by_event_row[i] for i in run.asset_event_ids if i in by_event_row]
+        if not consumed:
+            continue
+        state.runs.append(run)
+        for event_id in consumed:
+            state.run_of_event.setdefault(event_id, run)
+    run_ids = {r.run_id for r in state.runs}
+    for ti in airflow.task_instances(dag_id):
+        if ti.run_id not in run_ids:
+            continue
+        if ti.state == "success" and ti.end_date is not None:
+            state.task_end[(ti.run_id, ti.task_id)] = ti.end_date
+        elif ti.state in {"failed", "upstream_failed"}:
+            state.failed_tasks.append((ti.run_id, ti.task_id, ti.state))
+    return state
+
+
+def stranded(airflow: AirflowDeployment, dag_id: str, state: PipelineState) -> bool:
+    """
+    Whether some asset events wait for a Dag run that Airflow will not create on its own.
+
+    Airflow 3.3's asset-triggered run queue (ADRQ) has one row per (asset, Dag), created by the
+    first event after the last run. A new run gets the asset events up to the newest row's
+    creation time, then the rows are deleted: later events of already-queued assets are in no
+    run and have no row left. The next asset event creates a run that consumes them; at the end
+    of a finite batch no such event comes. True when every run is done, the queue is empty and
+    some event is still unconsumed (docs/pipelines.rst, "Asset events can wait").
+    """
+    unconsumed = state.event_ids - state.run_of_event.keys()
+    if not unconsumed or airflow.queued_assets(dag_id):
+        return False
+    return all(r.state in TERMINAL for r in airflow.dag_runs(dag_id))
+
+
+def wait_for_pipeline(
+    airflow: AirflowDeployment,
+    dag_id: str,
+    source: str,
+    body_key: str,
+    ids: set[str],
+    expected_ids: set[str],
+    timeout: float,
+    nudge: Callable[[], set[str]] | None = None,
+    progress: Callable[[PipelineState], None] | None = None,
+) -> PipelineState:
+    """
+    Poll until :meth:`PipelineState.finished`; fail early, with the task log, if a task failed.
+
+    ``nudge`` publishes one more (valid, matching) message and returns its event id: called when
+    :func:`stranded` says events wait for a next message, as a live stream would send. Its id is
+    added to ``ids`` and ``expected_ids`` (both mutated, so the caller sees them).
+    """
+    deadline = time.monotonic() + timeout
+    stranded_since: float | None = None
+    while True:
+        airflow.check_alive()
+        state = snapshot(airflow, dag_id, source, body_key, ids)
+        if progress is not None:
+            progress(state)
+        if state.failed_tasks:
+            run_id, task_id, _ = state.failed_tasks[0]
+            raise AssertionError(
+                f"{dag_id} task {task_id} failed in {run_id}:\n"
+                f"{airflow.task_log(dag_id, run_id, task_id)[-6000:]}"
+            )
+        if state.finished(expected_ids):
+            return state
+        if nudge is not None and expected_ids <= state.event_ids and stranded(airflow, dag_id, state):
+            # Give the scheduler a few loops to prove it will not pick them up by itself.
+            stranded_since = stranded_since or time.monotonic()
+            if time.monotonic() - stranded_since > 5:
+                added = nudge()
+                ids |= added
+                expected_ids |= added
+                stranded_since = None
+        else:
+            stranded_since = None
+        if time.monotonic() > deadline:
+            missing = sorted(expected_ids - state.run_of_event.keys())
+            raise AssertionError(
+                f"{dag_id} did not finish within {timeout}s: {len(missing)} events not consumed by a run "
+                f"({missing[:5]}...); runs: {[(r.run_id, r.state) for r in state.runs]}; "
+                f"tasks done: {sorted(state.task_end)}"
+            )
+        time.sleep(1.0)
+
+
+def parquet_event_ids(table_dir: Path) -> list[str]:
+    """``event_id`` of every row of a Parquet table directory (hive-partitioned), duplicates kept."""
+    import pyarrow.dataset as ds
+
+    if not table_dir.is_dir():
+        return []
+    dataset = ds.dataset(str(table_dir), format="parquet", partitioning="hive")
+    return [str(v) for v in dataset.to_table(columns=["event_id"]).column("event_id").to_pylist()]
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Seconds from publishing a message to a milestone, over a batch of messages."""
+
+    samples: tuple[float, ...]
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def p95(self) -> float:
+        ordered = sorted(self.samples)
+        return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+    @property
+    def max(self) -> float:
+        return max(self.samples)
+
+    def __str__(self) -> str:
+        return f"p50 {self.p50:.1f} s, p95 {self.p95:.1f} s, max {self.max:.1f} s (n={len(self.samples)})"
+
+
+def latencies(
+    state: PipelineState, published_at: dict[str, float], expected_ids: Iterable[str]
+) -> dict[str, Latency]:
+    """
+    Message-to-milestone latencies of ``expected_ids``.
+
+    ``published_at`` holds wall-clock publish times (``time.time()``). Milestones: the first
+    asset event, the creation and the start of the Dag run that consumed it (a created run waits
+    while an earlier one runs: ``max_active_runs``), and the end of each Spark task of that run.
+    """
+    out: dict[str, list[float]] = {"asset_event": [], "dag_run_created": [], "dag_run_started": []}
+    out.update({f"{t}_finished": [] for t in SPARK_TASKS})
+    for event_id in expected_ids:
+        sent = published_at[event_id]
+        out["asset_event"].append(_epoch(state.first_asset_event[event_id].timestamp) - sent)
+        run = state.run_of_event[event_id]
+        if run.created_at is not None:
+            out["dag_run_created"].append(_epoch(run.created_at) - sent)
+        if run.start_date is not None:
+            out["dag_run_started"].append(_epoch(run.start_date) - sent)
+        for task in SPARK_TASKS:
+            end = state.task_end.get((run.run_id, task))
+            if end is not None:
+                out[f"{task}_finished"].append(_epoch(end) - sent)
+    return {k: Latency(tuple(v)) for k, v in out.items() if v}
+
+
+def _epoch(value: datetime) -> float:
+    return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def latency_table(rows: dict[str, dict[str, Latency]]) -> str:
+    """A Markdown table: one row per scenario, one column per milestone (p50 / max)."""
+    columns = ["asset_event", "dag_run_created", "dag_run_started", *(f"{t}_finished" for t in SPARK_TASKS)]
+    header = "| scenario | " + " | ".join(f"message -> {c} (p50 / max)" for c in columns) + " |"
+    lines = [header, "|" + " --- |" * (len(columns) + 1)]
+    for scenario, values in rows.items():
+        cells = [f"{values[c].p50:.1f} / {values[c].max:.1f} s" if c in values else "-" for c in columns]
+        lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def summarize_runs(state: PipelineState) -> dict[str, Any]:
+    return {
+        "dag_runs": len(state.runs),
+        "succeeded": sum(r.state == "success" for r in state.runs),
+        "spark_applications": sum(1 for key in state.task_end if key[1] in SPARK_TASKS),
+    }
