@@ -83,14 +83,6 @@ class KafkaBrokerPayload(NamedTuple):
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
-class _Credits(CreditWindow):
-    """The credit window, plus a synchronous spend for credits known to be free."""
-
-    def take(self) -> None:
-        """Spend a credit known to be free (the fetch was sized by the free credits)."""
-        self._in_flight += 1
-
-
 def default_group_id(key: Hashable) -> str:
     """A stable consumer group id for a trigger that names none: derived from its stream key."""
     digest = hashlib.sha256(repr(key).encode()).hexdigest()[:20]
@@ -167,7 +159,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self.dead_letter_topic = dead_letter_topic
         self.max_payload_bytes = max_payload_bytes
         self.poll_timeout_ms = poll_timeout_ms
-        self._credits = _Credits(max_in_flight)
+        self._credits = CreditWindow(max_in_flight)
         self._ledger = OffsetLedger()
         self._consumer: AIOKafkaConsumer | None = None
         self._dlq: AIOKafkaProducer | None = None

@@ -161,7 +161,7 @@ class SqsSharedStreamProducer(SharedStreamProducer):
             batch_lane = next(self._receive_batches)
             for message in response.get("Messages", ()):
                 raw, handle = self._to_event(message, batch_lane)
-                await self._window.acquire()
+                self._window.take()
                 self._leases.hold(handle.receipt_handle)
                 yield raw, handle
                 await yield_point()

@@ -51,3 +51,11 @@ def test_max_in_flight_must_be_an_int(bad):
 def test_max_in_flight_follows_the_configured_queue_size(monkeypatch):
     monkeypatch.setenv("AIRFLOW__TRIGGERER__SHARED_STREAM_SUBSCRIBER_QUEUE_SIZE", "4096")
     assert validate_max_in_flight(3000) == 3000
+
+
+def test_take_spends_a_free_credit_and_refuses_past_the_window():
+    window = CreditWindow(1)
+    window.take()
+    assert window.available == 0
+    with pytest.raises(RuntimeError, match="credit window is full"):
+        window.take()
