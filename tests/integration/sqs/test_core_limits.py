@@ -22,7 +22,12 @@ async def _restart_with_staggered_watchers(sqs, url, grace: float) -> tuple[set[
     sent = set(sqs.send(url, [{"n": i} for i in range(20)]))
     async with SharedStreamHarness(confirm_after=0.0, cohort_grace_period=grace) as harness:
         early = harness.add(SqsSharedStreamTrigger(url))
-        await asyncio.sleep(1.5)  # the second watcher re-subscribes late after the restart
+        if grace:
+            await asyncio.sleep(grace / 3)  # re-subscribes late, but within the grace period
+        else:
+            # re-subscribes late: after the early watcher's first messages were deleted
+            await early.wait_for_events(1)
+            await eventually(lambda: sum(sqs.depth(url)), lambda n: n < 20, timeout=30, what="a delete")
         late = harness.add(SqsSharedStreamTrigger(url))
         await eventually(lambda: sqs.depth(url), lambda d: d == (0, 0), timeout=30, what="drained")
         await early.wait_for_events(len(sent))
