@@ -172,11 +172,12 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self._consumer: AIOKafkaConsumer | None = None
         self._dlq: AIOKafkaProducer | None = None
         self._config: KafkaClientConfig | None = None
-        # Per partition: bumped on every assignment change (payloads of an older epoch are
-        # someone else's now) and on every seek or revoke (records fetched before are stale).
+        # Per partition: bumped on every revoke (payloads read before it belong to whoever owns
+        # the partition next; records fetched since belong to the new assignment, which aiokafka
+        # can hand out before the listener hears of it) and on every seek or revoke for fetches
+        # (records fetched before are stale).
         self._assignment_epoch: dict[TopicPartition, int] = {}
         self._fetch_epoch: dict[TopicPartition, int] = {}
-        self._owned: set[TopicPartition] = set()
         self._paused_until = 0.0
         # Commit targets not yet sent, per partition with the assignment epoch they belong to.
         self._pending_commits: dict[TopicPartition, tuple[int, int]] = {}
@@ -282,7 +283,6 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             await self._flush_commits(only=set(revoked))
         except Exception as exc:  # never let a listener error break the rebalance
             log.warning("Commit before revoke failed: %s", type(exc).__name__)
-        self._owned.difference_update(revoked)
         for tp in revoked:
             self._assignment_epoch[tp] = self._assignment_epoch.get(tp, 0) + 1
             self._fetch_epoch[tp] = self._fetch_epoch.get(tp, 0) + 1
@@ -293,16 +293,19 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             )
 
     def _on_assigned(self, assigned: Any) -> None:
-        self._owned.update(assigned)
-        for tp in assigned:
-            self._assignment_epoch[tp] = self._assignment_epoch.get(tp, 0) + 1
         if assigned:
             log.info(
                 "Kafka partitions assigned: %s", ", ".join(f"{tp.topic}/{tp.partition}" for tp in assigned)
             )
 
     def _owns(self, tp: TopicPartition, epoch: int) -> bool:
-        return tp in self._owned and self._assignment_epoch.get(tp, 0) == epoch
+        """Read since the partition's last revoke, and still assigned (aiokafka's live view)."""
+        consumer = self._consumer
+        return (
+            self._assignment_epoch.get(tp, 0) == epoch
+            and consumer is not None
+            and tp in consumer.assignment()
+        )
 
     # -- advance --------------------------------------------------------------------------
 
@@ -326,10 +329,24 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             raise self._commit_error
         first: KafkaBrokerPayload = batch[0].broker_payload
         tp = TopicPartition(first.topic, first.partition)
-        if not self._owns(tp, first.epoch):
+        epoch = self._assignment_epoch.get(tp, 0)
+        if first.epoch != epoch:
+            # Read before the partition was last revoked: its owner since then reads them again
+            # from the last commit. Later items of the lane may be fresh reads (same batch).
+            fresh = [item for item in batch if item.broker_payload.epoch == epoch]
             log.info(
-                "Not settling %d message(s) of %s/%d: the partition was reassigned, its new owner "
-                "reads them again from the last commit",
+                "Not settling %d message(s) of %s/%d read before a rebalance: the partition's "
+                "owner since then reads them again from the last commit",
+                len(batch) - len(fresh),
+                first.topic,
+                first.partition,
+            )
+            batch = fresh
+            if not batch:
+                return
+        if not self._owns(tp, epoch):
+            log.info(
+                "Not settling %d message(s) of %s/%d: the partition is not assigned here now",
                 len(batch),
                 first.topic,
                 first.partition,
@@ -351,9 +368,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         if log.isEnabledFor(logging.DEBUG):
             log.debug("Kafka advance %s/%d %s -> %s", tp.topic, tp.partition, describe_batch(batch), action)
         if action.commit is not None:
-            self._pending_commits[tp] = (action.commit, first.epoch)
+            self._pending_commits[tp] = (action.commit, epoch)
             self._commit_wakeup.set()
-        if action.seek is not None and self._consumer is not None and self._owns(tp, first.epoch):
+        if action.seek is not None and self._consumer is not None and self._owns(tp, epoch):
             self._fetch_epoch[tp] = self._fetch_epoch.get(tp, 0) + 1
             self._consumer.seek(tp, action.seek)
             log.info("Redelivering %s/%d from offset %d", tp.topic, tp.partition, action.seek)

@@ -27,6 +27,7 @@ class RecordingConsumer:
         self.commits: list[dict[TopicPartition, int]] = []
         self.seeks: list[tuple[TopicPartition, int]] = []
         self.fail_with = fail_with
+        self.assigned = {TP}
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
         if self.fail_with is not None:
@@ -36,11 +37,13 @@ class RecordingConsumer:
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self.seeks.append((tp, offset))
 
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.assigned)
+
 
 def producer_with(consumer: RecordingConsumer, *, epoch: int = 1) -> KafkaSharedStreamProducer:
     producer = KafkaSharedStreamProducer(topics=["t"], group_id="g", max_in_flight=10)
     producer._consumer = consumer  # type: ignore[assignment]
-    producer._owned.add(TP)
     producer._assignment_epoch[TP] = epoch
     return producer
 
@@ -91,11 +94,23 @@ async def test_messages_of_a_revoked_partition_are_left_to_the_new_owner():
     assert producer._credits.in_flight == 0
 
 
+async def test_fresh_reads_behind_stale_ones_in_one_batch_are_settled():
+    # After a rebalance that hands the partition back, the lane holds the events read before it
+    # (stale) followed by the same offsets read again: one batch can carry both.
+    consumer = RecordingConsumer()
+    producer = producer_with(consumer, epoch=2)
+    stale = batch((10, ACK), (11, ACK), epoch=1)
+    fresh = batch((10, ACK), (11, ACK), (12, ACK), epoch=2)
+    await producer.advance(stale + fresh)
+    await producer._flush_commits()
+    assert consumer.commits == [{TP: 13}]
+
+
 async def test_pending_commit_of_a_partition_revoked_before_it_was_sent_is_dropped():
     consumer = RecordingConsumer()
     producer = producer_with(consumer)
     await producer.advance(batch((0, ACK)))
-    producer._owned.discard(TP)
+    consumer.assigned.discard(TP)
     producer._assignment_epoch[TP] = 2
     await producer._flush_commits()
     assert consumer.commits == []
