@@ -62,16 +62,7 @@ class LaneProducer(SqsSharedStreamProducer):
 
 
 class LaneTrigger(SqsSharedStreamTrigger):
-    @classmethod
-    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> LaneProducer:
-        return LaneProducer(
-            queue_url=kwargs["queue_url"],
-            aws_conn_id=kwargs["aws_conn_id"],
-            region_name=kwargs["region_name"],
-            dead_letter_queue_url=kwargs["dead_letter_queue_url"],
-            max_in_flight=kwargs["max_in_flight"],
-            wait_time_seconds=kwargs["wait_time_seconds"],
-        )
+    producer_class = LaneProducer
 
 
 def persistence_delay(rng: random.Random) -> float:

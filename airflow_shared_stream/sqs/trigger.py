@@ -38,6 +38,9 @@ class SqsSharedStreamTrigger(SharedStreamTrigger):
     queue the same ``dead_letter_queue_url``, ``max_in_flight`` and ``wait_time_seconds``.
     """
 
+    producer_class: type[SqsSharedStreamProducer] = SqsSharedStreamProducer
+    """The producer the triggerer builds for this trigger's stream (a subclass may swap it)."""
+
     def __init__(
         self,
         queue_url: str,
@@ -84,7 +87,7 @@ class SqsSharedStreamTrigger(SharedStreamTrigger):
 
     @classmethod
     def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> SqsSharedStreamProducer:
-        return SqsSharedStreamProducer(
+        return cls.producer_class(
             queue_url=kwargs["queue_url"],
             aws_conn_id=kwargs["aws_conn_id"],
             region_name=kwargs["region_name"],
