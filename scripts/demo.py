@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
 
             def broker_state() -> str:
                 depth = sqs.depth(queue_url)
-                dead = sqs.depth(dlq_url)["Messages"]
+                dead = sqs.depth(dlq_url).visible
                 return f"queue orders {depth}; {dead} on orders-dlq"
 
         say("starting Spark standalone (master with JWS-protected REST API, one worker)")

@@ -10,6 +10,7 @@ persisted. The SQS stream is published while the triggerer is SIGKILLed and rest
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
@@ -154,8 +155,9 @@ def test_sqs_pipeline_survives_triggerer_sigkill(stack: Stack, latency_log: dict
     _assert_outputs(stack, "sqs", state, want, stream.ids)
 
     # Deleted only after persistence: nothing visible, nothing in flight; malformed ones on the DLQ.
-    wait_until(lambda: sum(stack.sqs.depth(stack.sqs_queue_url).values()) == 0, 90, "the queue to be empty")
-    dead = {v.get("event_id") for v in stack.sqs.drain(stack.sqs_dead_letter_queue_url)}
+    wait_until(lambda: sum(stack.sqs.depth(stack.sqs_queue_url)) == 0, 90, "the queue to be empty")
+    dead_letters = stack.sqs.drain(stack.sqs_dead_letter_queue_url)
+    dead = {json.loads(m["Body"]).get("event_id") for m in dead_letters}
     assert want.rejected
     assert want.rejected <= dead
     print(

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
-import sysconfig
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from tests.support.kafka_brokers import kafka_broker_argv
 from tests.support.processes import free_port, running, tail, wait_for_port
-
-SITE = Path(sysconfig.get_paths()["purelib"])
-NOIDA_DB = SITE / "noida_db" / "noida-db"
 
 
 @dataclass
@@ -123,8 +122,7 @@ def kafka_broker_process(data_dir: Path) -> Iterator[KafkaBroker]:
     """Run the noida-db binary itself (not its wrapper script: its PID is not the broker's)."""
     port = free_port()
     log_path = data_dir / "noida-db.log"
-    argv = [str(NOIDA_DB), "start", "--data-dir", str(data_dir / "data"), "--host", "127.0.0.1",
-            "--only", "kafka", "--kafka-port", str(port)]  # fmt: skip
+    argv = kafka_broker_argv("noida-db", port, data_dir / "data")
     with running(argv, log_path=log_path) as proc:
         try:
             wait_for_port(port, 30, proc, what="noida-db")
@@ -133,26 +131,41 @@ def kafka_broker_process(data_dir: Path) -> Iterator[KafkaBroker]:
         yield KafkaBroker(port=port, log_path=log_path)
 
 
-@dataclass
+class QueueDepth(NamedTuple):
+    """Approximate message counts of a queue: visible, and received but not yet settled."""
+
+    visible: int
+    in_flight: int
+
+
+@dataclass(frozen=True)
 class SqsServer:
-    """moto's SQS HTTP API, served from a thread of this process."""
+    """
+    moto's SQS HTTP API, served from a thread of this process, with a boto3 client on it.
+
+    Shared by the SQS integration suite, the e2e suite and the demo. Bodies that are not strings
+    are sent as JSON.
+    """
 
     port: int
     region: str = "us-east-1"
+    access_key: str = "testing"
+    secret_key: str = "testing"
 
     @property
     def endpoint_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def connection(self) -> dict[str, Any]:
-        """The ``aws_default`` connection (JSON form) pointing at this server, with dummy keys."""
+        """An ``aws`` connection (JSON form) pointing at this server."""
         return {
             "conn_type": "aws",
-            "login": "testing",
-            "password": "testing",
+            "login": self.access_key,
+            "password": self.secret_key,
             "extra": {"region_name": self.region, "endpoint_url": self.endpoint_url},
         }
 
+    @functools.cached_property
     def client(self) -> Any:
         import boto3
 
@@ -160,70 +173,89 @@ class SqsServer:
             "sqs",
             endpoint_url=self.endpoint_url,
             region_name=self.region,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
         )
 
     def create_queue(
         self,
-        name: str,
+        name: str | None = None,
+        *,
+        fifo: bool = False,
+        visibility_timeout: int = 20,
         dead_letter_queue_url: str | None = None,
         max_receives: int = 5,
-        visibility_timeout: int = 20,
+        **attributes: str,
     ) -> str:
-        sqs = self.client()
-        attributes = {"VisibilityTimeout": str(visibility_timeout)}
+        """Create a queue (a fresh unique name by default); a DLQ URL becomes its RedrivePolicy."""
+        name = name or f"q-{uuid.uuid4().hex[:12]}" + (".fifo" if fifo else "")
+        attrs = {"VisibilityTimeout": str(visibility_timeout), **attributes}
+        if fifo:
+            attrs["FifoQueue"] = "true"
         if dead_letter_queue_url:
-            arn = sqs.get_queue_attributes(QueueUrl=dead_letter_queue_url, AttributeNames=["QueueArn"])
-            attributes["RedrivePolicy"] = json.dumps(
-                {"deadLetterTargetArn": arn["Attributes"]["QueueArn"], "maxReceiveCount": str(max_receives)}
-            )
-        return sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+            policy = {
+                "deadLetterTargetArn": self.arn(dead_letter_queue_url),
+                "maxReceiveCount": str(max_receives),
+            }
+            attrs["RedrivePolicy"] = json.dumps(policy)
+        return self.client.create_queue(QueueName=name, Attributes=attrs)["QueueUrl"]
 
-    def send(self, queue_url: str, values: Iterable[dict[str, Any]]) -> list[str]:
-        """Send JSON bodies in batches of 10; return the message ids in order."""
-        sqs = self.client()
-        values = list(values)
+    def arn(self, queue_url: str) -> str:
+        attributes = self.client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
+        return attributes["Attributes"]["QueueArn"]
+
+    def send(self, queue_url: str, bodies: Iterable[Any], **extra: Any) -> list[str]:
+        """
+        Send bodies in batches of 10; return the message ids in order.
+
+        ``extra`` adds entry fields (``MessageAttributes``, ``MessageGroupId``...); a callable
+        value is called with the message's index.
+        """
+        bodies = list(bodies)
         ids: list[str] = []
-        for start in range(0, len(values), 10):
-            chunk = values[start : start + 10]
-            entries = [{"Id": str(i), "MessageBody": json.dumps(v)} for i, v in enumerate(chunk)]
-            result = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
+        for start in range(0, len(bodies), 10):
+            entries = []
+            for i, body in enumerate(bodies[start : start + 10]):
+                entry = {"Id": str(i), "MessageBody": body if isinstance(body, str) else json.dumps(body)}
+                entry.update({k: (v(start + i) if callable(v) else v) for k, v in extra.items()})
+                entries.append(entry)
+            result = self.client.send_message_batch(QueueUrl=queue_url, Entries=entries)
             if result.get("Failed"):
                 raise RuntimeError(f"send_message_batch failed: {result['Failed']}")
             by_id = {int(e["Id"]): e["MessageId"] for e in result["Successful"]}
-            ids.extend(by_id[i] for i in range(len(chunk)))
+            ids.extend(by_id[i] for i in range(len(entries)))
         return ids
 
-    def depth(self, queue_url: str) -> dict[str, int]:
-        """Visible, in-flight and delayed message counts."""
-        attrs = self.client().get_queue_attributes(
+    def depth(self, queue_url: str) -> QueueDepth:
+        attrs = self.client.get_queue_attributes(
             QueueUrl=queue_url,
-            AttributeNames=[
-                "ApproximateNumberOfMessages",
-                "ApproximateNumberOfMessagesNotVisible",
-                "ApproximateNumberOfMessagesDelayed",
-            ],
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
         )["Attributes"]
-        return {k.removeprefix("ApproximateNumberOf"): int(v) for k, v in attrs.items()}
+        return QueueDepth(
+            int(attrs["ApproximateNumberOfMessages"]), int(attrs["ApproximateNumberOfMessagesNotVisible"])
+        )
 
     def drain(self, queue_url: str) -> list[dict[str, Any]]:
-        """Receive and delete everything visible (JSON bodies), e.g. to inspect a dead-letter queue."""
-        sqs = self.client()
-        bodies: list[dict[str, Any]] = []
+        """Receive and delete everything visible; return the raw messages (with attributes)."""
+        received: list[dict[str, Any]] = []
         while True:
-            got = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
-            messages = got.get("Messages", [])
+            messages = self.client.receive_message(
+                QueueUrl=queue_url,
+                MaxNumberOfMessages=10,
+                WaitTimeSeconds=0,
+                MessageAttributeNames=["All"],
+                MessageSystemAttributeNames=["All"],
+            ).get("Messages", [])
             if not messages:
-                return bodies
+                return received
+            received.extend(messages)
             for message in messages:
-                bodies.append(json.loads(message["Body"]))
-                sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+                self.client.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
 
 
 @contextlib.contextmanager
-def sqs_server_process() -> Iterator[SqsServer]:
-    """Run moto's SQS server on a free loopback port for the block."""
+def sqs_server_process(**credentials: str) -> Iterator[SqsServer]:
+    """Run moto's SQS server on a free loopback port for the block (any credentials work)."""
     from moto.server import ThreadedMotoServer
 
     port = free_port()
@@ -231,6 +263,6 @@ def sqs_server_process() -> Iterator[SqsServer]:
     server.start()
     try:
         wait_for_port(port, 30, what="moto server")
-        yield SqsServer(port=port)
+        yield SqsServer(port=port, **credentials)
     finally:
         server.stop()
