@@ -410,25 +410,23 @@ class SparkRestClient:
     def __exit__(self, *exc: object) -> None:
         self._http.close()
 
-    def create(self, body: Mapping[str, Any]) -> str:
+    def _request(self, method: str, path: str, action: str, **kwargs: Any) -> httpx.Response:
         try:
-            resp = self._http.post("/v1/submissions/create", json=dict(body))
+            return self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise _transport_error(exc, "create") from None
-        return parse_create_response(resp)
+            raise _transport_error(exc, action) from None
+
+    def create(self, body: Mapping[str, Any]) -> str:
+        return parse_create_response(
+            self._request("POST", "/v1/submissions/create", "create", json=dict(body))
+        )
 
     def status(self, submission_id: str) -> DriverStatus:
-        try:
-            resp = self._http.get(f"/v1/submissions/status/{submission_id}")
-        except httpx.HTTPError as exc:
-            raise _transport_error(exc, "status") from None
+        resp = self._request("GET", f"/v1/submissions/status/{submission_id}", "status")
         return parse_status_response(resp, submission_id)
 
     def kill(self, submission_id: str) -> bool:
-        try:
-            resp = self._http.post(f"/v1/submissions/kill/{submission_id}")
-        except httpx.HTTPError as exc:
-            raise _transport_error(exc, "kill") from None
+        resp = self._request("POST", f"/v1/submissions/kill/{submission_id}", "kill")
         return parse_kill_response(resp, submission_id)
 
 
@@ -447,18 +445,18 @@ class AsyncSparkRestClient:
     async def __aexit__(self, *exc: object) -> None:
         await self._http.aclose()
 
-    async def status(self, submission_id: str) -> DriverStatus:
+    async def _request(self, method: str, path: str, action: str) -> httpx.Response:
         try:
-            resp = await self._http.get(f"/v1/submissions/status/{submission_id}")
+            return await self._http.request(method, path)
         except httpx.HTTPError as exc:
-            raise _transport_error(exc, "status") from None
+            raise _transport_error(exc, action) from None
+
+    async def status(self, submission_id: str) -> DriverStatus:
+        resp = await self._request("GET", f"/v1/submissions/status/{submission_id}", "status")
         return parse_status_response(resp, submission_id)
 
     async def kill(self, submission_id: str) -> bool:
-        try:
-            resp = await self._http.post(f"/v1/submissions/kill/{submission_id}")
-        except httpx.HTTPError as exc:
-            raise _transport_error(exc, "kill") from None
+        resp = await self._request("POST", f"/v1/submissions/kill/{submission_id}", "kill")
         return parse_kill_response(resp, submission_id)
 
     async def driver_failure_summary(self, status: DriverStatus, max_bytes: int = 64 * 1024) -> str | None:
