@@ -334,6 +334,11 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
                     self._count_lost(f"session {session.session_id!r}", exc)
                     await self._release_session(session)
                     continue
+                if _is_timeout(exc):
+                    # The SDK re-attached a dropped session link and found no session: drop it.
+                    log.debug("Session receiver of %s found no session; releasing it", self._entity.path)
+                    await self._release_session(session)
+                    continue
                 raise self._explain("receive from", exc) from None
             session.idle_receives = 0 if messages else session.idle_receives + 1
             for message in messages:
@@ -395,16 +400,16 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
 
     async def ack(self, deliveries: Sequence[Delivery[Any]]) -> None:
         for delivery in deliveries:
-            await self._settle("complete", delivery, lambda r, msg: r.complete_message(msg))
+            await self._settle_one("complete", delivery, lambda r, msg: r.complete_message(msg))
 
     async def redeliver(self, deliveries: Sequence[Delivery[Any]]) -> None:
         for delivery in deliveries:
-            await self._settle("abandon", delivery, lambda r, msg: r.abandon_message(msg))
+            await self._settle_one("abandon", delivery, lambda r, msg: r.abandon_message(msg))
 
     async def dead_letter(self, letters: Sequence[DeadLetter[Any]]) -> None:
         for letter in letters:
             description = _cut(letter.description, DEAD_LETTER_DESCRIPTION_LIMIT)
-            await self._settle(
+            await self._settle_one(
                 "dead-letter",
                 letter.delivery,
                 lambda r, msg, reason=letter.reason, text=description: r.dead_letter_message(
@@ -415,7 +420,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
                 "Dead-lettered %s (%s): %s", letter.delivery.message.label, letter.reason, letter.description
             )
 
-    async def _settle(self, action: str, delivery: Delivery[Any], call: Any) -> None:
+    async def _settle_one(self, action: str, delivery: Delivery[Any], call: Any) -> None:
         received: _Received = delivery.handle
         try:
             await call(received.receiver, received.message)
@@ -523,6 +528,12 @@ def _is_lock_lost(exc: BaseException) -> bool:
     if isinstance(exc, MessageLockLostError | SessionLockLostError):
         return True
     return "lock-lost" in str(exc) or "lock has expired" in str(exc)
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    from azure.servicebus.exceptions import OperationTimeoutError
+
+    return isinstance(exc, OperationTimeoutError)
 
 
 def _cut(text: str, limit: int) -> str:

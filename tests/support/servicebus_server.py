@@ -99,16 +99,16 @@ class StoredMessage:
     only the header and message annotations are the broker's.
     """
 
-    bare: bytes
-    annotations: dict[Any, Any]
+    bare: bytes = field(repr=False)
+    annotations: dict[Any, Any] = field(repr=False)
     sequence_number: int
     enqueued_time_ms: int
     delivery_count: int = 0
     lock_token: uuid.UUID | None = None
     locked_until_ms: int = 0
-    link: Any = None
+    link: Any = field(default=None, repr=False)
     """The proton link that holds the lock (None once settled or released)."""
-    released_by: Any = None
+    released_by: Any = field(default=None, repr=False)
     """The link that last released it: not offered to that link again before its next flow,
     or a client that releases what arrives outside a receive call would spin with the broker."""
 
