@@ -13,7 +13,8 @@ def get_provider_info() -> dict[str, Any]:
         "package-name": "airflow-shared-stream",
         "name": "Shared Stream",
         "description": (
-            "At-least-once shared-stream event triggers for Apache Airflow 3.3+ (Amazon SQS, Apache Kafka)\n"
+            "At-least-once shared-stream event triggers for Apache Airflow 3.3+ (Amazon SQS, Apache Kafka,\n"
+            "Azure Service Bus)\n"
             "and a deferrable Spark submit operator.\n"
         ),
         "state": "ready",
@@ -30,6 +31,11 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["apache"],
             },
             {
+                "integration-name": "Azure Service Bus shared stream",
+                "external-doc-url": "https://learn.microsoft.com/azure/service-bus-messaging/",
+                "tags": ["azure"],
+            },
+            {
                 "integration-name": "Apache Spark (deferrable, standalone REST)",
                 "external-doc-url": "https://spark.apache.org/docs/latest/spark-standalone.html",
                 "tags": ["software"],
@@ -43,6 +49,10 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "Apache Kafka shared stream",
                 "python-modules": ["airflow_shared_stream.kafka.trigger"],
+            },
+            {
+                "integration-name": "Azure Service Bus shared stream",
+                "python-modules": ["airflow_shared_stream.servicebus.trigger"],
             },
             {
                 "integration-name": "Apache Spark (deferrable, standalone REST)",
@@ -64,5 +74,9 @@ def get_provider_info() -> dict[str, Any]:
         "connection-types": [
             {"hook-class-name": "airflow_shared_stream.sqs.hook.SqsHook", "connection-type": "aws"},
             {"hook-class-name": "airflow_shared_stream.kafka.hook.KafkaHook", "connection-type": "kafka"},
+            {
+                "hook-class-name": "airflow_shared_stream.servicebus.hook.ServiceBusSharedStreamHook",
+                "connection-type": "azure_service_bus",
+            },
         ],
     }
