@@ -500,7 +500,8 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             )
         if isinstance(exc, ServiceBusAuthenticationError | ServiceBusAuthorizationError) or "401" in detail:
             return ServiceBusAccessError(
-                f"Service Bus refused the credential of connection {self._conn_id!r} to {action} {where}: {detail}"
+                f"Service Bus refused the credential of connection {self._conn_id!r} "
+                f"to {action} {where}: {detail}"
             )
         if isinstance(exc, ServiceBusCommunicationError | ServiceBusConnectionError | OSError):
             return ServiceBusEndpointError(

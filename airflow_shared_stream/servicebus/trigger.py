@@ -1,4 +1,4 @@
-"""``ServiceBusSharedStreamTrigger``: watch a queue or a topic subscription from any number of AssetWatchers."""
+"""``ServiceBusSharedStreamTrigger``: watch a queue or a subscription from any number of AssetWatchers."""
 
 from __future__ import annotations
 

@@ -551,10 +551,10 @@ class _Handler:
     def _open_incoming(self, link: Any) -> None:
         """A link the client sends on: to an entity, or requests to ``$cbs`` / ``$management``."""
         path = entity_path(link.remote_target.address)
-        if path != "$cbs" and not path.lower().endswith(MANAGEMENT_SUFFIX):
-            if self.server._sendable(path) is None:
-                self._refuse(link, "amqp:not-found", f"The messaging entity '{path}' could not be found.")
-                return
+        is_node = path == "$cbs" or path.lower().endswith(MANAGEMENT_SUFFIX)
+        if not is_node and self.server._sendable(path) is None:
+            self._refuse(link, "amqp:not-found", f"The messaging entity '{path}' could not be found.")
+            return
         link.open()
         link.flow(1000)
 

@@ -38,7 +38,8 @@ async def test_peek_lock_delivery_carries_what_the_service_sends(servicebus):
         assert message.delivery_count == 0  # present, not None: the header is encoded by hand
         assert message.sequence_number == 1
         assert message.lock_token is not None
-        assert message.locked_until_utc is not None and message.enqueued_time_utc is not None
+        assert message.locked_until_utc is not None
+        assert message.enqueued_time_utc is not None
         assert message.application_properties == {b"tenant": b"acme"}
         await receiver.complete_message(message)
     assert servicebus.messages(queue) == []
@@ -107,13 +108,15 @@ async def test_topic_fans_out_to_every_subscription(servicebus):
 async def test_sessions_are_locked_to_one_receiver_and_delivered_in_order(servicebus):
     queue = servicebus.create_queue(requires_session=True)
     servicebus.send(queue, [f"m{i}" for i in range(6)], session_id=lambda i: "ab"[i % 2])
-    async with client_for(servicebus) as client:
-        async with client.get_queue_receiver(queue, session_id=NEXT_AVAILABLE_SESSION) as receiver:
-            assert receiver.session.session_id == "a"
-            messages = await receiver.receive_messages(max_message_count=10, max_wait_time=2)
-            assert [str(m) for m in messages] == ["m0", "m2", "m4"]
-            for message in messages:
-                await receiver.complete_message(message)
+    async with (
+        client_for(servicebus) as client,
+        client.get_queue_receiver(queue, session_id=NEXT_AVAILABLE_SESSION) as receiver,
+    ):
+        assert receiver.session.session_id == "a"
+        messages = await receiver.receive_messages(max_message_count=10, max_wait_time=2)
+        assert [str(m) for m in messages] == ["m0", "m2", "m4"]
+        for message in messages:
+            await receiver.complete_message(message)
 
 
 async def test_bad_signature_is_refused(servicebus):

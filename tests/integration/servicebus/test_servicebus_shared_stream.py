@@ -62,11 +62,14 @@ async def test_envelope_has_the_message_metadata_and_no_secret(servicebus, servi
         "corr-1",
         "order",
     )
-    assert payload["sequence_number"] >= 1 and payload["delivery_count"] == 0
-    assert payload["enqueued_time"].startswith("20") and payload["session_id"] is None
+    assert payload["sequence_number"] >= 1
+    assert payload["delivery_count"] == 0
+    assert payload["enqueued_time"].startswith("20")
+    assert payload["session_id"] is None
     assert payload["entity"] == queue
     text = json.dumps(watcher.payloads)
-    assert SAS_KEY not in text and "lock_token" not in text
+    assert SAS_KEY not in text
+    assert "lock_token" not in text
 
 
 async def test_reject_dead_letters_with_the_watcher_named(servicebus, servicebus_connection, harness):
@@ -123,7 +126,7 @@ async def test_lock_is_renewed_while_the_event_awaits_persistence(servicebus, se
         await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=30, what="completed")
     assert sorted(ids_of(watcher)) == sorted(sent)  # never redelivered while outstanding
     assert {p["delivery_count"] for p in watcher.payloads} == {0}
-    assert servicebus.lock_lost_settlements == 0 or True  # other tests share the server
+    assert True  # other tests share the server
 
 
 async def test_lost_lock_is_a_redelivery_not_a_crash(servicebus, servicebus_connection):
@@ -196,5 +199,6 @@ async def test_sessions_keep_order_within_each_session(servicebus, servicebus_co
     await watcher.wait_for_events(12, timeout=60)
     for session in ("s0", "s1", "s2"):
         numbers = [p["body"]["n"] for p in watcher.payloads if p["session_id"] == session]
-        assert numbers == sorted(numbers) and len(numbers) == 4
+        assert numbers == sorted(numbers)
+        assert len(numbers) == 4
     await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=30, what="completed")

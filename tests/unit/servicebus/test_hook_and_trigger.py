@@ -40,7 +40,8 @@ def test_connection_string_in_schema_resolves_the_namespace():
 def test_emulator_connection_string_keeps_the_port_and_hides_the_key():
     cfg = config(conn(EMULATOR))
     assert cfg.namespace == "127.0.0.1:5999"
-    assert KEY in cfg.secrets and EMULATOR in cfg.secrets
+    assert KEY in cfg.secrets
+    assert EMULATOR in cfg.secrets
     assert KEY not in repr(cfg)
 
 
