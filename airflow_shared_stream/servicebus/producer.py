@@ -352,20 +352,16 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
     async def _accept_sessions(self) -> None:
         """Accept the next available sessions while there is room (a short wait each)."""
         from azure.servicebus import NEXT_AVAILABLE_SESSION
-        from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
         while len(self._sessions) < self._max_sessions:
             receiver = self._new_receiver(session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1)
             try:
                 await receiver.__aenter__()
-            except OperationTimeoutError:
+            except Exception as exc:
                 await _close_quietly(receiver)
-                if not self._sessions:
-                    await asyncio.sleep(min(1.0, self._max_wait_time))
-                return
-            except ServiceBusError as exc:
-                await _close_quietly(receiver)
-                if "session" in str(exc).lower() and "timeout" in type(exc).__name__.lower():
+                if _is_timeout(exc):  # no session free right now
+                    if not self._sessions:
+                        await asyncio.sleep(min(1.0, self._max_wait_time))
                     return
                 raise self._explain("accept a session of", exc) from None
             session = _SessionReceiver(receiver, receiver.session.session_id)
