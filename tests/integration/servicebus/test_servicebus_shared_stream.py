@@ -118,6 +118,7 @@ async def test_failed_subscriber_abandons_and_delivery_count_rises(servicebus, s
 
 async def test_lock_is_renewed_while_the_event_awaits_persistence(servicebus, servicebus_connection):
     queue = servicebus.create_queue(lock_duration=5)
+    lost_before = servicebus.lock_lost_settlements
     async with SharedStreamHarness(confirm_after=12.0) as harness:
         watcher = harness.add(ServiceBusSharedStreamTrigger(queue, lock_duration_seconds=5))
         sent = servicebus.send(queue, [{"n": i} for i in range(3)])
