@@ -56,6 +56,11 @@ BROKERS = {
     "sqs": ("sqs_orders_pipeline.py", "sqs_orders_pipeline", "body"),
     "servicebus": ("servicebus_orders_pipeline.py", "servicebus_orders_pipeline", "body"),
 }
+BROKER_NAMES = {
+    "kafka": "noida-db, Kafka protocol",
+    "sqs": "moto, SQS",
+    "servicebus": "the Service Bus test server: a protocol-level AMQP fake",
+}
 SHARED_DAG_FILES = ("order_pipeline.py", ".airflowignore", "spark_jobs")
 
 
@@ -159,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with contextlib.ExitStack() as stack:
         env: dict[str, str] = {"AIRFLOW_VAR_SHARED_STREAM_DATA_DIR": str(data_dir)}
-        say(f"starting the broker ({'noida-db, Kafka protocol' if args.broker == 'kafka' else 'moto, SQS'})")
+        say(f"starting the broker ({BROKER_NAMES[args.broker]})")
         if args.broker == "kafka":
             kafka = stack.enter_context(kafka_broker_process(work / "kafka"))
             kafka.create_topics(["orders", "orders.dlq"])
