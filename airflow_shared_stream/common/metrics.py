@@ -79,8 +79,13 @@ def stream_label(*parts: str) -> str:
 
 
 def _stats() -> Any:
-    from airflow.sdk.observability import stats
-
+    # The triggerer initialises core's stats module (airflow.observability.stats) from
+    # [metrics]; the SDK's copy is only initialised in task processes. Producers run in the
+    # triggerer, so they must send through core's.
+    try:
+        from airflow.observability import stats
+    except ImportError:  # pragma: no cover - an Airflow without the core module
+        from airflow.sdk.observability import stats
     return stats
 
 
