@@ -17,12 +17,23 @@ from airflow_shared_stream.get_provider_info import get_provider_info
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def test_get_provider_info_is_generated_from_provider_yaml():
+    # The committed file is exactly what the generator writes from provider.yaml (a stale file
+    # prints the diff and the command that fixes it).
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "generate_provider_info.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_provider_yaml_and_get_provider_info_agree():
     from_yaml = yaml.safe_load((ROOT / "provider.yaml").read_text())
     info = get_provider_info()
-    assert from_yaml["versions"] == [__version__]
-    for key in ("package-name", "name", "description", "integrations", "triggers", "connection-types"):
-        assert from_yaml[key] == info[key], key
+    assert from_yaml["versions"][0] == __version__, "provider.yaml's newest version is the package's"
+    assert {k: v for k, v in from_yaml.items() if k not in ("state", "versions")} == info
 
 
 def test_every_registered_module_and_hook_imports():
