@@ -66,20 +66,22 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "hooks": [
             {
+                "integration-name": "Amazon Simple Queue Service (SQS) shared stream",
+                "python-modules": [
+                    "airflow_shared_stream.sqs.hook",
+                ],
+            },
+            {
+                "integration-name": "Apache Kafka shared stream",
+                "python-modules": [
+                    "airflow_shared_stream.kafka.hook",
+                ],
+            },
+            {
                 "integration-name": "Apache Spark (deferrable, standalone REST)",
                 "python-modules": [
                     "airflow_shared_stream.spark.hook",
                 ],
-            },
-        ],
-        "connection-types": [
-            {
-                "hook-class-name": "airflow_shared_stream.sqs.hook.SqsHook",
-                "connection-type": "aws",
-            },
-            {
-                "hook-class-name": "airflow_shared_stream.kafka.hook.KafkaHook",
-                "connection-type": "kafka",
             },
         ],
     }
