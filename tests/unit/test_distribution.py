@@ -1,4 +1,4 @@
-"""What the built distributions carry: licence files and provider metadata (about 2 s to build)."""
+"""What the built distributions carry: licence files, py.typed, provider metadata (about 2 s to build)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,8 @@ def test_the_wheel_carries_license_notice_and_declares_them(built: tuple[Path, P
         for name in ("LICENSE", "NOTICE"):
             assert archive.read(f"{DIST}.dist-info/licenses/{name}") == (ROOT / name).read_bytes()
     assert f"{DIST}.dist-info/entry_points.txt" in names
+    # PEP 561: type checkers of users' Dags read the package's annotations.
+    assert "airflow_shared_stream/py.typed" in names
     assert metadata["License-Expression"] == "Apache-2.0"
     assert sorted(metadata.get_all("License-File") or []) == ["LICENSE", "NOTICE"]
 
