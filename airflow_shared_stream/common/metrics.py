@@ -82,11 +82,12 @@ def _stats() -> Any:
     # The triggerer initialises core's stats module (airflow.observability.stats) from
     # [metrics]; the SDK's copy is only initialised in task processes. Producers run in the
     # triggerer, so they must send through core's.
+    import importlib
+
     try:
-        from airflow.observability import stats
+        return importlib.import_module("airflow.observability.stats")
     except ImportError:  # pragma: no cover - an Airflow without the core module
-        from airflow.sdk.observability import stats
-    return stats
+        return importlib.import_module("airflow.sdk.observability.stats")
 
 
 class StreamMetrics:
