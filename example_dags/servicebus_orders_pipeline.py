@@ -14,16 +14,15 @@ from that ``azure_service_bus`` connection (a connection string, or a namespace 
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from airflow.sdk import DAG
-from order_pipeline import build_pipeline, reject_expression, watched_assets
+from order_pipeline import build_pipeline, reject_expression, setting, watched_assets
 
 from airflow_shared_stream.servicebus.trigger import ServiceBusSharedStreamTrigger
 
-QUEUE = os.environ.get("ORDERS_SERVICEBUS_QUEUE", "orders")
-CONN_ID = os.environ.get("ORDERS_SERVICEBUS_CONN_ID", "azure_service_bus_default")
+QUEUE = setting("ORDERS_SERVICEBUS_QUEUE", "orders")
+CONN_ID = setting("ORDERS_SERVICEBUS_CONN_ID", "azure_service_bus_default")
 
 
 def _trigger(match: str) -> ServiceBusSharedStreamTrigger:
