@@ -199,6 +199,8 @@ class ServiceBusServer:
         self._thread: threading.Thread | None = None
         self.refused_tokens = 0
         self.lock_lost_settlements = 0
+        self.dead_letter_refused: set[str] = set()
+        """Entity paths (lower case) whose dead-letter settlements fail (to test that failure path)."""
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -341,6 +343,20 @@ class ServiceBusServer:
 
     def dead_letters(self, path: str) -> list[StoredMessage]:
         return self.messages(path + "/$DeadLetterQueue")
+
+    def take_dead_letters(self, path: str) -> list[StoredMessage]:
+        """Remove and return the available messages of ``path``'s dead-letter sub-queue."""
+        with self._lock:
+            entity = self._receivable(path + "/$DeadLetterQueue")
+            if entity is None:
+                raise KeyError(path)
+            taken, entity.available = entity.available, []
+            return taken
+
+    def refuse_dead_letters(self, path: str) -> None:
+        """Fail every dead-letter settlement on ``path`` from now on; the message stays locked."""
+        with self._lock:
+            self.dead_letter_refused.add(path.lower())
 
     def locked_count(self, path: str) -> int:
         with self._lock:
@@ -820,6 +836,14 @@ class _Handler:
             dlv.update(Delivery.REJECTED)
             dlv.settle()
             return
+        if state == Delivery.REJECTED and entity.path.lower() in self.server.dead_letter_refused:
+            self.deliveries[dlv] = stored  # still locked: its lock runs out and it comes back
+            dlv.local.condition = Condition(
+                "amqp:internal-error", "Dead-lettering is switched off by the test."
+            )
+            dlv.update(Delivery.REJECTED)
+            dlv.settle()
+            return
         del entity.locked[stored.lock_token]
         if state == Delivery.ACCEPTED:
             dlv.update(Delivery.ACCEPTED)
@@ -913,6 +937,8 @@ class _Handler:
             self.server.lock_lost_settlements += 1
             return 410, {}, ("com.microsoft:message-lock-lost", "The lock supplied is invalid.")
         status = _field(body, "disposition-status")
+        if status == "suspended" and entity.path.lower() in self.server.dead_letter_refused:
+            return 500, {}, ("amqp:internal-error", "Dead-lettering is switched off by the test.")
         for message in stored:
             del entity.locked[message.lock_token]
             if status == "completed":
