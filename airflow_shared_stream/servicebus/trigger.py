@@ -62,7 +62,7 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
     broker = "servicebus"
     identity_fields = ("queue_name", "topic_name", "subscription_name", "azure_service_bus_conn_id")
     shaping_fields = ("lock_duration_seconds", "max_wait_time", "session_enabled", "max_concurrent_sessions")
-    producer_class: ClassVar[type[ServiceBusSharedStreamProducer]] = ServiceBusSharedStreamProducer  # type: ignore[misc]
+    producer_class: ClassVar[type[ServiceBusSharedStreamProducer]] = ServiceBusSharedStreamProducer
     """The producer the triggerer builds for this trigger's stream (a subclass may swap it)."""
 
     def __init__(
