@@ -449,15 +449,17 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
                     await received.receiver.renew_message_lock(received.message)
             except Exception as exc:
                 if _is_lock_lost(exc):
-                    self._count_lost(f"lock renewal of {delivery.message.label}", exc)
+                    # Returned as lost: the lease keeper counts it (lease_losses) and stops renewing.
+                    self._count_lost(f"lock renewal of {delivery.message.label}", exc, metric=False)
                     lost.append(delivery)
                     continue
                 raise self._explain("renew a lock on", exc) from None
         return lost
 
-    def _count_lost(self, what: str, exc: BaseException) -> None:
+    def _count_lost(self, what: str, exc: BaseException, *, metric: bool = True) -> None:
         self.lost_locks += 1
-        self.metrics.incr(m.LEASE_LOSSES)
+        if metric:
+            self.metrics.incr(m.LEASE_LOSSES)
         log.warning(
             "Lock lost on %s (%s); Service Bus will redeliver the message",
             what,
