@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaConnectionError
@@ -129,3 +131,46 @@ async def test_other_commit_failures_fail_the_next_advance():
     await producer._flush_commits()
     with pytest.raises(KafkaSharedStreamError, match="committing offsets failed"):
         await producer.advance(batch((1, ACK)))
+
+
+class BlockingDeadLetterProducer:
+    """A dead-letter producer whose broker acknowledgement waits until the test releases it."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None]] = []
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def send(self, topic, value=None, key=None, headers=None):
+        self.sent.append((topic, value))
+        self.started.set()
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(None)
+        return future
+
+    async def flush(self) -> None:
+        await self.release.wait()
+
+
+async def test_rebalance_during_a_dead_letter_send_leaves_the_cleared_lane_alone():
+    """Issue 7 item 8: a revoke while a dead letter is on the wire must not resurrect the lane."""
+    consumer = RecordingConsumer()
+    producer = KafkaSharedStreamProducer(
+        topics=["t"], group_id="g", max_in_flight=10, dead_letter_topic="dlq"
+    )
+    producer._consumer = consumer  # type: ignore[assignment]
+    dlq = BlockingDeadLetterProducer()
+    producer._dlq = dlq  # type: ignore[assignment]
+    producer._assignment_epoch[TP] = 1
+    advance = asyncio.create_task(producer.advance(batch((0, ACK), (1, REJECT), (2, FAIL))))
+    await dlq.started.wait()
+    # The partition is revoked while the dead letter waits for the broker, then comes back.
+    await producer._on_revoked([TP])
+    assert producer._ledger.floor(("t", 0)) is None
+    dlq.release.set()
+    await advance
+    assert producer._ledger.floor(("t", 0)) is None
+    assert producer._ledger.committed(("t", 0)) is None
+    await producer._flush_commits()
+    assert consumer.commits == []
+    assert consumer.seeks == []
