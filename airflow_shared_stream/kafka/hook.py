@@ -25,6 +25,7 @@ from airflow.sdk import BaseHook
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 
 _OFFSET_RESET = {
     "earliest": "earliest",
@@ -101,8 +102,10 @@ class KafkaClientConfig:
     Client arguments for one Kafka cluster, split by who uses them.
 
     ``common`` goes to every aiokafka client (consumer and dead-letter producer), ``consumer``
-    only to the consumer. ``group_id`` is the connection's ``group.id``, if any; the trigger's
-    own ``group_id`` overrides it.
+    only to the consumer. ``group_id`` is the connection's ``group.id``, if any: the prefix of
+    the per-stream group ids derived for triggers that name no ``group_id`` (it is never used as
+    a group itself, which would put different streams into one group; see
+    :mod:`airflow_shared_stream.kafka.identity`).
     """
 
     common: dict[str, Any] = field(repr=False)
@@ -227,8 +230,14 @@ def client_config_from_extra(
     # librdkafka's default (and so the official provider's): batch CRCs are not verified; TCP and
     # the broker already checksum the data, and verifying costs a pass over every record.
     consumer["check_crcs"] = _flag("check.crcs", extra.get("check.crcs", False))
-    if "isolation.level" in extra:
-        consumer["isolation_level"] = str(extra["isolation.level"]).strip().lower()
+    # librdkafka's default (and so what a connection written for the official provider expects):
+    # records of aborted transactions never fire an asset event. aiokafka's is read_uncommitted.
+    isolation = str(extra.get("isolation.level", "read_committed")).strip().lower()
+    if isolation not in ISOLATION_LEVELS:
+        raise KafkaConfigError(
+            f"unsupported isolation.level {isolation!r}; expected one of {', '.join(ISOLATION_LEVELS)}"
+        )
+    consumer["isolation_level"] = isolation
     strategy = str(extra.get("partition.assignment.strategy", "range")).strip().lower()
     consumer["partition_assignment_strategy"] = _assignors(strategy)
     for name, argument in _CONSUMER_INT_SETTINGS.items():

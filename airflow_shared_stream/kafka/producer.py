@@ -29,14 +29,21 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Hashable, Sequence
 from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError, RebalanceInProgressError
+from aiokafka.errors import (
+    CommitFailedError,
+    IllegalStateError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RebalanceInProgressError,
+    RecordListTooLargeError,
+)
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
 from airflow_shared_stream.common.flow_control import CreditWindow, yield_point
@@ -44,6 +51,7 @@ from airflow_shared_stream.common.matching import RawMessage, decode_body
 from airflow_shared_stream.common.settlement import Settlement, decide, describe_batch
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.kafka.hook import KafkaClientConfig, KafkaHook
+from airflow_shared_stream.kafka.identity import consumer_group_id, group_claims, producer_shapes
 from airflow_shared_stream.kafka.offsets import OffsetLedger
 
 log = logging.getLogger(__name__)
@@ -58,6 +66,13 @@ ZERO_SUBSCRIBER_BACKOFF = 0.25
 """Pause before re-reading a message no subscriber was online for, instead of spinning on it."""
 
 ORIGIN_HEADERS = ("x-shared-stream-topic", "x-shared-stream-partition", "x-shared-stream-offset")
+REASON_HEADER = "x-shared-stream-dead-letter-reason"
+SIZE_HEADER = "x-shared-stream-original-size"
+POINTER_KEY_LIMIT = 1024
+"""A pointer record keeps the original key only up to this size (the key may be what is large)."""
+
+TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError)
+"""Client- or broker-side refusals of a record for its size: retrying the same record never helps."""
 
 
 class KafkaSharedStreamError(RuntimeError):
@@ -81,12 +96,6 @@ class KafkaBrokerPayload(NamedTuple):
     key: bytes | None = None
     value: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
-
-
-def default_group_id(key: Hashable) -> str:
-    """A stable consumer group id for a trigger that names none: derived from its stream key."""
-    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:20]
-    return f"airflow-shared-stream-{digest}"
 
 
 def _text(data: bytes | None) -> str | None:
@@ -143,19 +152,35 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self,
         *,
         topics: Sequence[str],
-        group_id: str,
+        group_id: str | None = None,
         kafka_conn_id: str = "kafka_default",
-        group_id_is_default: bool = False,
         dead_letter_topic: str | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         poll_timeout_ms: int = POLL_TIMEOUT_MS,
+        stream_key: Hashable | None = None,
+        shape: dict[str, Any] | None = None,
     ) -> None:
-        self.topics = list(topics)
+        self.topics = sorted(set(topics))
         self.kafka_conn_id = kafka_conn_id
-        self.group_id = group_id
-        # A derived id yields to the connection's group.id; an explicit one wins over it.
-        self._group_id_is_default = group_id_is_default
+        # The trigger's group_id, if any; the group actually used is resolved on connect, when
+        # the connection's group.id (the prefix of a derived id) is known.
+        self.requested_group_id = group_id
+        self.group_id: str | None = group_id
+        self._identity = (tuple(self.topics), kafka_conn_id)
+        self._claimed_group: str | None = None
+        # Registered so that a later watcher of the stream with other tuning fails loudly.
+        self._stream_key = stream_key
+        if stream_key is not None:
+            producer_shapes.register(
+                stream_key,
+                shape
+                or {
+                    "dead_letter_topic": dead_letter_topic,
+                    "max_in_flight": max_in_flight,
+                    "max_payload_bytes": max_payload_bytes,
+                },
+            )
         self.dead_letter_topic = dead_letter_topic
         self.max_payload_bytes = max_payload_bytes
         self.poll_timeout_ms = poll_timeout_ms
@@ -176,6 +201,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self._commit_wakeup = asyncio.Event()
         self._committer: asyncio.Task[None] | None = None
         self._commit_error: KafkaSharedStreamError | None = None
+        # Partitions assigned whose start position is not yet known to be committed.
+        self._unanchored: set[TopicPartition] = set()
 
     # -- stream ---------------------------------------------------------------------------
 
@@ -186,15 +213,19 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         while True:
             if self._commit_error is not None:
                 raise self._commit_error
-            available = await self._credits.wait_for_credit()
+            available = self._credits.available or await self._wait_for_credit(consumer)
             delay = self._paused_until - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
+            await self._anchor_start_positions(consumer)
             try:
                 fetched = await consumer.getmany(timeout_ms=self.poll_timeout_ms, max_records=available)
             except KafkaError as exc:
                 raise self._error("reading from Kafka failed", exc) from None
             for tp, records in fetched.items():
+                if tp in self._unanchored and records:
+                    # Assigned during this fetch: anchor at the first record, before it is yielded.
+                    await self._anchor(consumer, tp, records[0].offset)
                 fetch_epoch = self._fetch_epoch.get(tp, 0)
                 epoch = self._assignment_epoch.get(tp, 0)
                 for record in records:
@@ -220,10 +251,107 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                     # already rules out a queue overflow.
                     await yield_point()
 
+    async def _wait_for_credit(self, consumer: AIOKafkaConsumer) -> int:
+        """
+        Wait for a credit while keeping this consumer a live member of its group.
+
+        aiokafka leaves the group when ``getmany`` is not called for ``max.poll.interval.ms``;
+        the partitions would be revoked with everything in flight, which the next owner then
+        reads again. A full window can last that long when the metadata database is slow, so
+        while it does the consumer keeps polling with every partition paused: no record comes
+        back, the member stays alive.
+        """
+        paused: set[TopicPartition] = set()
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    return await asyncio.wait_for(
+                        self._credits.wait_for_credit(), self.poll_timeout_ms / 1000
+                    )
+                # A rebalance may have assigned partitions since the last pass: pause them too.
+                fresh = consumer.assignment() - paused
+                consumer.pause(*fresh)
+                paused |= fresh
+                try:
+                    fetched = await consumer.getmany(timeout_ms=0)
+                except KafkaError as exc:
+                    raise self._error("reading from Kafka failed", exc) from None
+                for tp, records in fetched.items():
+                    # Assigned between the pause and the poll: put the records back.
+                    if records:
+                        if tp in self._unanchored:
+                            await self._anchor(consumer, tp, records[0].offset)
+                        self._rewind(consumer, tp, records[0].offset)
+        finally:
+            still_assigned = paused & consumer.assignment()
+            if still_assigned:
+                consumer.resume(*still_assigned)
+
+    def _rewind(self, consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int) -> None:
+        self._fetch_epoch[tp] = self._fetch_epoch.get(tp, 0) + 1
+        consumer.seek(tp, offset)
+
+    async def _anchor_start_positions(self, consumer: AIOKafkaConsumer) -> None:
+        """Commit the start position of every newly assigned partition that has no commit."""
+        for tp in list(self._unanchored):
+            if tp not in consumer.assignment():
+                self._unanchored.discard(tp)
+                continue
+            try:
+                position = await consumer.position(tp)
+            except (IllegalStateError, RebalanceInProgressError):
+                continue  # revoked meanwhile; the next assignment anchors it
+            except KafkaError as exc:
+                raise self._error(
+                    f"reading the start position of {tp.topic}/{tp.partition} failed", exc
+                ) from None
+            await self._anchor(consumer, tp, position)
+
+    async def _anchor(self, consumer: AIOKafkaConsumer, tp: TopicPartition, position: int) -> None:
+        """
+        Make ``position`` the group's committed offset of ``tp`` if the group has none yet.
+
+        A group without a commit starts wherever ``auto.offset.reset`` points *each time* a
+        consumer starts; with ``latest`` a restart skips whatever was produced while the stream
+        was down, and a record read but not yet settled is skipped too. Committing the first
+        position makes the first start the one every later start resumes from. Runs before any
+        record of the partition is yielded, so nothing at or past ``position`` has been settled.
+        """
+        self._unanchored.discard(tp)
+        try:
+            if await consumer.committed(tp) is not None:
+                return
+            await consumer.commit({tp: position})
+        except (CommitFailedError, IllegalStateError, RebalanceInProgressError) as exc:
+            # Lost to a rebalance: the partition's next owner anchors it.
+            log.info("Start position of %s/%d not committed (%s)", tp.topic, tp.partition, type(exc).__name__)
+            return
+        except KafkaError as exc:
+            raise self._error(
+                f"committing the start position of {tp.topic}/{tp.partition} failed", exc
+            ) from None
+        log.info(
+            "Kafka group has no commit for %s/%d: committed its start offset %d",
+            tp.topic,
+            tp.partition,
+            position,
+        )
+
     async def _connect(self) -> AIOKafkaConsumer:
         config = await KafkaHook(self.kafka_conn_id).aget_client_config()
         self._config = config
-        group_id = config.group_id if self._group_id_is_default and config.group_id else self.group_id
+        group_id = consumer_group_id(
+            self.topics,
+            self.kafka_conn_id,
+            group_id=self.requested_group_id,
+            connection_group_id=config.group_id,
+        )
+        try:
+            group_claims.claim(group_id, self._identity)
+        except ValueError as exc:
+            raise KafkaSharedStreamError(str(exc)) from None
+        self._claimed_group = group_id
+        self.group_id = group_id
         servers = ",".join(config.common["bootstrap_servers"])
         consumer = AIOKafkaConsumer(**config.consumer_kwargs(group_id))
         self._consumer = consumer
@@ -276,6 +404,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         except Exception as exc:  # never let a listener error break the rebalance
             log.warning("Commit before revoke failed: %s", type(exc).__name__)
         for tp in revoked:
+            self._unanchored.discard(tp)
             self._assignment_epoch[tp] = self._assignment_epoch.get(tp, 0) + 1
             self._fetch_epoch[tp] = self._fetch_epoch.get(tp, 0) + 1
             self._ledger.forget((tp.topic, tp.partition))
@@ -285,6 +414,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             )
 
     def _on_assigned(self, assigned: Any) -> None:
+        self._unanchored |= set(assigned)
         if assigned:
             log.info(
                 "Kafka partitions assigned: %s", ", ".join(f"{tp.topic}/{tp.partition}" for tp in assigned)
@@ -356,6 +486,17 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             items.append((item.broker_payload.offset, settlement))
         if dead:
             await self._dead_letter(dead)
+            # The send suspended this advance: a rebalance may have revoked the partition and
+            # cleared its lane meanwhile. Settle only a lane that is still the one read from.
+            if not self._owns(tp, epoch):
+                log.info(
+                    "Not settling %d message(s) of %s/%d: revoked while dead-lettering; the "
+                    "partition's next owner reads them again from the last commit",
+                    len(batch),
+                    tp.topic,
+                    tp.partition,
+                )
+                return
         action = self._ledger.settle((tp.topic, tp.partition), items)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("Kafka advance %s/%d %s -> %s", tp.topic, tp.partition, describe_batch(batch), action)
@@ -399,6 +540,15 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             log.error("%s", self._commit_error)
 
     async def _dead_letter(self, payloads: list[KafkaBrokerPayload]) -> None:
+        """
+        Produce ``payloads`` to the dead-letter topic and wait until the broker has every one.
+
+        A record too large for the dead-letter topic (the origin headers add a few dozen bytes,
+        so a record near the limit that was accepted upstream can be refused here) is replaced
+        by a pointer: no value, the origin headers, the reason and the original size. Retrying
+        the full record would fail the stream on it forever; the pointer lets the stream go on
+        and names where the original still is (until the source topic's retention removes it).
+        """
         if self.dead_letter_topic is None or self._dlq is None:
             for payload in payloads:
                 log.warning(
@@ -408,28 +558,62 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                     payload.offset,
                 )
             return
+        dlq, topic = self._dlq, self.dead_letter_topic
         try:
             deliveries = []
             for payload in payloads:
-                origin = (str(payload.topic), str(payload.partition), str(payload.offset))
-                headers = [
-                    *payload.headers,
-                    *((n, v.encode()) for n, v in zip(ORIGIN_HEADERS, origin, strict=True)),
-                ]
-                deliveries.append(
-                    await self._dlq.send(
-                        self.dead_letter_topic, value=payload.value, key=payload.key, headers=headers
-                    )
-                )
-            await self._dlq.flush()
-            await asyncio.gather(*deliveries)
+                headers = [*payload.headers, *_origin_headers(payload)]
+                try:
+                    delivery = await dlq.send(topic, value=payload.value, key=payload.key, headers=headers)
+                except TOO_LARGE as exc:  # refused by the client before it was sent
+                    delivery = await self._send_pointer(dlq, topic, payload, headers, exc)
+                deliveries.append((payload, headers, delivery))
+            await dlq.flush()
+            pointers = []
+            for payload, headers, delivery in deliveries:
+                try:
+                    await delivery
+                except TOO_LARGE as exc:  # refused by the broker (its message.max.bytes)
+                    pointers.append(await self._send_pointer(dlq, topic, payload, headers, exc))
+            if pointers:
+                await dlq.flush()
+                await asyncio.gather(*pointers)
         except KafkaError as exc:
-            raise self._error(
-                f"producing to dead-letter topic {self.dead_letter_topic!r} failed", exc
-            ) from None
-        log.warning("Dead-lettered %d message(s) to %s", len(payloads), self.dead_letter_topic)
+            raise self._error(f"producing to dead-letter topic {topic!r} failed", exc) from None
+        log.warning("Dead-lettered %d message(s) to %s", len(payloads), topic)
+
+    async def _send_pointer(
+        self,
+        dlq: AIOKafkaProducer,
+        topic: str,
+        payload: KafkaBrokerPayload,
+        headers: list[tuple[str, bytes]],
+        exc: BaseException,
+    ) -> asyncio.Future[Any]:
+        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(payload.key, payload.value, headers)
+        reason = f"record too large for the dead-letter topic ({size} bytes): {type(exc).__name__}"
+        log.error(
+            "Dead-lettering %s/%d@%d as a pointer record: %s",
+            payload.topic,
+            payload.partition,
+            payload.offset,
+            reason,
+        )
+        key = payload.key if payload.key is None or len(payload.key) <= POINTER_KEY_LIMIT else None
+        pointer_headers = [
+            *_origin_headers(payload),
+            (REASON_HEADER, reason.encode()),
+            (SIZE_HEADER, str(size).encode()),
+        ]
+        return await dlq.send(topic, value=None, key=key, headers=pointer_headers)
 
     async def aclose(self) -> None:
+        if self._stream_key is not None:
+            producer_shapes.unregister(self._stream_key)
+            self._stream_key = None
+        if self._claimed_group is not None:
+            group_claims.release(self._claimed_group, self._identity)
+            self._claimed_group = None
         committer, self._committer = self._committer, None
         if committer is not None:
             committer.cancel()
@@ -453,3 +637,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 await consumer.stop()
             except Exception as exc:
                 log.warning("Stopping the Kafka consumer failed: %s", type(exc).__name__)
+
+
+def _origin_headers(payload: KafkaBrokerPayload) -> list[tuple[str, bytes]]:
+    origin = (str(payload.topic), str(payload.partition), str(payload.offset))
+    return [(name, value.encode()) for name, value in zip(ORIGIN_HEADERS, origin, strict=True)]

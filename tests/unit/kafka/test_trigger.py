@@ -7,11 +7,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from airflow_shared_stream.kafka.producer import (
-    KafkaSharedStreamProducer,
-    build_raw_message,
-    default_group_id,
+from airflow_shared_stream.kafka.identity import (
+    GroupClaims,
+    ProducerShapes,
+    consumer_group_id,
 )
+from airflow_shared_stream.kafka.producer import KafkaSharedStreamProducer, build_raw_message
 from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger
 
 
@@ -43,17 +44,8 @@ def test_key_is_order_insensitive_and_ignores_match():
     assert hash(a.shared_stream_key()) == hash(b.shared_stream_key())
 
 
-@pytest.mark.parametrize(
-    "other",
-    [
-        {"kafka_conn_id": "other"},
-        {"group_id": "g2"},
-        {"topics": ["x"]},
-        {"dead_letter_topic": "dlq"},
-        {"max_in_flight": 10},
-    ],
-)
-def test_key_differs_when_producer_shape_differs(other):
+@pytest.mark.parametrize("other", [{"kafka_conn_id": "other"}, {"group_id": "g2"}, {"topics": ["x"]}])
+def test_key_is_the_upstream_identity(other):
     base = {"topics": ["x", "y"], "kafka_conn_id": "c", "group_id": "g"}
     assert (
         KafkaSharedStreamTrigger(**base).shared_stream_key()
@@ -61,14 +53,68 @@ def test_key_differs_when_producer_shape_differs(other):
     )
 
 
-def test_producer_from_kwargs_derives_deterministic_group():
+@pytest.mark.parametrize(
+    "tuning", [{"dead_letter_topic": "dlq"}, {"max_in_flight": 10}, {"max_payload_bytes": 100}]
+)
+def test_tuning_never_splits_the_stream(tuning):
+    """Issue 7 item 1: tuning arguments are not part of the stream's identity."""
+    base = {"topics": ["y", "x", "x"], "kafka_conn_id": "c"}
+    assert (
+        KafkaSharedStreamTrigger(**base).shared_stream_key()
+        == KafkaSharedStreamTrigger(**{**base, **tuning}).shared_stream_key()
+    )
+
+
+def test_derived_group_depends_on_topics_and_connection_only():
+    group = consumer_group_id(["b", "a"], "c", group_id=None, connection_group_id=None)
+    assert group == consumer_group_id(["a", "b", "a"], "c", group_id=None, connection_group_id=None)
+    assert group.startswith("airflow-shared-stream-")
+    assert group != consumer_group_id(["a"], "c", group_id=None, connection_group_id=None)
+    assert group != consumer_group_id(["a", "b"], "d", group_id=None, connection_group_id=None)
+    assert consumer_group_id(["a"], "c", group_id="mine", connection_group_id="team") == "mine"
+
+
+def test_connection_group_id_is_a_prefix_never_a_shared_group():
+    """Issue 7 item 3: two streams on one connection with a group.id get two groups."""
+    one = consumer_group_id(["a"], "c", group_id=None, connection_group_id="team")
+    two = consumer_group_id(["a", "b"], "c", group_id=None, connection_group_id="team")
+    assert one.startswith("team-")
+    assert two.startswith("team-")
+    assert one != two
+
+
+def test_group_claims_refuse_a_second_stream_in_one_group():
+    claims = GroupClaims()
+    claims.claim("g", (("a",), "c"))
+    claims.claim("g", (("a",), "c"))  # the same stream again (another harness, a restart)
+    with pytest.raises(ValueError, match="'g' is already used by another stream"):
+        claims.claim("g", (("a", "b"), "c"))
+    claims.release("g", (("a",), "c"))
+    claims.release("g", (("a",), "c"))
+    claims.claim("g", (("a", "b"), "c"))
+
+
+def test_producer_shapes_name_the_disagreeing_argument():
+    shapes = ProducerShapes()
+    shapes.register("k", {"dead_letter_topic": None, "max_in_flight": 100, "max_payload_bytes": 10})
+    assert (
+        shapes.disagreement("k", {"dead_letter_topic": None, "max_in_flight": 100, "max_payload_bytes": 10})
+        is None
+    )
+    reason = shapes.disagreement(
+        "k", {"dead_letter_topic": "d", "max_in_flight": 100, "max_payload_bytes": 10}
+    )
+    assert reason is not None
+    assert reason.startswith("dead_letter_topic='d' disagrees with dead_letter_topic=None")
+    shapes.unregister("k")
+    assert shapes.disagreement("k", {"max_in_flight": 1}) is None
+
+
+def test_producer_from_kwargs_resolves_the_group_on_connect():
     trigger = KafkaSharedStreamTrigger(["x"], kafka_conn_id="c")
     producer = KafkaSharedStreamTrigger.create_shared_stream_producer(trigger.serialize()[1])
     assert isinstance(producer, KafkaSharedStreamProducer)
-    assert producer.group_id == default_group_id(trigger.shared_stream_key())
-    again = KafkaSharedStreamTrigger.create_shared_stream_producer(trigger.serialize()[1])
-    assert again.group_id == producer.group_id
-    assert producer.group_id.startswith("airflow-shared-stream-")
+    assert producer.requested_group_id is None
     explicit = KafkaSharedStreamTrigger(["x"], group_id="mine")
     assert KafkaSharedStreamTrigger.create_shared_stream_producer(explicit.serialize()[1]).group_id == "mine"
 
