@@ -14,6 +14,7 @@ from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger
 from airflow_shared_stream.testing import SharedStreamHarness
 from tests.support.kafka_brokers import kafka_broker_argv
 from tests.support.processes import free_port, running, tail, wait_for_port
+from tests.support.tcp_recorder import RecordingTcpProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -82,25 +83,37 @@ async def test_sasl_refused_by_broker_leaks_no_secret(kafka, monkeypatch, caplog
     assert_no_secret(error, caplog, trigger)
 
 
-async def test_sasl_plain_with_connection_password(kafka, monkeypatch, caplog):
+async def test_sasl_plain_sends_the_connection_credentials_and_logs_none(kafka, monkeypatch, caplog):
+    """
+    The connection's login and password are what the client authenticates with; no log has them.
+
+    Neither broker here checks credentials (noida-db accepts any SASL/PLAIN password; Tansu
+    without ``--authentication`` speaks no SASL, and its in-memory user store cannot be filled
+    while authentication is on), so a wrong password would pass against the broker alone. The
+    bytes on the wire are read instead: the PLAIN token must carry this connection's password.
+    """
     caplog.set_level(logging.DEBUG)
     topic = kafka.name("t")
     await kafka.create_topics(topic)
     await kafka.produce(topic, ["hello"])
     conn_id = kafka.name("plain").replace("-", "_")
-    extra = {"bootstrap.servers": kafka.bootstrap, "security.protocol": "SASL_PLAINTEXT",
-             "sasl.mechanism": "PLAIN", "auto.offset.reset": "earliest"}  # fmt: skip
-    set_connection(monkeypatch, conn_id, extra, password=SECRET)
-    trigger = KafkaSharedStreamTrigger([topic], kafka_conn_id=conn_id, group_id=kafka.name("g"))
-    async with SharedStreamHarness() as h:
-        w = h.add(trigger)
-        if kafka.broker.name == "noida-db":  # accepts SASL/PLAIN (without checking credentials)
-            await w.wait_for_events(1)
-            assert w.payloads[0]["value"] == "hello"
-        else:  # Tansu without --authentication speaks no SASL at all
-            error = await w.wait_for_error(timeout=60)
-            assert f"cannot connect to Kafka at {kafka.bootstrap}" in str(error)
-            assert_no_secret(error, caplog, trigger)
+    async with RecordingTcpProxy(kafka.broker.port) as proxy:
+        extra = {"bootstrap.servers": f"127.0.0.1:{proxy.port}", "security.protocol": "SASL_PLAINTEXT",
+                 "sasl.mechanism": "PLAIN", "auto.offset.reset": "earliest"}  # fmt: skip
+        set_connection(monkeypatch, conn_id, extra, password=SECRET)
+        trigger = KafkaSharedStreamTrigger([topic], kafka_conn_id=conn_id, group_id=kafka.name("g"))
+        async with SharedStreamHarness() as h:
+            w = h.add(trigger)
+            if kafka.broker.name == "noida-db":
+                await w.wait_for_events(1)
+                assert w.payloads[0]["value"] == "hello"
+                # RFC 4616: authzid NUL authcid NUL passwd, from the connection's login/password.
+                assert b"\x00svc\x00" + SECRET.encode() in proxy.sent
+            else:  # Tansu without --authentication refuses the SASL handshake itself
+                error = await w.wait_for_error(timeout=60)
+                assert f"cannot connect to Kafka at 127.0.0.1:{proxy.port}" in str(error)
+                assert_no_secret(error, caplog, trigger)
+                assert SECRET.encode() not in proxy.sent  # refused before any credential was sent
     assert SECRET not in caplog.text
 
 
