@@ -8,7 +8,7 @@ because it *is* the consumer's durable identity: the committed offsets live unde
 watchers naming two groups ask for two independent positions on the topics, and each reads every
 record (nothing is split). Tuning arguments (``max_in_flight``, ``max_payload_bytes``,
 ``dead_letter_topic``) are not in the key: they shape the one consumer the watchers share, so
-they must agree (:func:`check_producer_shape`), and changing them on a redeploy resumes the same
+they must agree (``common/trigger.py`` checks it), and changing them on a redeploy resumes the same
 group where it stopped.
 
 The consumer group of a stream is:
@@ -27,14 +27,11 @@ one triggerer :class:`GroupClaims` refuses the second one with an error naming b
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable, Mapping, Sequence
-from typing import Any
+from collections.abc import Hashable, Sequence
 
-STREAM_KEY_TAG = "airflow-shared-stream/kafka"
+GROUP_DIGEST_TAG = "airflow-shared-stream/kafka"
+"""Part of what the derived group id hashes: changing it moves every derived group."""
 DEFAULT_GROUP_PREFIX = "airflow-shared-stream"
-
-PRODUCER_SHAPING_FIELDS = ("dead_letter_topic", "max_in_flight", "max_payload_bytes")
-"""Trigger arguments that shape the one consumer a stream's watchers share: they must agree."""
 
 
 def normalise_topics(topics: str | Sequence[str]) -> list[str]:
@@ -45,14 +42,9 @@ def normalise_topics(topics: str | Sequence[str]) -> list[str]:
     return sorted(set(names))
 
 
-def stream_key(topics: Sequence[str], kafka_conn_id: str, group_id: str | None) -> Hashable:
-    """The upstream identity of a Kafka stream (see the module docstring)."""
-    return (STREAM_KEY_TAG, tuple(normalise_topics(topics)), kafka_conn_id, group_id)
-
-
 def consumer_group_id(
     topics: Sequence[str],
-    kafka_conn_id: str,
+    kafka_config_id: str,
     *,
     group_id: str | None,
     connection_group_id: str | None,
@@ -65,7 +57,7 @@ def consumer_group_id(
     """
     if group_id:
         return group_id
-    identity = repr((STREAM_KEY_TAG, tuple(normalise_topics(topics)), kafka_conn_id))
+    identity = repr((GROUP_DIGEST_TAG, tuple(normalise_topics(topics)), kafka_config_id))
     digest = hashlib.sha256(identity.encode()).hexdigest()[:20]
     return f"{connection_group_id or DEFAULT_GROUP_PREFIX}-{digest}"
 
@@ -114,48 +106,3 @@ def _describe(identity: Hashable) -> str:
 
 
 group_claims = GroupClaims()
-
-
-class ProducerShapes:
-    """
-    What each running stream's consumer was built with, to refuse a watcher that disagrees.
-
-    The manager builds a stream's producer from its *first* watcher's arguments; a later watcher
-    with another ``max_in_flight`` (say) would otherwise run, silently, with the first one's.
-    A minimal, Kafka-only stand-in for the generic check of ``common/trigger.py``.
-    """
-
-    def __init__(self) -> None:
-        self._shapes: dict[Hashable, tuple[dict[str, Any], int]] = {}
-
-    def register(self, key: Hashable, kwargs: Mapping[str, Any]) -> None:
-        shape, count = self._shapes.get(key, (None, 0))
-        self._shapes[key] = (shape or {f: kwargs.get(f) for f in PRODUCER_SHAPING_FIELDS}, count + 1)
-
-    def unregister(self, key: Hashable) -> None:
-        shape, count = self._shapes.get(key, (None, 0))
-        if shape is None:
-            return
-        if count <= 1:
-            del self._shapes[key]
-        else:
-            self._shapes[key] = (shape, count - 1)
-
-    def disagreement(self, key: Hashable, kwargs: Mapping[str, Any]) -> str | None:
-        """Why a watcher with ``kwargs`` cannot join the running stream ``key``, or ``None``."""
-        entry = self._shapes.get(key)
-        if entry is None:
-            return None
-        shape = entry[0]
-        for name in PRODUCER_SHAPING_FIELDS:
-            if kwargs.get(name) != shape[name]:
-                return (
-                    f"{name}={kwargs.get(name)!r} disagrees with {name}={shape[name]!r} of the "
-                    "watchers already reading this stream (same topics, connection and group_id): "
-                    f"they share one consumer, which has one {name}. Use the same {name} in "
-                    "every watcher of the stream"
-                )
-        return None
-
-
-producer_shapes = ProducerShapes()

@@ -18,7 +18,7 @@ from airflow_shared_stream.testing import SharedStreamHarness
 
 
 async def main(topic: str, conn_id: str, group_id: str) -> None:
-    trigger = KafkaSharedStreamTrigger([topic], kafka_conn_id=conn_id, group_id=group_id, max_in_flight=10)
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=conn_id, group_id=group_id, max_in_flight=10)
     async with SharedStreamHarness(confirm_after=0.05) as harness:
         watcher = harness.add(trigger)
         printed = 0

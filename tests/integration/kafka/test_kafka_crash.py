@@ -58,7 +58,7 @@ async def test_consumer_killed_mid_stream_loses_nothing(kafka):
     # A new consumer of the same group: joins once the broker has evicted the dead member.
     async with SharedStreamHarness(confirm_after=0.0) as h:
         w = h.add(
-            KafkaSharedStreamTrigger([topic], kafka_conn_id=kafka.conn_id, group_id=group, max_in_flight=10)
+            KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group, max_in_flight=10)
         )
         after = [p["value"] for p in await w.wait_for_events(1, timeout=90)]
         deadline = asyncio.get_running_loop().time() + 90

@@ -45,13 +45,13 @@ async def test_auto_commit_configuration_refused(kafka, monkeypatch):
     await kafka.create_topics(topic)
     conn_id = kafka.name("autocommit").replace("-", "_")
     set_connection(monkeypatch, conn_id, {"bootstrap.servers": kafka.bootstrap, "enable.auto.commit": "true"})
-    error = await run_until_error(KafkaSharedStreamTrigger([topic], kafka_conn_id=conn_id))
+    error = await run_until_error(KafkaSharedStreamTrigger([topic], kafka_config_id=conn_id))
     assert "enable.auto.commit" in str(error)
 
 
 async def test_missing_topic_is_a_clear_error(kafka):
     missing = kafka.name("nope")
-    error = await run_until_error(KafkaSharedStreamTrigger([missing], kafka_conn_id=kafka.conn_id))
+    error = await run_until_error(KafkaSharedStreamTrigger([missing], kafka_config_id=kafka.conn_id))
     assert isinstance(error, KafkaSharedStreamError)
     assert f"Kafka topic(s) {missing} do not exist on {kafka.bootstrap}" in str(error)
 
@@ -60,7 +60,7 @@ async def test_missing_dead_letter_topic_is_a_clear_error(kafka):
     topic = kafka.name("t")
     await kafka.create_topics(topic)
     trigger = KafkaSharedStreamTrigger(
-        [topic], kafka_conn_id=kafka.conn_id, dead_letter_topic=kafka.name("dlq")
+        [topic], kafka_config_id=kafka.conn_id, dead_letter_topic=kafka.name("dlq")
     )
     error = await run_until_error(trigger)
     assert "dead-letter topic" in str(error)
@@ -76,7 +76,7 @@ async def test_sasl_refused_by_broker_leaks_no_secret(kafka, monkeypatch, caplog
     extra = {"bootstrap.servers": kafka.bootstrap, "security.protocol": "SASL_PLAINTEXT",
              "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "svc", "sasl.password": SECRET}  # fmt: skip
     set_connection(monkeypatch, conn_id, extra)
-    trigger = KafkaSharedStreamTrigger([topic], kafka_conn_id=conn_id)
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=conn_id)
     error = await run_until_error(trigger)
     assert isinstance(error, KafkaSharedStreamError)
     assert f"cannot connect to Kafka at {kafka.bootstrap}" in str(error)
@@ -101,7 +101,7 @@ async def test_sasl_plain_sends_the_connection_credentials_and_logs_none(kafka, 
         extra = {"bootstrap.servers": f"127.0.0.1:{proxy.port}", "security.protocol": "SASL_PLAINTEXT",
                  "sasl.mechanism": "PLAIN", "auto.offset.reset": "earliest"}  # fmt: skip
         set_connection(monkeypatch, conn_id, extra, password=SECRET)
-        trigger = KafkaSharedStreamTrigger([topic], kafka_conn_id=conn_id, group_id=kafka.name("g"))
+        trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=conn_id, group_id=kafka.name("g"))
         async with SharedStreamHarness() as h:
             w = h.add(trigger)
             if kafka.broker.name == "noida-db":
@@ -127,7 +127,7 @@ async def test_unreachable_broker_then_recovery(kafka_broker, monkeypatch, caplo
     if kafka_broker.name == "tansu":
         extra = {"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}
     set_connection(monkeypatch, "kafka_outage", extra, password=SECRET)
-    trigger = KafkaSharedStreamTrigger(["events"], kafka_conn_id="kafka_outage", group_id="outage")
+    trigger = KafkaSharedStreamTrigger(["events"], kafka_config_id="kafka_outage", group_id="outage")
 
     error = await run_until_error(trigger)
     assert isinstance(error, KafkaSharedStreamError)

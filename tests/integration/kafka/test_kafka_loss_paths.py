@@ -69,7 +69,7 @@ async def test_changing_tuning_arguments_keeps_the_group_and_its_position(kafka)
     await kafka.create_topics(topic, dlq)
     conn = kafka.connection("latest", **LATEST)
     async with SharedStreamHarness(confirm_after=0.0) as h:
-        w = h.add(KafkaSharedStreamTrigger([topic], kafka_conn_id=conn))
+        w = h.add(KafkaSharedStreamTrigger([topic], kafka_config_id=conn))
         await probe_until_seen(kafka, topic, w)
         seen = len(w.payloads)
         await asyncio.sleep(1.0)  # the commit task coalesces commits every 0.2 s
@@ -78,7 +78,7 @@ async def test_changing_tuning_arguments_keeps_the_group_and_its_position(kafka)
     # Produced while the stream is down for the redeploy.
     await kafka.produce(topic, [f"down-{i}" for i in range(5)])
     retuned = KafkaSharedStreamTrigger(
-        [topic], kafka_conn_id=conn, max_in_flight=7, max_payload_bytes=5000, dead_letter_topic=dlq
+        [topic], kafka_config_id=conn, max_in_flight=7, max_payload_bytes=5000, dead_letter_topic=dlq
     )
     async with SharedStreamHarness(confirm_after=0.0) as h:
         w = h.add(retuned)
@@ -94,7 +94,7 @@ async def test_first_start_position_is_committed_and_survives_a_restart(kafka):
     await kafka.create_topics(topic)
     conn = kafka.connection("latest", **LATEST)
     group = kafka.name("g")
-    trigger = KafkaSharedStreamTrigger([topic], kafka_conn_id=conn, group_id=group)
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=conn, group_id=group)
     async with SharedStreamHarness(confirm_after=None) as h:
         w = h.add(trigger)
         # The starting position is committed as soon as the partition is assigned, before any
@@ -128,8 +128,8 @@ async def test_connection_group_id_never_splits_one_topic_between_streams(kafka)
         await kafka.produce(topic, [f"m{p}-{i}" for i in range(5)], partition=p)
     async with SharedStreamHarness(confirm_after=0.0) as h:
         # Two different upstreams (one topic; that topic and another) on one connection.
-        only_topic = h.add(KafkaSharedStreamTrigger([topic], kafka_conn_id=conn))
-        both = h.add(KafkaSharedStreamTrigger([topic, other], kafka_conn_id=conn))
+        only_topic = h.add(KafkaSharedStreamTrigger([topic], kafka_config_id=conn))
+        both = h.add(KafkaSharedStreamTrigger([topic, other], kafka_config_id=conn))
         await only_topic.wait_for_events(20, timeout=60)
         await both.wait_for_events(20, timeout=60)
         assert sorted(p["value"] for p in only_topic.payloads) == sorted(values)
@@ -146,9 +146,9 @@ async def test_watchers_disagreeing_on_tuning_share_nothing_silently(kafka):
     for p in range(4):
         await kafka.produce(topic, [f"m{p}-{i}" for i in range(5)], partition=p)
     async with SharedStreamHarness(confirm_after=0.0) as h:
-        first = h.add(KafkaSharedStreamTrigger([topic], kafka_conn_id=conn, max_in_flight=100))
+        first = h.add(KafkaSharedStreamTrigger([topic], kafka_config_id=conn, max_in_flight=100))
         await first.wait_for_events(1, timeout=60)
-        second = h.add(KafkaSharedStreamTrigger([topic], kafka_conn_id=conn, max_in_flight=200))
+        second = h.add(KafkaSharedStreamTrigger([topic], kafka_config_id=conn, max_in_flight=200))
         error = await second.wait_for_error(timeout=60)
         assert "max_in_flight" in str(error)
         await first.wait_for_events(20, timeout=60)
@@ -162,10 +162,12 @@ async def test_one_explicit_group_id_for_two_streams_fails_loudly(kafka):
     await kafka.create_topics(topic, other)
     group = kafka.name("g")
     async with SharedStreamHarness(confirm_after=0.0) as h:
-        first = h.add(KafkaSharedStreamTrigger([topic], kafka_conn_id=kafka.conn_id, group_id=group))
+        first = h.add(KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group))
         await kafka.produce(topic, ["a"])
         await first.wait_for_events(1, timeout=60)
-        second = h.add(KafkaSharedStreamTrigger([topic, other], kafka_conn_id=kafka.conn_id, group_id=group))
+        second = h.add(
+            KafkaSharedStreamTrigger([topic, other], kafka_config_id=kafka.conn_id, group_id=group)
+        )
         error = await second.wait_for_error(timeout=60)
         assert group in str(error)
         assert "another stream" in str(error)
@@ -205,7 +207,7 @@ async def test_record_too_large_for_the_dead_letter_topic_still_leaves_the_strea
         await producer.stop()
     await kafka.produce(topic, ["after"])
     trigger = KafkaSharedStreamTrigger(
-        [topic], kafka_conn_id=kafka.conn_id, group_id=group, dead_letter_topic=dlq
+        [topic], kafka_config_id=kafka.conn_id, group_id=group, dead_letter_topic=dlq
     )
     async with SharedStreamHarness(confirm_after=0.0) as h:
         w = h.add(trigger)
@@ -238,7 +240,7 @@ async def test_full_credit_window_keeps_the_consumer_in_its_group(kafka):
     }
     conn = kafka.connection("short_poll", **{"auto.offset.reset": "earliest", **short_poll})
     await kafka.produce(topic, [f"m{i}" for i in range(6)])
-    trigger = KafkaSharedStreamTrigger([topic], kafka_conn_id=conn, group_id=group, max_in_flight=2)
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=conn, group_id=group, max_in_flight=2)
     async with SharedStreamHarness(confirm_after=None) as h:
         w = h.add(trigger)
         await w.wait_for_events(2, timeout=60)
@@ -273,5 +275,5 @@ async def test_aborted_transactions_are_not_read_by_default(kafka):
     finally:
         await producer.stop()
     async with SharedStreamHarness(confirm_after=0.0) as h:
-        w = h.add(KafkaSharedStreamTrigger([topic], kafka_conn_id=kafka.conn_id, group_id=kafka.name("g")))
+        w = h.add(KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=kafka.name("g")))
         assert await settle(w, 2) == ["committed-1", "committed-2"]

@@ -32,7 +32,7 @@ async def test_fan_out_one_consumer_many_matches(kafka):
     messages = [{"kind": "order" if i % 2 == 0 else "refund", "n": i} for i in range(20)]
     await kafka.produce(topic, messages, key=b"k", headers=[("source", b"web"), ("bin", b"\xff\x00")])
 
-    common = {"topics": [topic], "kafka_conn_id": kafka.conn_id, "group_id": group}
+    common = {"topics": [topic], "kafka_config_id": kafka.conn_id, "group_id": group}
     async with SharedStreamHarness(confirm_after=0.0) as h:
         orders = h.add(KafkaSharedStreamTrigger(**common, match="value.kind == 'order'"))
         refunds = h.add(KafkaSharedStreamTrigger(**common, match="value.kind == 'refund'"))
@@ -61,7 +61,7 @@ async def test_commit_only_after_persistence_confirmed(kafka):
     group = kafka.name("g")
     await kafka.produce(topic, [f"m{i}" for i in range(5)])
     async with SharedStreamHarness(confirm_after=None) as h:
-        w = h.add(KafkaSharedStreamTrigger([topic], kafka_conn_id=kafka.conn_id, group_id=group))
+        w = h.add(KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group))
         await w.wait_for_events(5)
         await asyncio.sleep(1.0)
         assert await kafka.committed(group, topic) == {0: None}, "committed before persistence"
@@ -76,7 +76,7 @@ async def test_slow_partition_does_not_delay_commits_on_another(kafka):
     await kafka.produce(topic, [f"p0-{i}" for i in range(5)], partition=0)
     await kafka.produce(topic, [f"p1-{i}" for i in range(5)], partition=1)
     async with SharedStreamHarness(confirm_after=None) as h:
-        w = h.add(KafkaSharedStreamTrigger([topic], kafka_conn_id=kafka.conn_id, group_id=group))
+        w = h.add(KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group))
         await w.wait_for_events(10)
         # One watcher: the harness binds its events in the order they were yielded.
         seqs = list(h._unconfirmed)
@@ -95,7 +95,7 @@ async def test_reject_and_unprocessable_go_to_dead_letter_topic(kafka):
     await kafka.produce(topic, [b"\xff\xfe not utf-8", b"x" * 3000, {"ok": 3}])
     trigger = KafkaSharedStreamTrigger(
         [topic],
-        kafka_conn_id=kafka.conn_id,
+        kafka_config_id=kafka.conn_id,
         group_id=group,
         reject="value.bad",
         dead_letter_topic=dlq,
@@ -129,7 +129,7 @@ async def test_ack_timeout_redelivers_to_healthy_subscriber_via_seek(kafka):
     await kafka.create_topics(topic)
     group = kafka.name("g")
     await kafka.produce(topic, ["a", "b", "c"])
-    common = {"topics": [topic], "kafka_conn_id": kafka.conn_id, "group_id": group}
+    common = {"topics": [topic], "kafka_config_id": kafka.conn_id, "group_id": group}
     async with SharedStreamHarness(confirm_after=0.0, ack_timeout=1.0) as h:
         h.add(StuckTrigger(**common))
         healthy = h.add(KafkaSharedStreamTrigger(**common))
@@ -148,7 +148,7 @@ async def test_zero_subscriber_broadcast_is_read_again(kafka):
     await kafka.create_topics(topic)
     group = kafka.name("g")
     await kafka.produce(topic, ["a", "b", "c"])
-    trigger = KafkaSharedStreamTrigger([topic], kafka_conn_id=kafka.conn_id, group_id=group)
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group)
     producer = KafkaSharedStreamTrigger.create_shared_stream_producer(trigger.serialize()[1])
     stream = producer.open_stream()
     try:
@@ -170,7 +170,7 @@ async def test_restart_resumes_from_committed_offsets(kafka):
     await kafka.create_topics(topic)
     group = kafka.name("g")
     await kafka.produce(topic, [f"m{i}" for i in range(10)])
-    trigger = KafkaSharedStreamTrigger([topic], kafka_conn_id=kafka.conn_id, group_id=group)
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group)
     async with SharedStreamHarness(confirm_after=None) as h:
         w = h.add(trigger)
         await w.wait_for_events(10)
@@ -190,7 +190,7 @@ async def test_rebalance_with_second_consumer_loses_nothing(kafka):
     partitions = 4
     await kafka.create_topics(topic, partitions=partitions)
     group = kafka.name("g")
-    trigger = KafkaSharedStreamTrigger([topic], kafka_conn_id=kafka.conn_id, group_id=group)
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group)
 
     async def produce_round(round_no: int, count: int = 10) -> None:
         for p in range(partitions):
