@@ -170,3 +170,37 @@ async def test_rebalance_during_a_dead_letter_send_leaves_the_cleared_lane_alone
     await producer.committer.flush()
     assert consumer.commits == []
     assert consumer.seeks == []
+
+
+class RecordingMetrics:
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.gauges: dict[str, float] = {}
+        self.timings: list[str] = []
+
+    def incr(self, metric: str, count: int = 1) -> None:
+        self.counts[metric] = self.counts.get(metric, 0) + count
+
+    def gauge(self, metric: str, value: float) -> None:
+        self.gauges[metric] = value
+
+    def timing_ms(self, metric: str, milliseconds: float) -> None:
+        self.timings.append(metric)
+
+
+async def test_advance_reports_settlements_fan_out_and_latency():
+    producer = producer_with(RecordingConsumer())
+    metrics = RecordingMetrics()
+    producer.metrics = metrics  # type: ignore[assignment]
+    for _ in range(4):
+        producer.credits.take()
+    await producer.advance(batch((0, ACK), (1, REJECT), (2, FAIL), (3, NOBODY)))
+    assert metrics.counts == {
+        "fanned_out": 1 + 2 + 2,
+        "acked": 1,
+        "dead_lettered": 1,
+        "redelivered": 2,
+        "no_subscriber": 1,
+    }
+    assert metrics.gauges["in_flight"] == 0
+    assert metrics.timings == ["advance_latency"]
