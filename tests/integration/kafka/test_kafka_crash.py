@@ -60,7 +60,7 @@ async def test_consumer_killed_mid_stream_loses_nothing(kafka):
         w = h.add(
             KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group, max_in_flight=10)
         )
-        after = [p["value"] for p in await w.wait_for_events(1, timeout=90)]
+        await w.wait_for_events(1, timeout=90)
         deadline = asyncio.get_running_loop().time() + 90
         while (await kafka.committed(group, topic))[0] != COUNT:
             assert asyncio.get_running_loop().time() < deadline, "the successor never finished the stream"

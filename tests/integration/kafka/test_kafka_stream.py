@@ -64,7 +64,7 @@ async def test_commit_only_after_persistence_confirmed(kafka):
         w = h.add(KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group))
         await w.wait_for_events(5)
         await asyncio.sleep(1.0)
-        assert await kafka.committed(group, topic) == {0: None}, "committed before persistence"
+        assert await kafka.committed(group, topic) == {0: 0}, "committed past the start before persistence"
         h.confirm()
         assert await wait_committed(kafka, group, topic, {0: 5}) == {0: 5}
 
@@ -82,7 +82,7 @@ async def test_slow_partition_does_not_delay_commits_on_another(kafka):
         seqs = list(h._unconfirmed)
         partitions = [p["partition"] for p in w.payloads]
         h.confirm(seq for seq, p in zip(seqs, partitions, strict=True) if p == 1)
-        assert await wait_committed(kafka, group, topic, {0: None, 1: 5}, partitions=2) == {0: None, 1: 5}
+        assert await wait_committed(kafka, group, topic, {0: 0, 1: 5}, partitions=2) == {0: 0, 1: 5}
         h.confirm()
         assert await wait_committed(kafka, group, topic, {0: 5, 1: 5}, partitions=2) == {0: 5, 1: 5}
 
@@ -135,7 +135,7 @@ async def test_ack_timeout_redelivers_to_healthy_subscriber_via_seek(kafka):
         healthy = h.add(KafkaSharedStreamTrigger(**common))
         await healthy.wait_for_events(3)
         # The stuck watcher holds every commit until the ack timeout fails it out.
-        assert await kafka.committed(group, topic) == {0: None}
+        assert await kafka.committed(group, topic) == {0: 0}  # the start position only
         await healthy.wait_for_events(6, timeout=20)
         assert [p["offset"] for p in healthy.payloads] == [0, 1, 2, 0, 1, 2]
         assert await wait_committed(kafka, group, topic, {0: 3}) == {0: 3}
@@ -157,7 +157,7 @@ async def test_zero_subscriber_broadcast_is_read_again(kafka):
         await producer.advance([AdvanceItem(payload, AdvanceOutcome(0, 0, 0)) for _, payload in first])
         again = [await asyncio.wait_for(anext(stream), 15) for _ in range(3)]
         assert [raw.envelope["value"] for raw, _ in again] == ["a", "b", "c"]
-        assert await kafka.committed(group, topic) == {0: None}
+        assert await kafka.committed(group, topic) == {0: 0}  # the start position only
         await producer.advance([AdvanceItem(payload, AdvanceOutcome(1, 0, 0)) for _, payload in again])
         assert await wait_committed(kafka, group, topic, {0: 3}) == {0: 3}
     finally:
