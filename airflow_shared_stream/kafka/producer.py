@@ -82,7 +82,11 @@ from airflow_shared_stream.kafka.errors import (  # noqa: E402
     KafkaTopicNotFoundError,
 )
 from airflow_shared_stream.kafka.hook import KafkaHook  # noqa: E402
-from airflow_shared_stream.kafka.identity import consumer_group_id, group_claims  # noqa: E402
+from airflow_shared_stream.kafka.identity import (  # noqa: E402
+    consumer_group_id,
+    group_claims,
+    guarded_assignor,
+)
 from airflow_shared_stream.kafka.offsets import OffsetLedger  # noqa: E402
 from airflow_shared_stream.kafka.ownership import PartitionOwnership  # noqa: E402
 
@@ -232,6 +236,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         """Monotonic time before which nothing is fetched (after a zero-subscriber broadcast)."""
         # Partitions assigned whose start position is not yet known to be committed.
         self._unanchored: set[TopicPartition] = set()
+        self._group_conflict: KafkaGroupConflictError | None = None
 
     @property
     def kafka_conn_id(self) -> str:
@@ -266,6 +271,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         while True:
             if self.committer.error is not None:
                 raise self.committer.error
+            if self._group_conflict is not None:
+                raise self._group_conflict
             available = credits.available or await self._wait_for_credit(consumer)
             delay = self.paused_until - time.monotonic()
             if delay > 0:
@@ -406,7 +413,12 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self._claimed_group = group_id
         self.group_id = group_id
         servers = ",".join(config.common["bootstrap_servers"])
-        consumer = AIOKafkaConsumer(**config.consumer_kwargs(group_id))
+        kwargs = config.consumer_kwargs(group_id)
+        kwargs["partition_assignment_strategy"] = tuple(
+            guarded_assignor(assignor, self._on_subscription_conflict)
+            for assignor in kwargs["partition_assignment_strategy"]
+        )
+        consumer = AIOKafkaConsumer(**kwargs)
         self.attach(consumer)
         try:
             await consumer.start()
@@ -450,6 +462,17 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         return kind(f"{what} (connection {self.kafka_config_id!r}): {self._scrubber.describe(exc)}")
 
     # -- rebalance ------------------------------------------------------------------------
+
+    def _on_subscription_conflict(self, subscriptions: dict[str, tuple[str, ...]]) -> None:
+        """This consumer leads a group whose members read different topics: fail the stream."""
+        others = sorted({", ".join(topics) for topics in subscriptions.values()} - {", ".join(self.topics)})
+        self._group_conflict = KafkaGroupConflictError(
+            f"consumer group {self.group_id!r} (connection {self.kafka_config_id!r}) has members "
+            f"reading other topics ({'; '.join(others)}) besides this stream ({', '.join(self.topics)}): "
+            "another stream, probably in another triggerer, uses the same group, and Kafka splits the "
+            "partitions of the common topics between them. Give each stream its own group_id"
+        )
+        log.error("%s", self._group_conflict)
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         """aiokafka's listener: commit what is settled, then disown what is still in flight."""

@@ -14,10 +14,11 @@ import contextlib
 import itertools
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger
+from airflow_shared_stream.kafka import KafkaGroupConflictError, KafkaSharedStreamTrigger
 from airflow_shared_stream.testing import SharedStreamHarness
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -171,6 +172,42 @@ async def test_one_explicit_group_id_for_two_streams_fails_loudly(kafka):
         error = await second.wait_for_error(timeout=60)
         assert group in str(error)
         assert "another stream" in str(error)
+
+
+async def test_a_member_of_another_stream_in_the_group_fails_the_stream(kafka):
+    """Issue 7 item 3, across triggerers: the group's leader sees the other subscription."""
+    topic, other = kafka.name("t"), kafka.name("other")
+    await kafka.create_topics(topic, other)
+    group = kafka.name("g")
+    async with SharedStreamHarness(confirm_after=0.0) as h:
+        ours = h.add(KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group))
+        await probe_until_seen(kafka, topic, ours)
+        # Another triggerer's consumer of another stream, given the same group by mistake.
+        stranger = AIOKafkaConsumer(
+            topic,
+            other,
+            bootstrap_servers=kafka.bootstrap,
+            group_id=group,
+            enable_auto_commit=False,
+            partition_assignment_strategy=(RangePartitionAssignor,),  # the connection's default
+        )
+        await stranger.start()
+        polling = asyncio.create_task(_poll_forever(stranger))
+        try:
+            error = await ours.wait_for_error(timeout=90)
+        finally:
+            polling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await polling
+            await stranger.stop()
+    assert isinstance(error, KafkaGroupConflictError)
+    assert group in str(error)
+    assert other in str(error)
+
+
+async def _poll_forever(consumer) -> None:
+    while True:
+        await consumer.getmany(timeout_ms=200)
 
 
 # -- item 6: a record too large for the dead-letter topic still leaves the stream -------------
