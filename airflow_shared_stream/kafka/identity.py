@@ -126,7 +126,7 @@ def guarded_assignor(
     fails its stream with an error naming the group and the subscriptions.
     """
 
-    class SubscriptionGuard(assignor):  # type: ignore[misc, valid-type]
+    class SubscriptionGuard(assignor):
         @classmethod
         def assign(cls, cluster: Any, members: Any) -> Any:
             subscriptions = {member: tuple(sorted(meta.subscription)) for member, meta in members.items()}

@@ -84,7 +84,7 @@ class KafkaSharedStreamTrigger(SharedStreamTrigger):
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         kafka_conn_id: str | None = None,
     ) -> None:
-        given = {
+        given: dict[str, Any] = {
             "kafka_config_id": kafka_config_id,
             "group_id": group_id,
             "match": match,
