@@ -199,3 +199,15 @@ class TestKafkaContract(SharedStreamContract):
             yield KafkaContractBroker(kafka, clients)
         finally:
             clients.close()
+
+    async def test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream(self, contract_broker, request):
+        if contract_broker.kafka.broker.name == "tansu":
+            # Strict: if Tansu stops re-creating deleted topics, this turns red and the marker goes.
+            request.applymarker(
+                pytest.mark.xfail(
+                    strict=True,
+                    reason="Tansu re-creates a deleted topic when a record is produced to it, so the "
+                    "dead-letter copy cannot be made to fail there (noida-db runs this test)",
+                )
+            )
+        await super().test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream(contract_broker)
