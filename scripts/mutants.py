@@ -5,9 +5,10 @@ Prove the shared contract suite catches the bugs it is named after.
 Each mutant is one deliberate bug (delete on receipt, no credit window, dead-letter after the
 delete, dead-letter skipped when the send fails, one lane per message on an ordered queue,
 leases not renewed; for Kafka: commit on receipt, no credit window, dead-letter fire-and-forget
-or after the commit, dead-letter skipped when the send fails). For each, this script copies the package and the tests to a temporary
-directory, applies the mutant there (the working tree is never touched), runs the contract tests
-that must catch it against the real broker, and checks that they FAIL. A mutant that survives
+or after the commit, dead-letter skipped when the send fails). For each, this script copies the
+package and the tests to a temporary directory, applies the mutant there (the working tree is
+never touched), runs the contract tests that must catch it against the real broker, and checks
+that they FAIL. A mutant that survives
 is a hole in the suite: the script exits non-zero and names it.
 
 Usage::
