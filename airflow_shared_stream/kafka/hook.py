@@ -308,15 +308,22 @@ AIOKAFKA_LOGGERS = (
 )
 
 
+_aiokafka_logs = SecretScrubber()
+"""One scrubber for aiokafka's loggers, holding the secrets of every stream started here."""
+
+
 def protect_secrets(config: KafkaClientConfig) -> SecretScrubber:
     """
     Register a config's secrets with Airflow's secrets masker and scrub them from aiokafka's logs.
 
     Called when a stream starts (the hook reads its connection), not at import: importing the
-    provider must not touch logging configuration.
+    provider must not touch logging configuration. Returns the config's own scrubber, for error
+    messages.
     """
     scrubber = config.scrubber()
-    scrubber.install(*AIOKAFKA_LOGGERS)
+    for secret in config.secrets:
+        _aiokafka_logs.add(secret, repr(secret.encode())[2:-1])
+    _aiokafka_logs.install(*AIOKAFKA_LOGGERS)  # idempotent: one filter per logger
     return scrubber
 
 

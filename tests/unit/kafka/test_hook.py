@@ -138,3 +138,22 @@ async def test_hook_reads_airflow_connection(monkeypatch):
     assert config.common["sasl_plain_username"] == "svc"
     assert config.common["bootstrap_servers"] == ["h:9"]
     assert SECRET not in repr(config)
+
+
+def test_aiokafka_log_scrubbing_starts_with_a_stream_and_does_not_pile_up():
+    import logging
+
+    from airflow_shared_stream.kafka import hook
+
+    conn_logger = logging.getLogger("aiokafka.conn")
+    before = len(conn_logger.filters)
+    extra = {"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT", "sasl.username": "u"}
+    for _ in range(2):  # two stream starts
+        hook.protect_secrets(client_config_from_extra({**extra, "sasl.password": SECRET}))
+    assert len(conn_logger.filters) - before <= 1
+    record = logging.LogRecord(
+        "aiokafka.conn", logging.DEBUG, __file__, 1, "sent %r", (SECRET.encode(),), None
+    )
+    for log_filter in conn_logger.filters:
+        log_filter.filter(record) if isinstance(log_filter, logging.Filter) else log_filter(record)
+    assert SECRET not in record.getMessage()
