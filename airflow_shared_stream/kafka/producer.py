@@ -53,14 +53,11 @@ from aiokafka.errors import (  # noqa: E402
     IllegalSaslStateError,
     IllegalStateError,
     KafkaError,
-    MessageSizeTooLargeError,
     RebalanceInProgressError,
-    RecordListTooLargeError,
     SaslAuthenticationFailed,
     TopicAuthorizationFailedError,
     UnsupportedSaslMechanismError,
 )
-from aiokafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer  # noqa: E402
 
 from airflow_shared_stream.common import metrics as m  # noqa: E402
@@ -74,6 +71,7 @@ from airflow_shared_stream.common.trigger import (  # noqa: E402
     DEFAULT_MAX_PAYLOAD_BYTES,
 )
 from airflow_shared_stream.kafka.committer import LOST_TO_REBALANCE, OffsetCommitter  # noqa: E402
+from airflow_shared_stream.kafka.dead_letters import DeadLetterWriter  # noqa: E402
 from airflow_shared_stream.kafka.errors import (  # noqa: E402
     KafkaAccessError,
     KafkaEndpointError,
@@ -100,11 +98,6 @@ POLL_TIMEOUT_MS = 500
 ZERO_SUBSCRIBER_BACKOFF = 0.25
 """Pause before re-reading a message no subscriber was online for, instead of spinning on it."""
 
-ORIGIN_HEADERS = ("x-shared-stream-topic", "x-shared-stream-partition", "x-shared-stream-offset")
-REASON_HEADER = "x-shared-stream-dead-letter-reason"
-SIZE_HEADER = "x-shared-stream-original-size"
-POINTER_KEY_LIMIT = 1024
-"""A pointer record keeps the original key only up to this size (the key may be what is large)."""
 
 ACCESS_REFUSED = (
     AuthenticationFailedError,
@@ -117,9 +110,6 @@ ACCESS_REFUSED = (
     UnsupportedSaslMechanismError,
 )
 """Errors meaning the cluster refused the connection's credentials or their permissions."""
-
-TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError)
-"""Client- or broker-side refusals of a record for its size: retrying the same record never helps."""
 
 
 class KafkaBrokerPayload(NamedTuple):
@@ -609,15 +599,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
     # -- dead letters ---------------------------------------------------------------------
 
     async def _dead_letter(self, payloads: list[KafkaBrokerPayload]) -> None:
-        """
-        Produce ``payloads`` to the dead-letter topic and wait until the broker has every one.
-
-        A record too large for the dead-letter topic (the origin headers add a few dozen bytes,
-        so a record near the limit that was accepted upstream can be refused here) is replaced
-        by a pointer: no value, the origin headers, the reason and the original size. Retrying
-        the full record would fail the stream on it forever; the pointer lets the stream go on
-        and names where the original still is (until the source topic's retention removes it).
-        """
+        """Produce ``payloads`` to the dead-letter topic, acknowledged (see :mod:`.dead_letters`)."""
         if self.dead_letter_topic is None or self._dlq is None:
             for payload in payloads:
                 log.warning(
@@ -627,54 +609,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                     payload.offset,
                 )
             return
-        dlq, topic = self._dlq, self.dead_letter_topic
-        try:
-            deliveries = []
-            for payload in payloads:
-                headers = [*payload.headers, *_origin_headers(payload)]
-                try:
-                    delivery = await dlq.send(topic, value=payload.value, key=payload.key, headers=headers)
-                except TOO_LARGE as exc:  # refused by the client before it was sent
-                    delivery = await self._send_pointer(dlq, topic, payload, headers, exc)
-                deliveries.append((payload, headers, delivery))
-            await dlq.flush()
-            pointers = []
-            for payload, headers, delivery in deliveries:
-                try:
-                    await delivery
-                except TOO_LARGE as exc:  # refused by the broker (its message.max.bytes)
-                    pointers.append(await self._send_pointer(dlq, topic, payload, headers, exc))
-            if pointers:
-                await dlq.flush()
-                await asyncio.gather(*pointers)
-        except KafkaError as exc:
-            raise self._error(f"producing to dead-letter topic {topic!r} failed", exc) from None
-        log.warning("Dead-lettered %d message(s) to %s", len(payloads), topic)
-
-    async def _send_pointer(
-        self,
-        dlq: AIOKafkaProducer,
-        topic: str,
-        payload: KafkaBrokerPayload,
-        headers: list[tuple[str, bytes]],
-        exc: BaseException,
-    ) -> asyncio.Future[Any]:
-        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(payload.key, payload.value, headers)
-        reason = f"record too large for the dead-letter topic ({size} bytes): {type(exc).__name__}"
-        log.error(
-            "Dead-lettering %s/%d@%d as a pointer record: %s",
-            payload.topic,
-            payload.partition,
-            payload.offset,
-            reason,
-        )
-        key = payload.key if payload.key is None or len(payload.key) <= POINTER_KEY_LIMIT else None
-        pointer_headers = [
-            *_origin_headers(payload),
-            (REASON_HEADER, reason.encode()),
-            (SIZE_HEADER, str(size).encode()),
-        ]
-        return await dlq.send(topic, value=None, key=key, headers=pointer_headers)
+        await DeadLetterWriter(self._dlq, self.dead_letter_topic, self._error).write(payloads)
 
     # -- close ----------------------------------------------------------------------------
 
@@ -695,8 +630,3 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 await consumer.stop()
             except Exception as exc:
                 log.warning("Stopping the Kafka consumer failed: %s", type(exc).__name__)
-
-
-def _origin_headers(payload: KafkaBrokerPayload) -> list[tuple[str, bytes]]:
-    origin = (str(payload.topic), str(payload.partition), str(payload.offset))
-    return [(name, value.encode()) for name, value in zip(ORIGIN_HEADERS, origin, strict=True)]
