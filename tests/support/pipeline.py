@@ -115,18 +115,16 @@ def wait_for_pipeline(
     ids: set[str],
     expected_ids: set[str],
     timeout: float,
-    nudge: Callable[[], set[str]] | None = None,
     progress: Callable[[PipelineState], None] | None = None,
 ) -> PipelineState:
     """
     Poll until :meth:`PipelineState.finished`; fail early, with the task log, if a task failed.
 
-    ``nudge`` publishes one more (valid, matching) message and returns its event id: called when
-    :func:`stranded` says events wait for a next message, as a live stream would send. Its id is
-    added to ``ids`` and ``expected_ids`` (both mutated, so the caller sees them).
+    Nothing is published to help: a message whose asset events no run consumes within
+    ``timeout`` fails the wait, and the message says whether Airflow left them stranded
+    (:func:`stranded`) or was still working on them.
     """
     deadline = time.monotonic() + timeout
-    stranded_since: float | None = None
     while True:
         airflow.check_alive()
         state = snapshot(airflow, dag_id, source, body_key, ids)
@@ -140,24 +138,29 @@ def wait_for_pipeline(
             )
         if state.finished(expected_ids):
             return state
-        if nudge is not None and expected_ids <= state.event_ids and stranded(airflow, dag_id, state):
-            # Give the scheduler a few loops to prove it will not pick them up by itself.
-            stranded_since = stranded_since or time.monotonic()
-            if time.monotonic() - stranded_since > 5:
-                added = nudge()
-                ids |= added
-                expected_ids |= added
-                stranded_since = None
-        else:
-            stranded_since = None
         if time.monotonic() > deadline:
-            missing = sorted(expected_ids - state.run_of_event.keys())
-            raise AssertionError(
-                f"{dag_id} did not finish within {timeout}s: {len(missing)} events not consumed by a run "
-                f"({missing[:5]}...); runs: {[(r.run_id, r.state) for r in state.runs]}; "
-                f"tasks done: {sorted(state.task_end)}"
-            )
+            raise AssertionError(describe_unfinished(airflow, dag_id, state, expected_ids, timeout))
         time.sleep(1.0)
+
+
+def describe_unfinished(
+    airflow: AirflowDeployment, dag_id: str, state: PipelineState, expected_ids: set[str], timeout: float
+) -> str:
+    """What is missing, in words: for the failure of a test and the demo's exit status."""
+    no_event = sorted(expected_ids - state.event_ids)
+    unconsumed = sorted((expected_ids & state.event_ids) - state.run_of_event.keys())
+    parts = [f"{dag_id} did not finish within {timeout:.0f}s"]
+    if no_event:
+        parts.append(f"{len(no_event)} messages have no asset event ({no_event[:5]})")
+    if unconsumed:
+        why = (
+            "stranded: every run is done and nothing is queued (apache/airflow#56050)"
+            if stranded(airflow, dag_id, state)
+            else "not consumed yet"
+        )
+        parts.append(f"{len(unconsumed)} asset events consumed by no run, {why} ({unconsumed[:5]})")
+    parts.append(f"runs: {[(r.run_id, r.state) for r in state.runs]}; tasks done: {len(state.task_end)}")
+    return "; ".join(parts)
 
 
 def parquet_event_ids(table_dir: Path) -> list[str]:
