@@ -69,7 +69,10 @@ log = logging.getLogger(__name__)
 
 CONFIG_SECTION = "shared_stream"
 CONFIG_KEY = "requeue_stranded_asset_events"
-"""``[shared_stream] requeue_stranded_asset_events`` (env ``AIRFLOW__SHARED_STREAM__REQUEUE_STRANDED_ASSET_EVENTS``)."""
+"""``[shared_stream] requeue_stranded_asset_events``.
+
+Environment: ``AIRFLOW__SHARED_STREAM__REQUEUE_STRANDED_ASSET_EVENTS=True``.
+"""
 
 UPSTREAM_FIX_COLUMN = "asset_event_id"
 """The ADRQ column apache/airflow#70972 adds: with it, every event has its own queue row."""
@@ -128,18 +131,19 @@ def requeue_stranded_asset_events(dag_id: str, *, session: Session) -> list[Stra
     through ``DagScheduleAssetReference`` (the assets named in its schedule); events that reach
     it only through an asset alias are not looked at.
     """
-    from sqlalchemy import and_, exists, func, select
-
     from airflow._shared.timezones import timezone
     from airflow.models.asset import (
         AssetDagRunQueue,
         AssetEvent,
         DagScheduleAssetReference,
+    )
+    from airflow.models.asset import (
         association_table as dagrun_asset_event,
     )
     from airflow.models.dag import DagModel
     from airflow.models.dagrun import DagRun
     from airflow.utils.types import DagRunType
+    from sqlalchemy import and_, exists, func, select
 
     dag = session.execute(
         select(DagModel.is_paused, DagModel.timetable_partitioned).where(DagModel.dag_id == dag_id)
@@ -186,10 +190,9 @@ def requeue_stranded_asset_events(dag_id: str, *, session: Session) -> list[Stra
 
 def _insert_ignoring_conflicts(session: Session, values: list[dict[str, Any]]) -> None:
     """``INSERT ... ON CONFLICT DO NOTHING`` on the dialects Airflow supports."""
-    from sqlalchemy import insert
-
     from airflow.models.asset import AssetDagRunQueue
     from airflow.utils.sqlalchemy import get_dialect_name
+    from sqlalchemy import insert
 
     dialect = get_dialect_name(session)
     if dialect == "postgresql":
@@ -213,10 +216,9 @@ def refresh_queued_asset(asset_name: str, asset_uri: str, *, session: Session) -
     is therefore later than the event's timestamp, as for a row core inserts). Never moves a
     row backwards: another writer's clock may be ahead.
     """
-    from sqlalchemy import select, update
-
     from airflow._shared.timezones import timezone
     from airflow.models.asset import AssetDagRunQueue, AssetModel
+    from sqlalchemy import select, update
 
     now = timezone.utcnow()
     result: Any = session.execute(
@@ -270,9 +272,8 @@ class StrandedAssetEventsListener:
     """
 
     def _sweep(self, dag_run: Any) -> None:
-        from sqlalchemy.orm import object_session
-
         from airflow.utils.types import DagRunType
+        from sqlalchemy.orm import object_session
 
         if dag_run.run_type != DagRunType.ASSET_TRIGGERED or not is_enabled():
             return

@@ -55,7 +55,8 @@ def _as_server_user(argv: list[str]) -> list[str]:
 def _run(argv: list[str], what: str) -> None:
     result = subprocess.run(_as_server_user(argv), capture_output=True, text=True, check=False, timeout=120)
     if result.returncode != 0:
-        raise RuntimeError(f"{what} failed ({result.returncode}):\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+        output = f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+        raise RuntimeError(f"{what} failed ({result.returncode}):\n{output}")
 
 
 @contextlib.contextmanager
