@@ -107,7 +107,8 @@ def test_without_the_setting_core_leaves_the_second_event_after_the_queue_time(
     second = _watcher_event(2)
     assert _queue_row_time() == queued_at
     # The scheduler's next run takes events up to the queue time: the second one is not in it.
-    assert queued_at is not None and second > queued_at
+    assert queued_at is not None
+    assert second > queued_at
 
 
 def test_with_the_setting_the_queue_time_follows_the_newest_watcher_event(
@@ -119,7 +120,8 @@ def test_with_the_setting_the_queue_time_follows_the_newest_watcher_event(
     for payload in range(2, 6):
         newest = _watcher_event(payload)
         queued_at = _queue_row_time()
-        assert queued_at is not None and queued_at >= newest
+        assert queued_at is not None
+        assert queued_at >= newest
 
 
 def test_events_that_no_trigger_created_keep_core_behaviour(
@@ -197,7 +199,8 @@ def test_the_sweep_requeues_events_newer_than_the_last_run_once(
     stranded = _sweep()
     assert [(s.asset_id, s.events, s.newest_event) for s in stranded] == [(world["asset_id"], 2, third)]
     queued_at = _queue_row_time()
-    assert queued_at is not None and queued_at >= third > second
+    assert queued_at is not None
+    assert queued_at >= third > second
     # Idempotent: the row is there now; a second sweep (another scheduler) adds nothing.
     assert _sweep() == []
     assert _queue_row_time() == queued_at
@@ -267,4 +270,5 @@ def test_refresh_waits_for_a_scheduler_holding_the_row_and_the_event_is_queued_a
     finally:
         scheduler.close()
     queued_at = _queue_row_time()
-    assert queued_at is not None and queued_at >= done["ts"]
+    assert queued_at is not None
+    assert queued_at >= done["ts"]
