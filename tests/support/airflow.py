@@ -365,6 +365,11 @@ class AirflowDeployment:
             for r in runs
         ]
 
+    def max_active_runs(self, dag_id: str) -> int:
+        with self.db() as conn:
+            row = conn.execute("SELECT max_active_runs FROM dag WHERE dag_id = ?", (dag_id,)).fetchone()
+        return int(row["max_active_runs"]) if row and row["max_active_runs"] is not None else 16
+
     def queued_assets(self, dag_id: str) -> int:
         """Rows of the asset-triggered run queue (ADRQ) for ``dag_id``: a run is about to be created."""
         with self.db() as conn:
