@@ -202,4 +202,7 @@ def latency_log() -> Iterator[dict[str, Any]]:
     print("\n" + table)
     if os.environ.get("RECORD_E2E_LATENCY") == "1":
         LATENCY_RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        LATENCY_RESULTS.write_text(LATENCY_HEADER + table + "\n")
+        from bench.machine import describe
+
+        machine = describe(["apache-airflow", "aiokafka", "aiobotocore", "psycopg2-binary", "pyspark"])
+        LATENCY_RESULTS.write_text(LATENCY_HEADER + machine + "\n\n" + table + "\n")

@@ -20,41 +20,12 @@ from tests.e2e.conftest import MITIGATION_ENV
 from tests.support.airflow import AirflowDeployment, airflow_deployment
 from tests.support.brokers import KafkaBroker
 from tests.support.processes import wait_until
+from tests.support.stranding_probe import PROBE_DAG
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 DAG_ID = "stranding_probe"
 BURST = 12
-PROBE_DAG = """
-from __future__ import annotations
-
-import os
-import time
-
-from airflow.sdk import DAG, Asset, AssetWatcher, task
-
-from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger
-
-TOPIC = os.environ["STRANDING_PROBE_TOPIC"]
-probe = Asset(
-    "stranding_probe",
-    uri=f"kafka://probe/{TOPIC}",
-    watchers=[
-        AssetWatcher(
-            name="stranding_probe_watcher",
-            trigger=KafkaSharedStreamTrigger(topics=[TOPIC], kafka_conn_id="kafka_default", group_id=TOPIC),
-        )
-    ],
-)
-
-with DAG(dag_id="stranding_probe", schedule=[probe], max_active_runs=1, catchup=False):
-
-    @task
-    def hold_the_slot() -> None:
-        time.sleep(4)
-
-    hold_the_slot()
-"""
 
 
 def _unconsumed(airflow: AirflowDeployment) -> tuple[int, int]:
