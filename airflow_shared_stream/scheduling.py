@@ -40,8 +40,8 @@ Guarantees:
   links events: no duplicate run and no
   event consumed twice can come from it (the next run's window starts at the newest
   ``run_after`` of the Dag's asset-triggered runs, above every consumed event);
-* the insert is conflict-free (``ON CONFLICT DO NOTHING``) in a savepoint of the scheduler's own
-  transaction: two schedulers, or a triggerer inserting the same row, cannot make it fail, and a
+* the insert is conflict-free (``ON CONFLICT DO NOTHING``) in a connection-level savepoint of
+  the scheduler's own transaction: two schedulers, or a triggerer inserting the same row, cannot make it fail, and a
   failure never breaks the scheduler's transaction;
 * its ``created_at`` is the current time, later than the ``run_after`` of any run that another
   scheduler can be creating concurrently, so the next run's window never reaches back into an
@@ -53,8 +53,9 @@ Guarantees:
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -235,6 +236,22 @@ def refresh_queued_asset(asset_name: str, asset_uri: str, *, session: Session) -
     return int(result.rowcount or 0)
 
 
+@contextlib.contextmanager
+def _savepoint(session: Session) -> Iterator[None]:
+    """
+    A SAVEPOINT on the session's connection, so a failure here never breaks the caller's
+    transaction (on PostgreSQL a failed statement aborts the whole transaction otherwise).
+
+    Not ``Session.begin_nested()``: the scheduler runs the listeners inside ``prohibit_commit``,
+    whose guard fails any commit of the session, the release of a Session-level savepoint
+    included. Pending ORM changes of the caller are flushed first, outside the savepoint, so
+    rolling it back can only undo this module's own statements.
+    """
+    session.flush()
+    with session.connection().begin_nested():
+        yield
+
+
 class QueuedAssetRefreshListener:
     """
     Triggerer listener: keep the ADRQ row's time at the newest event of a watcher's asset.
@@ -256,7 +273,7 @@ class QueuedAssetRefreshListener:
         if not session.in_transaction():
             return
         try:
-            with session.begin_nested():
+            with _savepoint(session):
                 refresh_queued_asset(asset_event.asset.name, asset_event.asset.uri, session=session)
         except Exception:
             log.exception("Could not refresh the run queue of asset %s", asset_event.asset.name)
@@ -282,7 +299,7 @@ class StrandedAssetEventsListener:
             log.warning("Dag run %s has no session; cannot re-queue its stranded events", dag_run.run_id)
             return
         try:
-            with session.begin_nested():
+            with _savepoint(session):
                 stranded = requeue_stranded_asset_events(dag_run.dag_id, session=session)
         except Exception:
             log.exception("Could not re-queue stranded asset events of Dag %s", dag_run.dag_id)

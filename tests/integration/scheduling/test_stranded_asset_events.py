@@ -272,3 +272,30 @@ def test_refresh_waits_for_a_scheduler_holding_the_row_and_the_event_is_queued_a
     queued_at = _queue_row_time()
     assert queued_at is not None
     assert queued_at >= done["ts"]
+
+
+def test_the_scheduler_listener_requeues_inside_the_schedulers_commit_guard(
+    world: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    The scheduler calls ``on_dag_run_running`` inside ``prohibit_commit``, whose guard raises on
+    any commit of the session, a Session-level savepoint's release included: the listener must
+    write without one, and leave the scheduler's transaction for the scheduler to commit.
+    """
+    from airflow import settings
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.sqlalchemy import prohibit_commit
+
+    monkeypatch.delenv(SETTING, raising=False)
+    first = _watcher_event(1)
+    _watcher_event(2)
+    _asset_triggered_run(run_after=first, consumed=_event_ids()[:1])
+    _clear_queue()
+    monkeypatch.setenv(SETTING, "True")
+
+    session = settings.Session()
+    run = session.scalar(select(DagRun).where(DagRun.dag_id == DAG_ID))
+    with prohibit_commit(session) as guard:
+        scheduling.StrandedAssetEventsListener().on_dag_run_running(dag_run=run, msg="started")
+        guard.commit()
+    assert _queue_row_time() is not None
