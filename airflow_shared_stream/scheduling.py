@@ -41,8 +41,8 @@ Guarantees:
   event consumed twice can come from it (the next run's window starts at the newest
   ``run_after`` of the Dag's asset-triggered runs, above every consumed event);
 * the insert is conflict-free (``ON CONFLICT DO NOTHING``) in a connection-level savepoint of
-  the scheduler's own transaction: two schedulers, or a triggerer inserting the same row, cannot make it fail, and a
-  failure never breaks the scheduler's transaction;
+  the scheduler's own transaction: two schedulers, or a triggerer inserting the same row,
+  cannot make it fail, and a failure never breaks the scheduler's transaction;
 * its ``created_at`` is the current time, later than the ``run_after`` of any run that another
   scheduler can be creating concurrently, so the next run's window never reaches back into an
   earlier run's events;
