@@ -1,8 +1,8 @@
 """
 Re-queue asset events that Airflow 3.3's asset-triggered scheduling leaves stranded.
 
-The cause (Airflow 3.3.2, ``assets/manager.py`` and ``SchedulerJobRunner._create_dag_runs_asset_triggered``):
-an asset event queues each Dag scheduled on its asset with one ``AssetDagRunQueue`` (ADRQ) row per
+The cause (Airflow 3.3.2, ``assets/manager.py`` and
+``SchedulerJobRunner._create_dag_runs_asset_triggered``): an asset event queues each Dag scheduled on its asset with one ``AssetDagRunQueue`` (ADRQ) row per
 (asset, Dag) whose ``created_at`` is set only when the row is inserted (``ON CONFLICT DO NOTHING``
 on PostgreSQL, ``merge`` on SQLite). The scheduler creates the run with
 ``triggered_date = max(created_at)``, gives it the events with ``timestamp <= triggered_date``
@@ -37,9 +37,9 @@ event window and consumes the events.
 Guarantees:
 
 * it only ever inserts ADRQ rows or moves their ``created_at`` forward, never creates runs nor
-  links events: no duplicate run and no
-  event consumed twice can come from it (the next run's window starts at the newest
-  ``run_after`` of the Dag's asset-triggered runs, above every consumed event);
+  links events: no duplicate run and no event consumed twice can come from it (the next run's
+  window starts at the newest ``run_after`` of the Dag's asset-triggered runs, above every
+  consumed event);
 * the insert is conflict-free (``ON CONFLICT DO NOTHING``) in a connection-level savepoint of
   the scheduler's own transaction: two schedulers, or a triggerer inserting the same row,
   cannot make it fail, and a failure never breaks the scheduler's transaction;
