@@ -46,6 +46,8 @@ class DagRunRow:
     start_date: datetime | None
     end_date: datetime | None
     asset_event_ids: tuple[int, ...]
+    run_after: datetime | None = None
+    """For an asset-triggered run, the close of its event window (its newest queue row's time)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,8 +340,8 @@ class AirflowDeployment:
     def dag_runs(self, dag_id: str) -> list[DagRunRow]:
         with self.db() as conn:
             runs = conn.execute(
-                "SELECT id, dag_id, run_id, state, run_type, created_at, queued_at, start_date, end_date "
-                "FROM dag_run WHERE dag_id = ? ORDER BY id",
+                "SELECT id, dag_id, run_id, state, run_type, created_at, queued_at, start_date, end_date, "
+                "run_after FROM dag_run WHERE dag_id = ? ORDER BY id",
                 (dag_id,),
             ).fetchall()
             links = conn.execute(
@@ -361,6 +363,7 @@ class AirflowDeployment:
                 start_date=_ts(r["start_date"]),
                 end_date=_ts(r["end_date"]),
                 asset_event_ids=tuple(sorted(events.get(r["id"], []))),
+                run_after=_ts(r["run_after"]),
             )
             for r in runs
         ]

@@ -209,19 +209,33 @@ class Latency:
         )
 
 
+def slot_taken_at(run: DagRunRow) -> datetime | None:
+    """
+    When ``run`` took one of the Dag's ``max_active_runs`` slots.
+
+    At its creation, or, for an asset-triggered run, when its event window closed (its
+    ``run_after``, the newest queue row's time) if that came first: an event persisted between
+    the two is the next run's to consume, and with one slot that run can only follow this one.
+    """
+    if run.run_type == "asset_triggered" and run.run_after is not None and run.created_at is not None:
+        return min(run.run_after, run.created_at)
+    return run.created_at
+
+
 def could_start_at(event_time: datetime, runs: Iterable[DagRunRow], max_active_runs: int) -> datetime:
     """
     The first moment at or after ``event_time`` when the Dag was below ``max_active_runs``.
 
-    A run holds a slot from its creation (queued runs count, as in the scheduler's check) to its
-    end. Before that moment the wait is the Dag's own (``max_active_runs``); after it, a run that
-    consumes the event is the scheduler's to create.
+    A run holds a slot from :func:`slot_taken_at` (queued runs count, as in the scheduler's
+    check) to its end. Before that moment the wait is the Dag's own (``max_active_runs``);
+    after it, a run that consumes the event is the scheduler's to create.
     """
+    never = datetime.max.replace(tzinfo=timezone.utc)
     ends = sorted(
-        r.end_date or datetime.max.replace(tzinfo=timezone.utc)
+        r.end_date or never
         for r in runs
-        if r.created_at is not None
-        and r.created_at <= event_time
+        if (taken := slot_taken_at(r)) is not None
+        and taken < event_time
         and (r.end_date is None or r.end_date > event_time)
     )
     if len(ends) < max_active_runs:
