@@ -95,7 +95,7 @@ class AirflowDeployment:
     One Airflow deployment in ``home``, serving the Dags in ``dags_folder``.
 
     :param env: extra environment for every component: ``AIRFLOW_CONN_*`` connections,
-        ``AIRFLOW_VAR_*`` variables, ``AIRFLOW__SECTION__KEY`` overrides.
+        settings the Dags read, ``AIRFLOW__SECTION__KEY`` overrides.
     :param parallelism: ``[core] parallelism``; low on 2-core machines so Spark keeps its CPU.
     :param database_url: the metadata database (``[database] sql_alchemy_conn``); ``None`` is
         SQLite in ``home``. ``postgresql+psycopg2://...`` URLs are read with psycopg2.
