@@ -2,9 +2,10 @@
 Re-queue asset events that Airflow 3.3's asset-triggered scheduling leaves stranded.
 
 The cause (Airflow 3.3.2, ``assets/manager.py`` and
-``SchedulerJobRunner._create_dag_runs_asset_triggered``): an asset event queues each Dag scheduled on its asset with one ``AssetDagRunQueue`` (ADRQ) row per
-(asset, Dag) whose ``created_at`` is set only when the row is inserted (``ON CONFLICT DO NOTHING``
-on PostgreSQL, ``merge`` on SQLite). The scheduler creates the run with
+``SchedulerJobRunner._create_dag_runs_asset_triggered``): an asset event queues each Dag
+scheduled on its asset with one ``AssetDagRunQueue`` (ADRQ) row per (asset, Dag) whose
+``created_at`` is set only when the row is inserted (``ON CONFLICT DO NOTHING`` on PostgreSQL,
+``merge`` on SQLite). The scheduler creates the run with
 ``triggered_date = max(created_at)``, gives it the events with ``timestamp <= triggered_date``
 and deletes the rows it read. Events of an already-queued asset that arrive after its row was
 created are in no run and leave no row behind: they wait for the *next* event of the stream,
@@ -269,6 +270,8 @@ class QueuedAssetRefreshListener:
             return
         from airflow import settings
 
+        if settings.Session is None:  # no ORM configured in this process: nothing to refresh
+            return
         session = settings.Session()
         if not session.in_transaction():
             return
