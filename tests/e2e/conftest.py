@@ -45,7 +45,6 @@ WATCHERS = {
     for source in ("kafka", "sqs")
     for name in ("orders_created", "orders_cancelled", "large_orders")
 }
-DAG_IDS = {"kafka_orders_pipeline", "sqs_orders_pipeline"}
 DAG_FILES = {"kafka": "kafka_orders_pipeline.py", "sqs": "sqs_orders_pipeline.py"}
 SHARED_DAG_FILES = ("order_pipeline.py", ".airflowignore", "spark_jobs")
 MITIGATION_ENV = "AIRFLOW__SHARED_STREAM__REQUEUE_STRANDED_ASSET_EVENTS"
