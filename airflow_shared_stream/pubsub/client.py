@@ -20,6 +20,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_shared_stream.common.errors import SecretScrubber
 from airflow_shared_stream.pubsub.errors import (
     PubSubAccessError,
     PubSubConfigurationError,
@@ -55,6 +56,8 @@ class PubSubClient:
         self._rpc_timeout = rpc_timeout
         self._subscriber: Any = None
         self._publisher: Any = None
+        self.scrubber = SecretScrubber(settings.secrets)
+        """Key material of the connection, kept out of error messages and of Google's SDK logs."""
 
     @property
     def endpoint(self) -> str:
@@ -64,6 +67,7 @@ class PubSubClient:
 
     def open(self) -> None:
         """Create the subscriber client. Call from the event loop that will use it."""
+        self.scrubber.install("google.api_core", "google.auth", "google.pubsub_v1", "grpc")
         from google.pubsub_v1 import SubscriberAsyncClient
         from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcAsyncIOTransport
 
@@ -187,11 +191,6 @@ class PubSubClient:
 
     # -- errors ---------------------------------------------------------------------------------
 
-    def scrub(self, text: str) -> str:
-        for secret in sorted(self._settings.secrets, key=len, reverse=True):
-            text = text.replace(secret, "***")
-        return text
-
     def explain(self, exc: BaseException, operation: str, resource: str) -> PubSubSharedStreamError:
         """Turn a google.api_core / google.auth error into one of ours; never quotes a credential."""
         from google.api_core import exceptions
@@ -218,9 +217,9 @@ class PubSubClient:
                 f"({type(exc).__name__}).{hint}"
             )
         if isinstance(exc, exceptions.InvalidArgument | exceptions.FailedPrecondition):
-            message = self.scrub(str(getattr(exc, "message", "") or exc))
+            message = self.scrubber.scrub(str(getattr(exc, "message", "") or exc))
             return PubSubConfigurationError(f"{where} was refused: {message}")
         if isinstance(exc, exceptions.GoogleAPICallError):
-            message = self.scrub(str(getattr(exc, "message", "") or exc))
+            message = self.scrubber.scrub(str(getattr(exc, "message", "") or exc))
             return PubSubSharedStreamError(f"{where} failed: {type(exc).__name__}: {message}")
-        return PubSubSharedStreamError(f"{where} failed: {type(exc).__name__}: {self.scrub(str(exc))}")
+        return PubSubSharedStreamError(f"{where} failed: {type(exc).__name__}: {self.scrubber.scrub(str(exc))}")

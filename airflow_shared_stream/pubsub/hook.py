@@ -126,6 +126,7 @@ class PubSubClientSettings:
     """What the async clients are built from; ``repr`` leaves the credentials out."""
 
     project: str | None
+    """The project the connection names (``extra.project`` or its key's ``project_id``)."""
     emulator_host: str | None
     credentials_source: str
     """Where the credentials came from, for logs (``key_path``, ``application default``...)."""
@@ -261,8 +262,11 @@ def settings_from_extra(extra: dict[str, Any], conn_id: str) -> PubSubClientSett
     Build client settings from a connection's extra (blocking: may read files or the network).
 
     Order, as the Google provider: emulator (no credentials), anonymous, one key field,
-    application default credentials. The project is the connection's ``project``, else the
-    credentials' own.
+    application default credentials. The project is the one the connection names
+    (``extra.project``, else the service-account key's ``project_id``): the same rule the
+    trigger's stream key uses, so a short subscription name always resolves to one full path.
+    A project that only application default credentials know (a metadata server) is not used:
+    name it on the connection or the trigger.
     """
     for name in _UNSUPPORTED_FIELDS:
         if _field(extra, name) is not None:
@@ -292,9 +296,9 @@ def settings_from_extra(extra: dict[str, Any], conn_id: str) -> PubSubClientSett
         return _application_default(project, scopes, conn_id)
     source = given[0]
     value = _field(extra, source)
-    credentials, key_project, secrets = _load_key(source, value, scopes, conn_id)
+    credentials, _, secrets = _load_key(source, value, scopes, conn_id)
     return PubSubClientSettings(
-        project=project or key_project,
+        project=project,
         emulator_host=None,
         credentials_source=f"extra.{source}",
         credentials=credentials,
@@ -345,7 +349,7 @@ def _application_default(project: str | None, scopes: tuple[str, ...], conn_id: 
     from google.auth.exceptions import DefaultCredentialsError
 
     try:
-        credentials, adc_project = google.auth.default(scopes=scopes)
+        credentials, _ = google.auth.default(scopes=scopes)
     except DefaultCredentialsError:
         raise PubSubConfigurationError(
             f"no Google credentials: connection {conn_id!r} has no key (extra.key_path, "
@@ -354,7 +358,7 @@ def _application_default(project: str | None, scopes: tuple[str, ...], conn_id: 
             "application-default login, or a metadata server)"
         ) from None
     return PubSubClientSettings(
-        project=project or adc_project,
+        project=project,
         emulator_host=None,
         credentials_source="application default credentials",
         credentials=credentials,
