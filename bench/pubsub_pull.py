@@ -279,8 +279,9 @@ CHOICE = """
 
 - The window holds with unary pull: each pull asks for exactly the free credits, so the peak
   outstanding count is the window. The streaming pull's `max_outstanding_messages` is a request
-  to the server, and the emulator did not honour it (peak far above the window); Google documents
-  server-side flow control as best effort. The shared stream's window is what keeps subscriber
+  to the server, and the emulator did not honour it (peak far above the window); the real
+  service was not measured here, and a window that depends on the server is one we cannot
+  check. The shared stream's window is what keeps subscriber
   queues from overflowing and messages from timing out in the triggerer (DESIGN.md section 2),
   so it must hold.
 - After a restart, unary-pulled messages come back when their ack deadline runs out. Messages a

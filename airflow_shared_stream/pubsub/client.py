@@ -8,10 +8,10 @@ and nothing else: the service's own message is scrubbed of the connection's key 
 before it is quoted.
 
 Why unary ``pull`` and not ``streaming_pull``: see bench/results/pubsub_pull.md. In short, the
-shared stream's credit window already decides how many messages may be outstanding, and a unary
-pull asks for exactly the free credits; a streaming pull keeps pushing up to its own flow-control
-limit and, when the stream is cancelled (triggerer shutdown, group restart), leaves whatever it
-pushed leased until the ack deadline runs out.
+shared stream's credit window decides how many messages may be outstanding, and a unary pull asks
+for exactly the free credits; a streaming pull's flow control is the server's to honour (the
+emulator pushed four times the window), and messages a cancelled stream had received stayed
+leased far past their ack deadline on the emulator.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ every message of a subscription without ordering, share an advance lane per pull
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ log = logging.getLogger(__name__)
 
 PULL_WAIT_SECONDS = 10.0
 """Long-poll wait of one pull: Pub/Sub answers as soon as messages are there."""
+CLOSE_NACK_SECONDS = 5.0
+"""How long closing the stream may spend giving unsettled messages back."""
 PUBLISH_LIMIT = 1000
 """Most messages in one ``publish`` request."""
 PUBLISH_BYTES = 9 * 1024 * 1024
@@ -169,6 +172,30 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
                 self.subscription,
             )
         return lease_seconds
+
+    async def aclose(self) -> None:
+        """
+        Give every unsettled message back to Pub/Sub at once, then close.
+
+        A group closes when its last watcher leaves or fails, or the triggerer stops. Its
+        unsettled messages would otherwise stay leased until their ack deadline (which the lease
+        keeper may have pushed out), delaying the next triggerer's delivery; a nack makes them
+        available now. Nothing is lost either way: none of them was acknowledged.
+        """
+        held = self.held_deliveries()
+        if held and self._client is not None and self._leases is not None:
+            try:
+                async with self._leases.settling(d.lease for d in held):
+                    await asyncio.wait_for(self.redeliver(held), timeout=CLOSE_NACK_SECONDS)
+            except Exception as exc:  # best effort: their deadlines run out instead
+                log.warning(
+                    "Could not give %d unsettled message(s) of %s back on close (%s); Pub/Sub "
+                    "redelivers them when their ack deadline passes",
+                    len(held),
+                    self.subscription,
+                    type(exc).__name__,
+                )
+        await super().aclose()
 
     async def disconnect(self) -> None:
         if self._client is not None:

@@ -128,14 +128,19 @@ async def test_ack_only_after_persistence_and_no_redelivery_while_outstanding(pu
 
 async def test_failed_watcher_makes_the_message_come_back_at_once(pubsub):
     topic, subscription = pubsub.topic_with_subscription(ack_deadline_seconds=60)
-    async with SharedStreamHarness(confirm_after=None, ack_timeout=1.0) as harness:
-        watcher = harness.add(PubSubSharedStreamTrigger(subscription))
+    async with SharedStreamHarness(confirm_after=None, ack_timeout=2.0) as harness:
+        failing = harness.add(PubSubSharedStreamTrigger(subscription))
+        healthy = harness.add(PubSubSharedStreamTrigger(subscription))
         [sent] = pubsub.publish(topic, [{"n": 1}])
-        await watcher.wait_for_events(1)
-        # Never persisted: the manager fails it after the ack timeout and the producer nacks it
-        # (modify_ack_deadline 0), so it comes back well before its 60 s deadline.
-        await watcher.wait_for_events(2, timeout=20)
-        assert ids_of(watcher)[:2] == [sent, sent]
+        await healthy.wait_for_events(1)
+        await failing.wait_for_events(1)
+        harness.confirm(watcher=healthy)
+        # The failing watcher's event is never persisted: the manager fails it after the ack
+        # timeout, and the producer nacks the message (modify_ack_deadline 0), so it comes back
+        # now rather than after its 60 s deadline.
+        await failing.wait_for_error(timeout=20)
+        await healthy.wait_for_events(2, timeout=20)
+        assert ids_of(healthy) == [sent, sent]
 
 
 async def test_reject_without_dead_letter_topic_is_nacked_to_the_subscription_policy(pubsub, harness):
