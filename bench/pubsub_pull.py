@@ -61,7 +61,9 @@ def cpu_seconds() -> float:
 class Consumer:
     """Receive with a credit window; ack each message ``persist_delay`` after receipt."""
 
-    def __init__(self, host: str, subscription: str, window: int, persist_delay: float, ack: bool = True) -> None:
+    def __init__(
+        self, host: str, subscription: str, window: int, persist_delay: float, ack: bool = True
+    ) -> None:
         self.client = SubscriberAsyncClient(
             transport=SubscriberGrpcAsyncIOTransport(channel=grpc.aio.insecure_channel(host))
         )
@@ -166,8 +168,14 @@ KINDS = {"unary": UnaryConsumer, "streaming": StreamingConsumer}
 
 
 @contextlib.asynccontextmanager
-async def consuming(kind: str, emulator: PubSubEmulator, subscription: str, window: int, persist_delay: float,
-                    ack: bool = True) -> AsyncIterator[Consumer]:
+async def consuming(
+    kind: str,
+    emulator: PubSubEmulator,
+    subscription: str,
+    window: int,
+    persist_delay: float,
+    ack: bool = True,
+) -> AsyncIterator[Consumer]:
     consumer = KINDS[kind](emulator.host, subscription, window, persist_delay, ack)
     task = asyncio.create_task(consumer.run())
     try:
@@ -188,13 +196,17 @@ async def wait_for(predicate: Any, timeout: float) -> bool:
     return False
 
 
-async def burst(kind: str, emulator: PubSubEmulator, messages: int, window: int, persist_delay: float) -> dict:
+async def burst(
+    kind: str, emulator: PubSubEmulator, messages: int, window: int, persist_delay: float
+) -> dict:
     topic, subscription = emulator.topic_with_subscription(ack_deadline_seconds=60)
     await asyncio.to_thread(emulator.publish, topic, [{"n": i, "pad": "x" * 80} for i in range(messages)])
     cpu0, t0 = cpu_seconds(), time.monotonic()
     async with consuming(kind, emulator, subscription, window, persist_delay) as consumer:
-        done = await wait_for(lambda: consumer.outstanding == 0 and len({m for _, m in consumer.received}) >= messages,
-                              timeout=600)
+        done = await wait_for(
+            lambda: consumer.outstanding == 0 and len({m for _, m in consumer.received}) >= messages,
+            timeout=600,
+        )
         seconds = time.monotonic() - t0
         ids = [m for _, m in consumer.received]
         return {
@@ -235,7 +247,10 @@ async def restart(kind: str, emulator: PubSubEmulator, window: int) -> dict:
 
 
 async def main(messages: int, window: int, persist_delay: float) -> str:
-    with tempfile.TemporaryDirectory(prefix="bench-pubsub-") as tmp, pubsub_emulator_process(Path(tmp)) as emulator:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-pubsub-") as tmp,
+        pubsub_emulator_process(Path(tmp)) as emulator,
+    ):
         rows = {}
         for kind in KINDS:
             print(f"{kind}: burst", flush=True)
@@ -260,14 +275,16 @@ async def main(messages: int, window: int, persist_delay: float) -> str:
         "",
         describe(["google-cloud-pubsub", "grpcio", "google-api-core"]),
         "",
-        "| consumer | burst s | burst msg/s | burst CPU s | peak outstanding | dup | RPCs | no-delay s | no-delay msg/s "
+        "| consumer | burst s | burst msg/s | burst CPU s | peak outstanding | dup | RPCs "
+        "| no-delay s | no-delay msg/s "
         "| idle p50 ms | idle max ms | restart s (redelivered) |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for kind, r in rows.items():
         b, f, i, s = r["burst"], r["fast"], r["idle"], r["restart"]
         lines.append(
-            f"| {kind} | {b['seconds']:.1f} | {b['rate']:.0f} | {b['cpu']:.1f} | {b['peak']} | {b['duplicates']} | {b['rpcs']} "
+            f"| {kind} | {b['seconds']:.1f} | {b['rate']:.0f} | {b['cpu']:.1f} | {b['peak']} "
+            f"| {b['duplicates']} | {b['rpcs']} "
             f"| {f['seconds']:.1f} | {f['rate']:.0f} | {i['p50'] * 1000:.0f} | {i['max'] * 1000:.0f} "
             f"| {s['seconds']:.1f} ({s['got']}) |"
         )

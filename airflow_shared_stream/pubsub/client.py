@@ -50,7 +50,9 @@ class PubSubClient:
         endpoint that does not answer fails the stream after this long with a clear error.
     """
 
-    def __init__(self, settings: PubSubClientSettings, *, gcp_conn_id: str, rpc_timeout: float = 30.0) -> None:
+    def __init__(
+        self, settings: PubSubClientSettings, *, gcp_conn_id: str, rpc_timeout: float = 30.0
+    ) -> None:
         self._settings = settings
         self._gcp_conn_id = gcp_conn_id
         self._rpc_timeout = rpc_timeout
@@ -75,7 +77,9 @@ class PubSubClient:
             import grpc
 
             channel = grpc.aio.insecure_channel(self._settings.emulator_host)
-            self._subscriber = SubscriberAsyncClient(transport=SubscriberGrpcAsyncIOTransport(channel=channel))
+            self._subscriber = SubscriberAsyncClient(
+                transport=SubscriberGrpcAsyncIOTransport(channel=channel)
+            )
         else:
             self._subscriber = SubscriberAsyncClient(credentials=self._settings.credentials)
 
@@ -88,7 +92,9 @@ class PubSubClient:
                 import grpc
 
                 channel = grpc.aio.insecure_channel(self._settings.emulator_host)
-                self._publisher = PublisherAsyncClient(transport=PublisherGrpcAsyncIOTransport(channel=channel))
+                self._publisher = PublisherAsyncClient(
+                    transport=PublisherGrpcAsyncIOTransport(channel=channel)
+                )
             else:
                 self._publisher = PublisherAsyncClient(credentials=self._settings.credentials)
         return self._publisher
@@ -112,7 +118,10 @@ class PubSubClient:
             maximum=5.0,
             multiplier=2.0,
             predicate=retry_async.if_exception_type(
-                exceptions.ServiceUnavailable, exceptions.Aborted, exceptions.InternalServerError, exceptions.Unknown
+                exceptions.ServiceUnavailable,
+                exceptions.Aborted,
+                exceptions.InternalServerError,
+                exceptions.Unknown,
             ),
             timeout=self._rpc_timeout,
         )
@@ -127,7 +136,9 @@ class PubSubClient:
 
     async def get_topic(self, topic: str) -> Any:
         try:
-            return await self._publisher_client().get_topic(topic=topic, retry=self._retry(), timeout=self._rpc_timeout)
+            return await self._publisher_client().get_topic(
+                topic=topic, retry=self._retry(), timeout=self._rpc_timeout
+            )
         except Exception as exc:
             raise self.explain(exc, "GetTopic", topic) from None
 
@@ -196,7 +207,9 @@ class PubSubClient:
         from google.api_core import exceptions
         from google.auth.exceptions import GoogleAuthError
 
-        where = f"Pub/Sub {operation} on {resource} (connection {self._gcp_conn_id!r}, endpoint {self.endpoint})"
+        where = (
+            f"Pub/Sub {operation} on {resource} (connection {self._gcp_conn_id!r}, endpoint {self.endpoint})"
+        )
         if isinstance(exc, exceptions.RetryError):
             exc = exc.cause or exc
         if isinstance(exc, exceptions.NotFound):
@@ -210,7 +223,9 @@ class PubSubClient:
                 "check the key and its roles (roles/pubsub.subscriber, and roles/pubsub.publisher "
                 "on a dead_letter_topic)"
             )
-        if isinstance(exc, exceptions.ServiceUnavailable | exceptions.DeadlineExceeded | exceptions.RetryError):
+        if isinstance(
+            exc, exceptions.ServiceUnavailable | exceptions.DeadlineExceeded | exceptions.RetryError
+        ):
             hint = " Is the emulator running?" if self._settings.emulator_host else ""
             return PubSubEndpointError(
                 f"{where} failed: the endpoint did not answer within {self._rpc_timeout:.0f}s "
@@ -222,4 +237,6 @@ class PubSubClient:
         if isinstance(exc, exceptions.GoogleAPICallError):
             message = self.scrubber.scrub(str(getattr(exc, "message", "") or exc))
             return PubSubSharedStreamError(f"{where} failed: {type(exc).__name__}: {message}")
-        return PubSubSharedStreamError(f"{where} failed: {type(exc).__name__}: {self.scrubber.scrub(str(exc))}")
+        return PubSubSharedStreamError(
+            f"{where} failed: {type(exc).__name__}: {self.scrubber.scrub(str(exc))}"
+        )

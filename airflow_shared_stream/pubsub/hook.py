@@ -50,7 +50,9 @@ _UNSUPPORTED_FIELDS = ("key_secret_name", "impersonation_chain")
 _RESOURCE_ID = r"(?!goog)[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}"
 # Project ids are 6-30 characters; domain-scoped ones look like "example.com:my-project".
 _PROJECT_ID = r"(?:[a-z][a-z0-9.\-]*[a-z0-9]:)?[a-z][a-z0-9\-]{4,28}[a-z0-9]"
-_FULL_PATH = re.compile(rf"^projects/(?P<project>{_PROJECT_ID})/(?P<kind>subscriptions|topics)/(?P<id>{_RESOURCE_ID})$")
+_FULL_PATH = re.compile(
+    rf"^projects/(?P<project>{_PROJECT_ID})/(?P<kind>subscriptions|topics)/(?P<id>{_RESOURCE_ID})$"
+)
 _SHORT_NAME = re.compile(rf"^{_RESOURCE_ID}$")
 _PROJECT = re.compile(rf"^{_PROJECT_ID}$")
 
@@ -156,9 +158,7 @@ class PubSubHook(BaseHook):
         return {
             "hidden_fields": ["host", "schema", "port", "login", "password"],
             "relabeling": {},
-            "placeholders": {
-                "extra": '{"project": "my-project", "key_path": "/secrets/pubsub-reader.json"}'
-            },
+            "placeholders": {"extra": '{"project": "my-project", "key_path": "/secrets/pubsub-reader.json"}'},
         }
 
     # -- reading the connection -------------------------------------------------------------
@@ -180,7 +180,9 @@ class PubSubHook(BaseHook):
         try:
             conn = await BaseHook.aget_connection(self.gcp_conn_id)
         except AirflowNotFoundException:
-            raise PubSubConfigurationError(f"Airflow connection {self.gcp_conn_id!r} is not defined") from None
+            raise PubSubConfigurationError(
+                f"Airflow connection {self.gcp_conn_id!r} is not defined"
+            ) from None
         extra = self._extra(conn)
         # Key files, ADC discovery and the metadata server are blocking: keep them off the loop.
         return await asyncio.to_thread(settings_from_extra, extra, self.gcp_conn_id)
@@ -189,7 +191,9 @@ class PubSubHook(BaseHook):
         try:
             return BaseHook.get_connection(self.gcp_conn_id)
         except AirflowNotFoundException:
-            raise PubSubConfigurationError(f"Airflow connection {self.gcp_conn_id!r} is not defined") from None
+            raise PubSubConfigurationError(
+                f"Airflow connection {self.gcp_conn_id!r} is not defined"
+            ) from None
 
     def _extra(self, conn: Any) -> dict[str, Any]:
         try:
@@ -197,7 +201,9 @@ class PubSubHook(BaseHook):
         except Exception:
             extra = None
         if not isinstance(extra, dict):
-            raise PubSubConfigurationError(f"connection {self.gcp_conn_id!r} has an extra that is not a JSON object")
+            raise PubSubConfigurationError(
+                f"connection {self.gcp_conn_id!r} has an extra that is not a JSON object"
+            )
         return extra
 
 
@@ -239,7 +245,9 @@ def _keyfile_info(keyfile: Any, conn_id: str) -> dict[str, Any]:
                 f"extra.keyfile_dict of connection {conn_id!r} is not a JSON object"
             ) from None
         if not isinstance(info, dict):
-            raise PubSubConfigurationError(f"extra.keyfile_dict of connection {conn_id!r} is not a JSON object")
+            raise PubSubConfigurationError(
+                f"extra.keyfile_dict of connection {conn_id!r} is not a JSON object"
+            )
     if isinstance(info.get("private_key"), str):
         # Keys pasted into a UI or an environment variable often carry escaped newlines.
         info["private_key"] = info["private_key"].replace("\\n", "\n")
@@ -283,7 +291,10 @@ def settings_from_extra(extra: dict[str, Any], conn_id: str) -> PubSubClientSett
         from google.auth.credentials import AnonymousCredentials
 
         return PubSubClientSettings(
-            project=project, emulator_host=None, credentials_source="anonymous", credentials=AnonymousCredentials()
+            project=project,
+            emulator_host=None,
+            credentials_source="anonymous",
+            credentials=AnonymousCredentials(),
         )
     given = [name for name in _KEY_FIELDS if _field(extra, name) is not None]
     if len(given) > 1:
@@ -306,7 +317,9 @@ def settings_from_extra(extra: dict[str, Any], conn_id: str) -> PubSubClientSett
     )
 
 
-def _load_key(source: str, value: Any, scopes: tuple[str, ...], conn_id: str) -> tuple[Any, str | None, tuple[str, ...]]:
+def _load_key(
+    source: str, value: Any, scopes: tuple[str, ...], conn_id: str
+) -> tuple[Any, str | None, tuple[str, ...]]:
     import google.auth
     from google.auth.exceptions import GoogleAuthError
     from google.oauth2 import service_account
@@ -316,7 +329,9 @@ def _load_key(source: str, value: Any, scopes: tuple[str, ...], conn_id: str) ->
         if source == "key_path":
             path = str(value)
             if not path.endswith(".json"):
-                raise PubSubConfigurationError(f"{where} must be a JSON key file (legacy P12 keys are not supported)")
+                raise PubSubConfigurationError(
+                    f"{where} must be a JSON key file (legacy P12 keys are not supported)"
+                )
             if not os.path.isfile(path):
                 raise PubSubConfigurationError(f"{where} names {path!r}, which is not a readable file")
             credentials = service_account.Credentials.from_service_account_file(path, scopes=scopes)

@@ -103,7 +103,9 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
     ) -> None:
         self._subscription_name = ResourceName.parse(subscription, "subscriptions", "subscription")
         self._dead_letter_name = (
-            ResourceName.parse(dead_letter_topic, "topics", "dead_letter_topic") if dead_letter_topic else None
+            ResourceName.parse(dead_letter_topic, "topics", "dead_letter_topic")
+            if dead_letter_topic
+            else None
         )
         super().__init__(max_in_flight=max_in_flight, stream_label=stream_label(self._subscription_name.id))
         self._project_id = project_id
@@ -295,7 +297,9 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
         # Publish first and acknowledge only what Pub/Sub has accepted: a failed publish raises,
         # the batch is not acknowledged, and the messages come back.
         await self.client.publish(self.dead_letter_topic, copies)
-        await self.client.acknowledge(self.subscription, [letter.delivery.handle.ack_id for letter in letters])
+        await self.client.acknowledge(
+            self.subscription, [letter.delivery.handle.ack_id for letter in letters]
+        )
         log.info(
             "Dead-lettered %d message(s) of %s to %s: %s",
             len(letters),
@@ -317,7 +321,9 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
 
     async def _nack_to_policy(self, letters: Sequence[DeadLetter[PubSubMessageHandle]]) -> None:
         assert self.subscription is not None
-        await self.client.modify_ack_deadline(self.subscription, [letter.delivery.handle.ack_id for letter in letters], 0)
+        await self.client.modify_ack_deadline(
+            self.subscription, [letter.delivery.handle.ack_id for letter in letters], 0
+        )
         for letter in letters:
             if self._policy_topic is not None:
                 log.warning(

@@ -1,4 +1,4 @@
-"""``PubSubSharedStreamTrigger``: watch a Pub/Sub subscription from any number of AssetWatchers, one subscriber."""
+"""``PubSubSharedStreamTrigger``: watch a Pub/Sub subscription from any number of AssetWatchers."""
 
 from __future__ import annotations
 
@@ -82,7 +82,9 @@ class PubSubSharedStreamTrigger(SharedStreamTrigger):
         if project_id is not None and self._subscription.project not in (None, project_id):
             self._subscription.resolve(project_id)  # raises, naming both projects
         self._dead_letter = (
-            ResourceName.parse(dead_letter_topic, "topics", "dead_letter_topic") if dead_letter_topic else None
+            ResourceName.parse(dead_letter_topic, "topics", "dead_letter_topic")
+            if dead_letter_topic
+            else None
         )
         if not gcp_conn_id or not isinstance(gcp_conn_id, str):
             raise PubSubConfigurationError("gcp_conn_id must name an Airflow connection")

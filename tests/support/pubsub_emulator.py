@@ -156,9 +156,7 @@ class PubSubEmulator:
         from google.api_core import exceptions
 
         try:
-            response = self.subscriber.pull(
-                subscription=subscription, max_messages=max_messages, timeout=2.0
-            )
+            response = self.subscriber.pull(subscription=subscription, max_messages=max_messages, timeout=2.0)
         except exceptions.DeadlineExceeded:
             return []
         received = list(response.received_messages)
@@ -215,9 +213,7 @@ def pubsub_emulator_process(data_dir: Path, *, timeout: float = 60.0) -> Iterato
                     f"{tail(log_path)}"
                 )
             if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"the Pub/Sub emulator was not ready within {timeout}s:\n{tail(log_path)}"
-                )
+                raise RuntimeError(f"the Pub/Sub emulator was not ready within {timeout}s:\n{tail(log_path)}")
             time.sleep(0.1)
         yield PubSubEmulator(port=port, log_path=log_path)
 

@@ -163,17 +163,24 @@ async def test_reject_with_dead_letter_topic_publishes_then_acknowledges(pubsub,
     topic, subscription = pubsub.topic_with_subscription(ordering=True)
     short_dead_topic = dead_topic.rsplit("/", 1)[1]
     good = harness.add(
-        PubSubSharedStreamTrigger(subscription, reject="body.order_id == null", dead_letter_topic=short_dead_topic)
+        PubSubSharedStreamTrigger(
+            subscription, reject="body.order_id == null", dead_letter_topic=short_dead_topic
+        )
     )
     other = harness.add(
         PubSubSharedStreamTrigger(subscription, match="body.order_id > `1`", dead_letter_topic=dead_topic)
     )
     ids = pubsub.publish(
-        topic, [{"order_id": 1}, {"broken": True}, {"order_id": 2}], attributes={"source": "shop"}, ordering_key="c1"
+        topic,
+        [{"order_id": 1}, {"broken": True}, {"order_id": 2}],
+        attributes={"source": "shop"},
+        ordering_key="c1",
     )
     await good.wait_for_events(2)
     await other.wait_for_events(1)
-    dead = await eventually(lambda: pubsub.pull(dead_reader), lambda m: len(m) == 1, timeout=30, what="dead letter")
+    dead = await eventually(
+        lambda: pubsub.pull(dead_reader), lambda m: len(m) == 1, timeout=30, what="dead letter"
+    )
     copy = dead[0].message
     assert json.loads(copy.data) == {"broken": True}
     assert copy.ordering_key == "c1"
@@ -195,7 +202,9 @@ async def test_oversized_data_is_dead_lettered_not_fired(pubsub, harness):
     watcher = harness.add(PubSubSharedStreamTrigger(subscription, dead_letter_topic=dead_topic))
     pubsub.publish(topic, [{"blob": "x" * 70_000}, {"small": True}])
     await watcher.wait_for_events(1)
-    dead = await eventually(lambda: pubsub.pull(dead_reader), lambda m: len(m) == 1, timeout=30, what="dead letter")
+    dead = await eventually(
+        lambda: pubsub.pull(dead_reader), lambda m: len(m) == 1, timeout=30, what="dead letter"
+    )
     assert len(dead[0].message.data) > 70_000
     assert dict(dead[0].message.attributes)["dead_letter_reason"] == "unprocessable"
     assert [p["body"] for p in watcher.payloads] == [{"small": True}]
