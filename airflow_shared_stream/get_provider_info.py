@@ -30,6 +30,11 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["apache"],
             },
             {
+                "integration-name": "Google Cloud Pub/Sub shared stream",
+                "external-doc-url": "https://cloud.google.com/pubsub/",
+                "tags": ["gcp"],
+            },
+            {
                 "integration-name": "Apache Spark (deferrable, standalone REST)",
                 "external-doc-url": "https://spark.apache.org/docs/latest/spark-standalone.html",
                 "tags": ["software"],
@@ -43,6 +48,10 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "Apache Kafka shared stream",
                 "python-modules": ["airflow_shared_stream.kafka.trigger"],
+            },
+            {
+                "integration-name": "Google Cloud Pub/Sub shared stream",
+                "python-modules": ["airflow_shared_stream.pubsub.trigger"],
             },
             {
                 "integration-name": "Apache Spark (deferrable, standalone REST)",
@@ -64,5 +73,9 @@ def get_provider_info() -> dict[str, Any]:
         "connection-types": [
             {"hook-class-name": "airflow_shared_stream.sqs.hook.SqsHook", "connection-type": "aws"},
             {"hook-class-name": "airflow_shared_stream.kafka.hook.KafkaHook", "connection-type": "kafka"},
+            {
+                "hook-class-name": "airflow_shared_stream.pubsub.hook.PubSubHook",
+                "connection-type": "google_cloud_platform",
+            },
         ],
     }
