@@ -29,7 +29,7 @@ import asyncio
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow_shared_stream.common.errors import require_sdk
 from airflow_shared_stream.common.leased_queue import DeadLetter, Delivery, LeasedQueueProducer
@@ -84,6 +84,8 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
     """
 
     broker = "pubsub"
+    client_class: ClassVar[type[PubSubClient]] = PubSubClient
+    """The client the stream talks through (tests swap in one that records what the broker accepted)."""
     receive_limit = PULL_LIMIT
     settle_batch_limit = ACK_IDS_PER_CALL
     dead_letter_batch_limit = PUBLISH_LIMIT
@@ -134,7 +136,9 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
             self.dead_letter_topic = self._dead_letter_name.resolve(
                 self._dead_letter_name.project or self.subscription.split("/")[1]
             )
-        self._client = PubSubClient(settings, gcp_conn_id=self._gcp_conn_id, rpc_timeout=self._rpc_timeout)
+        self._client = self.client_class(
+            settings, gcp_conn_id=self._gcp_conn_id, rpc_timeout=self._rpc_timeout
+        )
         self._client.open()
         subscription = await self._client.get_subscription(self.subscription)
         if subscription.push_config.push_endpoint:
