@@ -1,6 +1,7 @@
 """
-One real deployment per e2e session: noida-db (Kafka protocol), moto's SQS server, a Spark
-standalone cluster (master + worker) and Airflow 3.3 serving ``example_dags/``.
+One real deployment per e2e session: noida-db (Kafka protocol), moto's SQS server, Google's
+Pub/Sub emulator, a Spark standalone cluster (master + worker) and Airflow 3.3 serving
+``example_dags/``.
 
 Everything starts once (about a minute, most of it the Airflow api-server) and is shared by
 every e2e test; each test uses its own topic/queue-independent assertions (event ids) so they
@@ -22,6 +23,7 @@ import pytest
 from tests.support.airflow import AirflowDeployment, airflow_deployment
 from tests.support.brokers import KafkaBroker, SqsServer, kafka_broker_process, sqs_server_process
 from tests.support.pipeline import latency_table
+from tests.support.pubsub_emulator import PubSubEmulator, pubsub_emulator_process
 from tests.support.spark import SparkCluster, spark_standalone_cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,13 +35,17 @@ KAFKA_DEAD_LETTER_TOPIC = "orders.dlq"
 KAFKA_GROUP_ID = "airflow-orders-pipeline"
 SQS_QUEUE = "orders"
 SQS_DEAD_LETTER_QUEUE = "orders-dlq"
+PUBSUB_TOPIC = "orders"
+PUBSUB_SUBSCRIPTION = "orders-airflow"
+PUBSUB_DEAD_LETTER_TOPIC = "orders-dlq"
+PUBSUB_DEAD_LETTER_READER = "orders-dlq-reader"
 
 WATCHERS = {
     f"{source}_{name}_watcher"
-    for source in ("kafka", "sqs")
+    for source in ("kafka", "sqs", "pubsub")
     for name in ("orders_created", "orders_cancelled", "large_orders")
 }
-DAG_IDS = {"kafka_orders_pipeline", "sqs_orders_pipeline"}
+DAG_IDS = {"kafka_orders_pipeline", "sqs_orders_pipeline", "pubsub_orders_pipeline"}
 
 LATENCY_RESULTS = REPO / "bench" / "results" / "e2e_latency.md"
 LATENCY_HEADER = """# End-to-end latency of the example pipelines
@@ -63,6 +69,7 @@ class Stack:
     airflow: AirflowDeployment
     kafka: KafkaBroker
     sqs: SqsServer
+    pubsub: PubSubEmulator
     spark: SparkCluster
     data_dir: Path
     sqs_queue_url: str
@@ -88,6 +95,17 @@ def sqs(e2e_dir: Path) -> Iterator[SqsServer]:
 
 
 @pytest.fixture(scope="session")
+def pubsub(e2e_dir: Path) -> Iterator[PubSubEmulator]:
+    (e2e_dir / "pubsub").mkdir()
+    with pubsub_emulator_process(e2e_dir / "pubsub") as emulator:
+        topic = emulator.create_topic(PUBSUB_TOPIC)
+        dead_letter_topic = emulator.create_topic(PUBSUB_DEAD_LETTER_TOPIC)
+        emulator.create_subscription(topic, PUBSUB_SUBSCRIPTION, ack_deadline_seconds=20)
+        emulator.create_subscription(dead_letter_topic, PUBSUB_DEAD_LETTER_READER)
+        yield emulator
+
+
+@pytest.fixture(scope="session")
 def spark(e2e_dir: Path) -> Iterator[SparkCluster]:
     # 4 scheduling slots on 2 real cores: both Dags can have an application running at once.
     with spark_standalone_cluster(e2e_dir / "spark", worker_cores=4) as cluster:
@@ -95,7 +113,13 @@ def spark(e2e_dir: Path) -> Iterator[SparkCluster]:
 
 
 def stack_env(
-    kafka: KafkaBroker, sqs: SqsServer, spark: SparkCluster, data_dir: Path, queue_url: str, dlq_url: str
+    kafka: KafkaBroker,
+    sqs: SqsServer,
+    pubsub: PubSubEmulator,
+    spark: SparkCluster,
+    data_dir: Path,
+    queue_url: str,
+    dlq_url: str,
 ) -> dict[str, str]:
     """Connections and Variables of the example Dags, as ``AIRFLOW_CONN_*``/``AIRFLOW_VAR_*``."""
     return {
@@ -119,21 +143,30 @@ def stack_env(
         "AIRFLOW_VAR_ORDERS_KAFKA_GROUP_ID": KAFKA_GROUP_ID,
         "AIRFLOW_VAR_ORDERS_SQS_QUEUE_URL": queue_url,
         "AIRFLOW_VAR_ORDERS_SQS_DEAD_LETTER_QUEUE_URL": dlq_url,
+        # Pub/Sub: the emulator for every Google client in the deployment, and the connection
+        # naming its project; the example Dag reads its settings from the environment.
+        **pubsub.env(),
+        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(pubsub.connection()),
+        "ORDERS_PUBSUB_SUBSCRIPTION": PUBSUB_SUBSCRIPTION,
+        "ORDERS_PUBSUB_DEAD_LETTER_TOPIC": PUBSUB_DEAD_LETTER_TOPIC,
     }
 
 
 @pytest.fixture(scope="session")
-def stack(e2e_dir: Path, kafka: KafkaBroker, sqs: SqsServer, spark: SparkCluster) -> Iterator[Stack]:
+def stack(
+    e2e_dir: Path, kafka: KafkaBroker, sqs: SqsServer, pubsub: PubSubEmulator, spark: SparkCluster
+) -> Iterator[Stack]:
     data_dir = e2e_dir / "data"
     dlq_url = sqs.create_queue(SQS_DEAD_LETTER_QUEUE)
     queue_url = sqs.create_queue(SQS_QUEUE, dead_letter_queue_url=dlq_url)
-    env = stack_env(kafka, sqs, spark, data_dir, queue_url, dlq_url)
+    env = stack_env(kafka, sqs, pubsub, spark, data_dir, queue_url, dlq_url)
     with airflow_deployment(e2e_dir / "airflow", EXAMPLE_DAGS, env) as airflow:
         airflow.wait_for_dags(DAG_IDS)
         yield Stack(
             airflow=airflow,
             kafka=kafka,
             sqs=sqs,
+            pubsub=pubsub,
             spark=spark,
             data_dir=data_dir,
             sqs_queue_url=queue_url,

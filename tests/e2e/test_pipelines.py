@@ -19,7 +19,16 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import KAFKA_DEAD_LETTER_TOPIC, KAFKA_GROUP_ID, KAFKA_TOPIC, WATCHERS, Stack
+from tests.e2e.conftest import (
+    KAFKA_DEAD_LETTER_TOPIC,
+    KAFKA_GROUP_ID,
+    KAFKA_TOPIC,
+    PUBSUB_DEAD_LETTER_READER,
+    PUBSUB_SUBSCRIPTION,
+    PUBSUB_TOPIC,
+    WATCHERS,
+    Stack,
+)
 from tests.support.order_events import Expectation, expectation, order_stream
 from tests.support.pipeline import SPARK_TASKS, PipelineState, latencies, parquet_event_ids, wait_for_pipeline
 from tests.support.processes import wait_until
@@ -29,6 +38,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 KAFKA_DAG = "kafka_orders_pipeline"
 SQS_DAG = "sqs_orders_pipeline"
+PUBSUB_DAG = "pubsub_orders_pipeline"
 
 
 def _assert_outputs(
@@ -168,6 +178,40 @@ def test_sqs_pipeline_survives_triggerer_sigkill(stack: Stack, latency_log: dict
     latency_log["SQS (moto): 30 messages at 4/s, triggerer SIGKILLed mid-stream"] = latencies(
         state, stream.published_at, want.rows
     )
+
+
+def test_pubsub_pipeline_end_to_end(stack: Stack, latency_log: dict[str, Any]) -> None:
+    """
+    Pub/Sub end to end on Google's emulator: three watchers on one subscription, Spark, Parquet.
+
+    Kept short (a burst of 12 events, so one or two Dag runs) to bound the suite's time; the
+    integration suite covers Pub/Sub's failure paths against the same emulator.
+    """
+    airflow = stack.airflow
+    airflow.wait_for_watchers({w for w in WATCHERS if w.startswith("pubsub_")})
+    topic = stack.pubsub.topic_path(PUBSUB_TOPIC)
+    stream = Stream("pubsub-e2e", lambda batch: stack.pubsub.publish(topic, batch))
+    stream.publish(order_stream(12, tag="pubsub-e2e", seed=14))
+    want = expectation("pubsub", stream.events)
+
+    ids, rows = stream.ids, want.rows
+    state = wait_for_pipeline(
+        airflow, PUBSUB_DAG, "pubsub", "body", ids, rows, timeout=1080, nudge=stream.nudge
+    )
+    want = expectation("pubsub", stream.events)
+    _assert_outputs(stack, "pubsub", state, want, stream.ids)
+
+    # Rejected ones were published to the dead-letter topic (then acknowledged), with the reason.
+    dead_letters = stack.pubsub.drain(stack.pubsub.subscription_path(PUBSUB_DEAD_LETTER_READER))
+    dead = {json.loads(m.message.data).get("event_id") for m in dead_letters}
+    assert want.rejected
+    assert want.rejected <= dead
+    assert {dict(m.message.attributes)["dead_letter_reason"] for m in dead_letters} == {"rejected"}
+    # Acknowledged: minutes after the burst, long past its 20 s ack deadline, nothing of the
+    # stream is back on the subscription.
+    left = stack.pubsub.pull(stack.pubsub.subscription_path(PUBSUB_SUBSCRIPTION), ack=False)
+    assert [m.message.message_id for m in left] == []
+    latency_log["Pub/Sub (emulator): 12 messages at once"] = latencies(state, stream.published_at, want.rows)
 
 
 def _count(stack: Stack, source: str, body_key: str, ids: set[str]) -> int:
