@@ -4,7 +4,8 @@ The one-command demo: a broker, Spark and Airflow on this machine, and a stream 
 Run through ``scripts/demo.sh`` (which builds ``.venv/`` first). It starts, on free loopback
 ports and in a fresh work directory:
 
-* a broker: noida-db speaking the Kafka protocol (default), or moto's SQS server (``--broker sqs``);
+* a broker: noida-db speaking the Kafka protocol (default), moto's SQS server (``--broker sqs``),
+  or Google's Pub/Sub emulator (``--broker pubsub``);
 * a Spark standalone cluster (master with a JWS-protected REST API, one worker);
 * Airflow 3.3 (dag-processor, scheduler, triggerer, api-server) serving that broker's example
   pipeline from ``example_dags/``;
@@ -46,12 +47,19 @@ from tests.support.pipeline import (  # noqa: E402
     summarize_runs,
     wait_for_pipeline,
 )
+from tests.support.pubsub_emulator import pubsub_emulator_process  # noqa: E402
 from tests.support.spark import spark_standalone_cluster  # noqa: E402
 
 BROKERS = {
     # broker -> (Dag file, Dag id, envelope key of the message body)
     "kafka": ("kafka_orders_pipeline.py", "kafka_orders_pipeline", "value"),
     "sqs": ("sqs_orders_pipeline.py", "sqs_orders_pipeline", "body"),
+    "pubsub": ("pubsub_orders_pipeline.py", "pubsub_orders_pipeline", "body"),
+}
+BROKER_NAMES = {
+    "kafka": "noida-db, Kafka protocol",
+    "sqs": "moto, SQS",
+    "pubsub": "Google's Pub/Sub emulator",
 }
 SHARED_DAG_FILES = ("order_pipeline.py", ".airflowignore", "spark_jobs")
 
@@ -156,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with contextlib.ExitStack() as stack:
         env: dict[str, str] = {"AIRFLOW_VAR_SHARED_STREAM_DATA_DIR": str(data_dir)}
-        say(f"starting the broker ({'noida-db, Kafka protocol' if args.broker == 'kafka' else 'moto, SQS'})")
+        say(f"starting the broker ({BROKER_NAMES[args.broker]})")
         if args.broker == "kafka":
             kafka = stack.enter_context(kafka_broker_process(work / "kafka"))
             kafka.create_topics(["orders", "orders.dlq"])
@@ -175,6 +183,27 @@ def main(argv: list[str] | None = None) -> int:
                 committed = kafka.committed("airflow-orders-pipeline", "orders")
                 dead = len(kafka.read_all("orders.dlq", timeout=2))
                 return f"topic orders end offsets {end}, group committed {committed}; {dead} on orders.dlq"
+        elif args.broker == "pubsub":
+            (work / "pubsub").mkdir()
+            pubsub = stack.enter_context(pubsub_emulator_process(work / "pubsub"))
+            topic = pubsub.create_topic("orders")
+            dead_letter_topic = pubsub.create_topic("orders-dlq")
+            subscription = pubsub.create_subscription(topic, "orders-airflow", ack_deadline_seconds=20)
+            dead_letter_reader = pubsub.create_subscription(dead_letter_topic, "orders-dlq-reader")
+            env.update(pubsub.env())
+            env["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = json.dumps(pubsub.connection())
+            env["ORDERS_PUBSUB_SUBSCRIPTION"] = "orders-airflow"
+            env["ORDERS_PUBSUB_DEAD_LETTER_TOPIC"] = "orders-dlq"
+
+            def send(batch: list[dict[str, Any]]) -> None:
+                pubsub.publish(topic, batch)
+
+            def broker_state() -> str:
+                left = len(pubsub.pull(subscription, ack=False))
+                dead = len(pubsub.drain(dead_letter_reader, quiet_for=0.5))
+                return (
+                    f"subscription orders-airflow: {left} unacknowledged and not leased; {dead} on orders-dlq"
+                )
         else:
             sqs = stack.enter_context(sqs_server_process())
             dlq_url = sqs.create_queue("orders-dlq")
