@@ -81,4 +81,5 @@ def test_dead_letter_copy_keeps_attributes_and_adds_reason_and_origin():
 def test_truncate_keeps_utf8_whole():
     assert _truncate("abc", 10) == "abc"
     cut = _truncate("é" * 10, 9)
-    assert cut.endswith("...") and len(cut.encode()) <= 9
+    assert cut.endswith("...")
+    assert len(cut.encode()) <= 9
