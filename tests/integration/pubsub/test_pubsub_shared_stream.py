@@ -238,3 +238,24 @@ async def test_a_watcher_with_another_dead_letter_topic_fails_naming_it(pubsub, 
     [sent] = pubsub.publish(topic, [{"n": 1}])
     await first.wait_for_events(1)
     assert ids_of(first) == [sent]
+
+
+async def test_closing_the_stream_gives_unsettled_messages_back_at_once(pubsub):
+    """A stream that closes (last watcher gone, triggerer stopping) nacks what it still holds."""
+    topic, subscription = pubsub.topic_with_subscription(ack_deadline_seconds=60)
+    trigger = PubSubSharedStreamTrigger(subscription)
+    producer = type(trigger).create_shared_stream_producer(trigger.serialize()[1])
+    [sent] = pubsub.publish(topic, [{"n": 1}])
+    events = producer.open_stream()
+    raw, _ = await asyncio.wait_for(anext(events), timeout=30)
+    assert raw.envelope["message_id"] == sent
+    await events.aclose()
+    await producer.aclose()
+    # Not after its 60 s deadline: now.
+    again = await eventually(
+        lambda: pubsub.pull(subscription, ack=False),
+        lambda m: len(m) == 1,
+        timeout=10,
+        what="the nacked message",
+    )
+    assert again[0].message.message_id == sent
