@@ -6,7 +6,7 @@ subscriber in the triggerer; a message is acknowledged only after every watcher'
 persisted). Malformed events are published to the dead-letter topic, then acknowledged. See
 ``order_pipeline.py`` for the tasks.
 
-Settings, read from the environment when the file is parsed (no database access at parse time):
+Settings (environment variables, read when the file is parsed):
 ``ORDERS_PUBSUB_SUBSCRIPTION`` (``orders-airflow``: a subscription id, or its full path),
 ``ORDERS_PUBSUB_PROJECT`` (empty: the connection's project) and
 ``ORDERS_PUBSUB_DEAD_LETTER_TOPIC`` (``orders-dlq``; empty: nack to the subscription's own
@@ -16,17 +16,16 @@ connection; ``PUBSUB_EMULATOR_HOST`` points the triggerer at an emulator.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from airflow.sdk import DAG
-from order_pipeline import build_pipeline, reject_expression, watched_assets
+from order_pipeline import build_pipeline, reject_expression, setting, watched_assets
 
 from airflow_shared_stream.pubsub.trigger import PubSubSharedStreamTrigger
 
-SUBSCRIPTION = os.environ.get("ORDERS_PUBSUB_SUBSCRIPTION", "orders-airflow")
-PROJECT_ID = os.environ.get("ORDERS_PUBSUB_PROJECT") or None
-DEAD_LETTER_TOPIC = os.environ.get("ORDERS_PUBSUB_DEAD_LETTER_TOPIC", "orders-dlq") or None
+SUBSCRIPTION = setting("ORDERS_PUBSUB_SUBSCRIPTION", "orders-airflow")
+PROJECT_ID = setting("ORDERS_PUBSUB_PROJECT", "") or None
+DEAD_LETTER_TOPIC = setting("ORDERS_PUBSUB_DEAD_LETTER_TOPIC", "orders-dlq") or None
 
 
 def _trigger(match: str) -> PubSubSharedStreamTrigger:

@@ -79,9 +79,15 @@ def stream_label(*parts: str) -> str:
 
 
 def _stats() -> Any:
-    from airflow.sdk.observability import stats
+    # The triggerer initialises core's stats module (airflow.observability.stats) from
+    # [metrics]; the SDK's copy is only initialised in task processes. Producers run in the
+    # triggerer, so they must send through core's.
+    import importlib
 
-    return stats
+    try:
+        return importlib.import_module("airflow.observability.stats")
+    except ImportError:  # pragma: no cover - an Airflow without the core module
+        return importlib.import_module("airflow.sdk.observability.stats")
 
 
 class StreamMetrics:

@@ -472,3 +472,19 @@ def _log_failed(action: str, response: dict[str, Any], chunk: Sequence[Any], con
             failure.get("Message"),
             consequence,
         )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ack_timeout_seconds":
+        import warnings
+
+        from airflow_shared_stream.common.flow_control import ack_timeout_seconds
+
+        warnings.warn(
+            "airflow_shared_stream.sqs.producer.ack_timeout_seconds is deprecated; use "
+            "airflow_shared_stream.common.flow_control.ack_timeout_seconds instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return ack_timeout_seconds
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

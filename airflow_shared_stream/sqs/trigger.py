@@ -52,7 +52,7 @@ class SqsSharedStreamTrigger(SharedStreamTrigger):
     identity_fields = ("queue_url",)
     shaping_fields = ("aws_conn_id", "region_name", "dead_letter_queue_url", "wait_time_seconds")
     connection_default_fields = frozenset({"region_name"})
-    producer_class: ClassVar[type[SqsSharedStreamProducer]] = SqsSharedStreamProducer  # type: ignore[misc]
+    producer_class: ClassVar[type[SqsSharedStreamProducer]] = SqsSharedStreamProducer
     """The producer the triggerer builds for this trigger's stream (a subclass may swap it)."""
 
     def __init__(
