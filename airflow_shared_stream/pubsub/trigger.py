@@ -59,7 +59,7 @@ class PubSubSharedStreamTrigger(SharedStreamTrigger):
     broker = "pubsub"
     identity_fields = ("subscription", "project_id")
     shaping_fields = ("gcp_conn_id", "dead_letter_topic")
-    producer_class: ClassVar[type[PubSubSharedStreamProducer]] = PubSubSharedStreamProducer  # type: ignore[misc]
+    producer_class: ClassVar[type[PubSubSharedStreamProducer]] = PubSubSharedStreamProducer
     """The producer the triggerer builds for this trigger's stream (a subclass may swap it)."""
 
     def __init__(
