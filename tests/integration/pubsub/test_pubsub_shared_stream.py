@@ -13,6 +13,7 @@ import pytest
 from airflow_shared_stream.common.errors import StreamShapeConflictError
 from airflow_shared_stream.pubsub.trigger import PubSubSharedStreamTrigger
 from airflow_shared_stream.testing import SharedStreamHarness
+from tests.integration.pubsub.recording import RecordingTrigger, track
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -35,10 +36,10 @@ async def assert_nothing_comes_back(pubsub, subscription: str, ack_deadline: int
 
 async def test_three_watchers_with_different_matches_share_one_subscriber(pubsub, harness):
     topic, subscription = pubsub.topic_with_subscription()
+    ledger = track(subscription, ack_deadline=10)
     kinds = ["order", "refund", "ping"]
     watchers = {
-        kind: harness.add(PubSubSharedStreamTrigger(subscription, match=f"body.kind == '{kind}'"))
-        for kind in kinds
+        kind: harness.add(RecordingTrigger(subscription, match=f"body.kind == '{kind}'")) for kind in kinds
     }
     bodies = [{"kind": kinds[i % 3], "n": i} for i in range(30)]
     sent = pubsub.publish(topic, bodies)
@@ -50,6 +51,7 @@ async def test_three_watchers_with_different_matches_share_one_subscriber(pubsub
         expected = [mid for mid, body in zip(sent, bodies, strict=True) if body["kind"] == kind]
         assert sorted(ids_of(watcher)) == sorted(expected)
         assert {p["subscription"] for p in watcher.payloads} == {subscription}
+    await eventually(lambda: ledger.acked, lambda acked: acked == set(sent), timeout=30, what="acknowledged")
     await harness.stop()
     await assert_nothing_comes_back(pubsub, subscription)
 
@@ -105,8 +107,9 @@ async def test_short_name_and_full_path_share_one_subscriber(pubsub, harness):
 async def test_ack_only_after_persistence_and_no_redelivery_while_outstanding(pubsub):
     """An event outstanding for twice the ack deadline is not redelivered: its lease is extended."""
     topic, subscription = pubsub.topic_with_subscription(ack_deadline_seconds=10)
+    ledger = track(subscription, ack_deadline=10)
     async with SharedStreamHarness(confirm_after=None) as harness:
-        watcher = harness.add(PubSubSharedStreamTrigger(subscription))
+        watcher = harness.add(RecordingTrigger(subscription))
         sent = pubsub.publish(topic, [{"n": i} for i in range(5)])
         await watcher.wait_for_events(5)
         await asyncio.sleep(22)  # more than two ack deadlines with nothing persisted
@@ -114,14 +117,11 @@ async def test_ack_only_after_persistence_and_no_redelivery_while_outstanding(pu
         assert sorted(ids_of(watcher)) == sorted(sent)
         probe = await asyncio.to_thread(pubsub.pull, subscription, ack=False)
         assert probe == []  # still leased to the stream, not back on the subscription
+        assert ledger.acked == set()
         assert harness.confirm() == 5
         await eventually(
-            lambda: len(harness.manager._groups) and harness.unconfirmed,
-            lambda unconfirmed: unconfirmed == 0,
-            timeout=10,
-            what="confirmations delivered",
+            lambda: ledger.acked, lambda acked: acked == set(sent), timeout=30, what="acknowledged"
         )
-        await asyncio.sleep(0.5)
     await assert_nothing_comes_back(pubsub, subscription)
     assert sorted(ids_of(watcher)) == sorted(sent)
 
@@ -161,14 +161,13 @@ async def test_reject_without_dead_letter_topic_is_nacked_to_the_subscription_po
 async def test_reject_with_dead_letter_topic_publishes_then_acknowledges(pubsub, harness):
     dead_topic, dead_reader = pubsub.topic_with_subscription()
     topic, subscription = pubsub.topic_with_subscription(ordering=True)
+    ledger = track(subscription, ack_deadline=10)
     short_dead_topic = dead_topic.rsplit("/", 1)[1]
     good = harness.add(
-        PubSubSharedStreamTrigger(
-            subscription, reject="body.order_id == null", dead_letter_topic=short_dead_topic
-        )
+        RecordingTrigger(subscription, reject="body.order_id == null", dead_letter_topic=short_dead_topic)
     )
     other = harness.add(
-        PubSubSharedStreamTrigger(subscription, match="body.order_id > `1`", dead_letter_topic=dead_topic)
+        RecordingTrigger(subscription, match="body.order_id > `1`", dead_letter_topic=dead_topic)
     )
     ids = pubsub.publish(
         topic,
@@ -190,6 +189,7 @@ async def test_reject_with_dead_letter_topic_publishes_then_acknowledges(pubsub,
     assert "reject expression" in attributes["dead_letter_description"]
     assert attributes["dead_letter_origin_subscription"] == subscription
     assert attributes["dead_letter_origin_message_id"] == ids[1]
+    await eventually(lambda: ledger.acked, lambda acked: acked == set(ids), timeout=30, what="acknowledged")
     await harness.stop()
     await assert_nothing_comes_back(pubsub, subscription)
     # Acknowledged after the copy: the source never handed the rejected message out again.
