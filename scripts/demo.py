@@ -5,7 +5,8 @@ Run through ``scripts/demo.sh`` (which builds ``.venv/`` first). It starts, on f
 ports and in a fresh work directory:
 
 * a broker: noida-db speaking the Kafka protocol (default), moto's SQS server (``--broker sqs``),
-  or Google's Pub/Sub emulator (``--broker pubsub``);
+  Google's Pub/Sub emulator (``--broker pubsub``),
+  or the Service Bus test server, a protocol-level AMQP fake (``--broker servicebus``);
 * a Spark standalone cluster (master with a JWS-protected REST API, one worker);
 * Airflow 3.3 (dag-processor, scheduler, triggerer, api-server) serving that broker's example
   pipeline from ``example_dags/``;
@@ -48,6 +49,7 @@ from tests.support.pipeline import (  # noqa: E402
     wait_for_pipeline,
 )
 from tests.support.pubsub_emulator import pubsub_emulator_process  # noqa: E402
+from tests.support.servicebus_server import ServiceBusServer  # noqa: E402
 from tests.support.spark import spark_standalone_cluster  # noqa: E402
 
 BROKERS = {
@@ -55,11 +57,13 @@ BROKERS = {
     "kafka": ("kafka_orders_pipeline.py", "kafka_orders_pipeline", "value"),
     "sqs": ("sqs_orders_pipeline.py", "sqs_orders_pipeline", "body"),
     "pubsub": ("pubsub_orders_pipeline.py", "pubsub_orders_pipeline", "body"),
+    "servicebus": ("servicebus_orders_pipeline.py", "servicebus_orders_pipeline", "body"),
 }
 BROKER_NAMES = {
     "kafka": "noida-db, Kafka protocol",
     "sqs": "moto, SQS",
     "pubsub": "Google's Pub/Sub emulator",
+    "servicebus": "the Service Bus test server: a protocol-level AMQP fake",
 }
 SHARED_DAG_FILES = ("order_pipeline.py", ".airflowignore", "spark_jobs")
 
@@ -204,6 +208,19 @@ def main(argv: list[str] | None = None) -> int:
                 return (
                     f"subscription orders-airflow: {left} unacknowledged and not leased; {dead} on orders-dlq"
                 )
+        elif args.broker == "servicebus":
+            servicebus = stack.enter_context(ServiceBusServer())
+            servicebus.create_queue("orders")
+            env["AIRFLOW_CONN_AZURE_SERVICE_BUS_DEFAULT"] = json.dumps(servicebus.connection())
+            env["ORDERS_SERVICEBUS_QUEUE"] = "orders"
+
+            def send(batch: list[dict[str, Any]]) -> None:
+                servicebus.send("orders", batch)
+
+            def broker_state() -> str:
+                waiting = len(servicebus.messages("orders"))
+                dead = len(servicebus.dead_letters("orders"))
+                return f"queue orders holds {waiting}; {dead} on orders/$DeadLetterQueue"
         else:
             sqs = stack.enter_context(sqs_server_process())
             dlq_url = sqs.create_queue("orders-dlq")

@@ -4,9 +4,11 @@ Prove the shared contract suite catches the bugs it is named after.
 
 Each mutant is one deliberate bug (delete on receipt, no credit window, dead-letter after the
 delete, dead-letter skipped when the send fails, one lane per message on an ordered queue,
-leases not renewed). For each, this script copies the package and the tests to a temporary
-directory, applies the mutant there (the working tree is never touched), runs the contract tests
-that must catch it against the real broker, and checks that they FAIL. A mutant that survives
+leases not renewed; for Kafka: commit on receipt, no credit window, dead-letter fire-and-forget
+or after the commit, dead-letter skipped when the send fails). For each, this script copies the
+package and the tests to a temporary directory, applies the mutant there (the working tree is
+never touched), runs the contract tests that must catch it against the real broker, and checks
+that they FAIL. A mutant that survives
 is a hole in the suite: the script exits non-zero and names it.
 
 Usage::
@@ -119,6 +121,61 @@ MUTANTS: tuple[Mutant, ...] = (
         original="        self._leases.start()\n",
         mutated="        pass  # mutant: the lease keeper never runs\n",
         caught_by=("test_lease_held_past_the_brokers_own_timeout",),
+    ),
+    # Kafka: commits instead of deletes, no leases, no ordered-lane variant (a partition is a lane).
+    Mutant(
+        name="commit on receipt",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/producer.py",
+        original="                    credits.take()\n",
+        mutated=(
+            "                    credits.take()\n"
+            "                    self.committer.queue(tp, record.offset + 1, epoch)\n"
+        ),
+        caught_by=("test_advance_only_after_persistence",),
+    ),
+    Mutant(
+        name="no credit window",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/producer.py",
+        original="            available = credits.available or await self._wait_for_credit(consumer)\n",
+        mutated="            available = 500\n            credits.max_in_flight = 10**9\n",
+        caught_by=("test_credit_window_bounds_what_is_received_from_the_broker",),
+    ),
+    Mutant(
+        name="dead-letter sent fire-and-forget",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/producer.py",
+        original="        if dead:\n            await self._dead_letter(dead)\n",
+        mutated="        if dead:\n            asyncio.ensure_future(self._dead_letter(dead))\n",
+        caught_by=("test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream",),
+    ),
+    Mutant(
+        name="dead-letter after the commit",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/producer.py",
+        original="        if dead:\n            await self._dead_letter(dead)\n",
+        mutated=(
+            "        if dead:\n"
+            "            self.committer.queue(tp, dead[-1].offset + 1, epoch)\n"
+            "            await self.committer.flush()\n"
+            "            await self._dead_letter(dead)\n"
+        ),
+        caught_by=("test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream",),
+    ),
+    Mutant(
+        name="dead-letter skipped when the send fails",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/producer.py",
+        original="        if dead:\n            await self._dead_letter(dead)\n",
+        mutated=(
+            "        if dead:\n"
+            "            try:\n"
+            "                await self._dead_letter(dead)\n"
+            "            except Exception:\n"
+            "                pass\n"
+        ),
+        caught_by=("test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream",),
     ),
 )
 

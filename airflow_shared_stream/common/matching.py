@@ -70,6 +70,7 @@ def build_message(
     label: str,
     max_payload_bytes: int,
     binary: str = "base64",
+    body_field: str = "body",
 ) -> RawMessage:
     """
     Build the message every watcher of a stream sees: ``{"body": ..., **metadata}``.
@@ -81,8 +82,10 @@ def build_message(
     decoded: its envelope carries ``"body": None`` and the message is unprocessable, so every
     watcher rejects it and it goes to the dead-letter path instead of into the metadata
     database. ``metadata`` must be JSON-able and carry no secret (it becomes the event payload).
+    ``body_field`` names the body in the envelope where the broker's own word differs (Kafka's
+    records have a ``value``), so users' ``match`` expressions read as the broker's docs do.
     """
-    envelope: dict[str, Any] = {"body": None}
+    envelope: dict[str, Any] = {body_field: None}
     unprocessable: str | None = None
     size = body_size(body)
     if size > max_payload_bytes:
@@ -90,12 +93,12 @@ def build_message(
     else:
         decoded, error = decode_body(body)
         if error is not None and binary == "base64" and body is not None and not isinstance(body, str):
-            envelope["body"] = base64.b64encode(bytes(body)).decode("ascii")
-            envelope["body_encoding"] = "base64"
+            envelope[body_field] = base64.b64encode(bytes(body)).decode("ascii")
+            envelope[f"{body_field}_encoding"] = "base64"
         elif error is not None:
             unprocessable = error
         else:
-            envelope["body"] = decoded
+            envelope[body_field] = decoded
     for name, value in metadata.items():
         envelope.setdefault(name, value)
     return RawMessage(envelope=envelope, label=label, unprocessable=unprocessable)

@@ -1,7 +1,8 @@
 """
 One real deployment per e2e session: noida-db (Kafka protocol), moto's SQS server, Google's
-Pub/Sub emulator, a Spark standalone cluster (master + worker) and Airflow 3.3 serving
-``example_dags/``.
+Pub/Sub emulator, the Service Bus test server (a protocol-level AMQP fake,
+tests/support/servicebus_server.py), a Spark standalone cluster (master + worker) and Airflow 3.3
+serving ``example_dags/``.
 
 Everything starts once (about a minute, most of it the Airflow api-server) and is shared by
 every e2e test; each test uses its own topic/queue-independent assertions (event ids) so they
@@ -24,6 +25,7 @@ from tests.support.airflow import AirflowDeployment, airflow_deployment
 from tests.support.brokers import KafkaBroker, SqsServer, kafka_broker_process, sqs_server_process
 from tests.support.pipeline import latency_table
 from tests.support.pubsub_emulator import PubSubEmulator, pubsub_emulator_process
+from tests.support.servicebus_server import ServiceBusServer
 from tests.support.spark import SparkCluster, spark_standalone_cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,12 +42,19 @@ PUBSUB_SUBSCRIPTION = "orders-airflow"
 PUBSUB_DEAD_LETTER_TOPIC = "orders-dlq"
 PUBSUB_DEAD_LETTER_READER = "orders-dlq-reader"
 
+SERVICEBUS_QUEUE = "orders"
+
 WATCHERS = {
     f"{source}_{name}_watcher"
-    for source in ("kafka", "sqs", "pubsub")
+    for source in ("kafka", "sqs", "pubsub", "servicebus")
     for name in ("orders_created", "orders_cancelled", "large_orders")
 }
-DAG_IDS = {"kafka_orders_pipeline", "sqs_orders_pipeline", "pubsub_orders_pipeline"}
+DAG_IDS = {
+    "kafka_orders_pipeline",
+    "sqs_orders_pipeline",
+    "pubsub_orders_pipeline",
+    "servicebus_orders_pipeline",
+}
 
 LATENCY_RESULTS = REPO / "bench" / "results" / "e2e_latency.md"
 LATENCY_HEADER = """# End-to-end latency of the example pipelines
@@ -74,6 +83,8 @@ class Stack:
     data_dir: Path
     sqs_queue_url: str
     sqs_dead_letter_queue_url: str
+    servicebus: ServiceBusServer
+    servicebus_queue: str = SERVICEBUS_QUEUE
 
 
 @pytest.fixture(scope="session")
@@ -106,6 +117,21 @@ def pubsub(e2e_dir: Path) -> Iterator[PubSubEmulator]:
 
 
 @pytest.fixture(scope="session")
+def servicebus() -> Iterator[ServiceBusServer]:
+    """The Service Bus fake on a reactor thread of this process; the triggerer connects over TCP."""
+    server = ServiceBusServer()
+    try:
+        server.start()
+    except Exception as exc:
+        raise RuntimeError(f"the Service Bus test server (proton) could not start: {exc}") from exc
+    try:
+        server.create_queue(SERVICEBUS_QUEUE)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def spark(e2e_dir: Path) -> Iterator[SparkCluster]:
     # 4 scheduling slots on 2 real cores: both Dags can have an application running at once.
     with spark_standalone_cluster(e2e_dir / "spark", worker_cores=4) as cluster:
@@ -120,6 +146,7 @@ def stack_env(
     data_dir: Path,
     queue_url: str,
     dlq_url: str,
+    servicebus: ServiceBusServer | None = None,
 ) -> dict[str, str]:
     """Connections (``AIRFLOW_CONN_*``) and settings (plain environment variables) of the example Dags."""
     return {
@@ -149,17 +176,30 @@ def stack_env(
         "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(pubsub.connection()),
         "ORDERS_PUBSUB_SUBSCRIPTION": PUBSUB_SUBSCRIPTION,
         "ORDERS_PUBSUB_DEAD_LETTER_TOPIC": PUBSUB_DEAD_LETTER_TOPIC,
+        **(
+            {
+                "AIRFLOW_CONN_AZURE_SERVICE_BUS_DEFAULT": json.dumps(servicebus.connection()),
+                "ORDERS_SERVICEBUS_QUEUE": SERVICEBUS_QUEUE,
+            }
+            if servicebus is not None
+            else {}
+        ),
     }
 
 
 @pytest.fixture(scope="session")
 def stack(
-    e2e_dir: Path, kafka: KafkaBroker, sqs: SqsServer, pubsub: PubSubEmulator, spark: SparkCluster
+    e2e_dir: Path,
+    kafka: KafkaBroker,
+    sqs: SqsServer,
+    pubsub: PubSubEmulator,
+    servicebus: ServiceBusServer,
+    spark: SparkCluster,
 ) -> Iterator[Stack]:
     data_dir = e2e_dir / "data"
     dlq_url = sqs.create_queue(SQS_DEAD_LETTER_QUEUE)
     queue_url = sqs.create_queue(SQS_QUEUE, dead_letter_queue_url=dlq_url)
-    env = stack_env(kafka, sqs, pubsub, spark, data_dir, queue_url, dlq_url)
+    env = stack_env(kafka, sqs, pubsub, spark, data_dir, queue_url, dlq_url, servicebus)
     with airflow_deployment(e2e_dir / "airflow", EXAMPLE_DAGS, env) as airflow:
         airflow.wait_for_dags(DAG_IDS)
         yield Stack(
@@ -171,6 +211,7 @@ def stack(
             data_dir=data_dir,
             sqs_queue_url=queue_url,
             sqs_dead_letter_queue_url=dlq_url,
+            servicebus=servicebus,
         )
 
 
