@@ -29,6 +29,13 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             },
             {
+                "integration-name": "Google Cloud Pub/Sub shared stream",
+                "external-doc-url": "https://cloud.google.com/pubsub/",
+                "tags": [
+                    "gcp",
+                ],
+            },
+            {
                 "integration-name": "Azure Service Bus shared stream",
                 "external-doc-url": "https://learn.microsoft.com/azure/service-bus-messaging/",
                 "tags": [
@@ -54,6 +61,12 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "Apache Kafka shared stream",
                 "python-modules": [
                     "airflow_shared_stream.kafka.trigger",
+                ],
+            },
+            {
+                "integration-name": "Google Cloud Pub/Sub shared stream",
+                "python-modules": [
+                    "airflow_shared_stream.pubsub.trigger",
                 ],
             },
             {
@@ -88,6 +101,12 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "Apache Kafka shared stream",
                 "python-modules": [
                     "airflow_shared_stream.kafka.hook",
+                ],
+            },
+            {
+                "integration-name": "Google Cloud Pub/Sub shared stream",
+                "python-modules": [
+                    "airflow_shared_stream.pubsub.hook",
                 ],
             },
             {

@@ -5,6 +5,7 @@ Run through ``scripts/demo.sh`` (which builds ``.venv/`` first). It starts, on f
 ports and in a fresh work directory:
 
 * a broker: noida-db speaking the Kafka protocol (default), moto's SQS server (``--broker sqs``),
+  Google's Pub/Sub emulator (``--broker pubsub``),
   or the Service Bus test server, a protocol-level AMQP fake (``--broker servicebus``);
 * a Spark standalone cluster (master with a JWS-protected REST API, one worker);
 * Airflow 3.3 (dag-processor, scheduler, triggerer, api-server) serving that broker's example
@@ -54,6 +55,7 @@ from tests.support.pipeline import (  # noqa: E402
     wait_for_pipeline,
 )
 from tests.support.postgres import postgres_server  # noqa: E402
+from tests.support.pubsub_emulator import pubsub_emulator_process  # noqa: E402
 from tests.support.servicebus_server import ServiceBusServer  # noqa: E402
 from tests.support.spark import spark_standalone_cluster  # noqa: E402
 
@@ -63,11 +65,13 @@ BROKERS = {
     # broker -> (Dag file, Dag id, envelope key of the message body)
     "kafka": ("kafka_orders_pipeline.py", "kafka_orders_pipeline", "value"),
     "sqs": ("sqs_orders_pipeline.py", "sqs_orders_pipeline", "body"),
+    "pubsub": ("pubsub_orders_pipeline.py", "pubsub_orders_pipeline", "body"),
     "servicebus": ("servicebus_orders_pipeline.py", "servicebus_orders_pipeline", "body"),
 }
 BROKER_NAMES = {
     "kafka": "noida-db, Kafka protocol",
     "sqs": "moto, SQS",
+    "pubsub": "Google's Pub/Sub emulator",
     "servicebus": "the Service Bus test server: a protocol-level AMQP fake",
 }
 SHARED_DAG_FILES = ("order_pipeline.py", ".airflowignore", "spark_jobs")
@@ -191,6 +195,26 @@ def main(argv: list[str] | None = None) -> int:
                 dead = len(kafka.read_all("orders.dlq", timeout=2))
                 text = f"topic orders end offsets {end}, group committed {committed}; {dead} on orders.dlq"
                 return text, committed == end
+        elif args.broker == "pubsub":
+            (work / "pubsub").mkdir()
+            pubsub = stack.enter_context(pubsub_emulator_process(work / "pubsub"))
+            topic = pubsub.create_topic("orders")
+            dead_letter_topic = pubsub.create_topic("orders-dlq")
+            subscription = pubsub.create_subscription(topic, "orders-airflow", ack_deadline_seconds=20)
+            dead_letter_reader = pubsub.create_subscription(dead_letter_topic, "orders-dlq-reader")
+            env.update(pubsub.env())
+            env["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = json.dumps(pubsub.connection())
+            env["ORDERS_PUBSUB_SUBSCRIPTION"] = "orders-airflow"
+            env["ORDERS_PUBSUB_DEAD_LETTER_TOPIC"] = "orders-dlq"
+
+            def send(batch: list[dict[str, Any]]) -> None:
+                pubsub.publish(topic, batch)
+
+            def broker_state() -> tuple[str, bool]:
+                left = len(pubsub.pull(subscription, ack=False))
+                dead = len(pubsub.drain(dead_letter_reader, quiet_for=0.5))
+                text = f"subscription orders-airflow: {left} not acknowledged; {dead} on orders-dlq"
+                return text, left == 0
         elif args.broker == "servicebus":
             servicebus = stack.enter_context(ServiceBusServer())
             servicebus.create_queue("orders")

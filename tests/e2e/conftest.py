@@ -1,14 +1,14 @@
 """
-The e2e rig: noida-db (Kafka protocol), moto's SQS server, the Service Bus test server (a
-protocol-level AMQP fake, tests/support/servicebus_server.py), a Spark standalone cluster
-(master + worker) and a PostgreSQL 15 cluster, started once per session (each only when a test
-module needs it); and one Airflow 3.3 deployment per
-test module, serving only that module's Dags, on the metadata database the module chooses.
+The e2e rig: noida-db (Kafka protocol), moto's SQS server, Google's Pub/Sub emulator, the Service
+Bus test server (a protocol-level AMQP fake, tests/support/servicebus_server.py), a Spark
+standalone cluster (master + worker) and a PostgreSQL 15 cluster, started once per session (each
+only when a test module needs it); and one Airflow 3.3 deployment per test module, serving only
+that module's Dags, on the metadata database the module chooses.
 
 Which pipeline runs on which database (each pipeline once, to keep the suite's time): the Kafka
-pipeline on PostgreSQL (production's database, row locks, ``ON CONFLICT``), the SQS pipeline on
-SQLite (the embedded default, ``merge``), both with ``[shared_stream]
-requeue_stranded_asset_events`` on. A new broker's pipeline picks one with
+pipeline and the Pub/Sub pipeline on PostgreSQL (production's database, row locks, ``ON
+CONFLICT``), the SQS and Service Bus pipelines on SQLite (the embedded default, ``merge``), all
+with ``[shared_stream] requeue_stranded_asset_events`` on. A new broker's pipeline picks one with
 ``airflow_stack(..., database="postgresql")`` (see :func:`airflow_stack`). Module scope keeps one
 Airflow (~1 GB) alive at a time. Anything that cannot start fails loudly, never skips.
 """
@@ -30,6 +30,7 @@ from tests.support.airflow import AirflowDeployment, airflow_deployment
 from tests.support.brokers import KafkaBroker, SqsServer, kafka_broker_process, sqs_server_process
 from tests.support.pipeline import latency_table
 from tests.support.postgres import PostgresServer, postgres_server
+from tests.support.pubsub_emulator import PubSubEmulator, pubsub_emulator_process
 from tests.support.servicebus_server import ServiceBusServer
 from tests.support.spark import SparkCluster, spark_standalone_cluster
 
@@ -42,16 +43,22 @@ KAFKA_DEAD_LETTER_TOPIC = "orders.dlq"
 KAFKA_GROUP_ID = "airflow-orders-pipeline"
 SQS_QUEUE = "orders"
 SQS_DEAD_LETTER_QUEUE = "orders-dlq"
+PUBSUB_TOPIC = "orders"
+PUBSUB_SUBSCRIPTION = "orders-airflow"
+PUBSUB_DEAD_LETTER_TOPIC = "orders-dlq"
+PUBSUB_DEAD_LETTER_READER = "orders-dlq-reader"
+
 SERVICEBUS_QUEUE = "orders"
 
 WATCHERS = {
     f"{source}_{name}_watcher"
-    for source in ("kafka", "sqs", "servicebus")
+    for source in ("kafka", "sqs", "pubsub", "servicebus")
     for name in ("orders_created", "orders_cancelled", "large_orders")
 }
 DAG_FILES = {
     "kafka": "kafka_orders_pipeline.py",
     "sqs": "sqs_orders_pipeline.py",
+    "pubsub": "pubsub_orders_pipeline.py",
     "servicebus": "servicebus_orders_pipeline.py",
 }
 SHARED_DAG_FILES = ("order_pipeline.py", ".airflowignore", "spark_jobs")
@@ -84,6 +91,7 @@ class Stack:
     data_dir: Path
     sqs_queue_url: str
     sqs_dead_letter_queue_url: str
+    pubsub: PubSubEmulator | None = None
     servicebus: ServiceBusServer | None = None
     servicebus_queue: str = SERVICEBUS_QUEUE
 
@@ -104,6 +112,17 @@ def kafka(e2e_dir: Path) -> Iterator[KafkaBroker]:
 def sqs(e2e_dir: Path) -> Iterator[SqsServer]:
     with sqs_server_process() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def pubsub(e2e_dir: Path) -> Iterator[PubSubEmulator]:
+    (e2e_dir / "pubsub").mkdir()
+    with pubsub_emulator_process(e2e_dir / "pubsub") as emulator:
+        topic = emulator.create_topic(PUBSUB_TOPIC)
+        dead_letter_topic = emulator.create_topic(PUBSUB_DEAD_LETTER_TOPIC)
+        emulator.create_subscription(topic, PUBSUB_SUBSCRIPTION, ack_deadline_seconds=20)
+        emulator.create_subscription(dead_letter_topic, PUBSUB_DEAD_LETTER_READER)
+        yield emulator
 
 
 @pytest.fixture(scope="session")
@@ -136,6 +155,7 @@ def stack_env(
     queue_url: str,
     dlq_url: str,
     servicebus: ServiceBusServer | None = None,
+    pubsub: PubSubEmulator | None = None,
 ) -> dict[str, str]:
     """Connections (``AIRFLOW_CONN_*``) and settings (plain environment variables) of the example Dags."""
     return {
@@ -159,6 +179,18 @@ def stack_env(
         "ORDERS_KAFKA_GROUP_ID": KAFKA_GROUP_ID,
         "ORDERS_SQS_QUEUE_URL": queue_url,
         "ORDERS_SQS_DEAD_LETTER_QUEUE_URL": dlq_url,
+        # Pub/Sub: the emulator for every Google client in the deployment, and the connection
+        # naming its project.
+        **(
+            {
+                **pubsub.env(),
+                "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(pubsub.connection()),
+                "ORDERS_PUBSUB_SUBSCRIPTION": PUBSUB_SUBSCRIPTION,
+                "ORDERS_PUBSUB_DEAD_LETTER_TOPIC": PUBSUB_DEAD_LETTER_TOPIC,
+            }
+            if pubsub is not None
+            else {}
+        ),
         **(
             {
                 "AIRFLOW_CONN_AZURE_SERVICE_BUS_DEFAULT": json.dumps(servicebus.connection()),
@@ -211,7 +243,8 @@ def airflow_stack(
     servicebus: ServiceBusServer | None = (
         request.getfixturevalue("servicebus") if "servicebus" in brokers else None
     )
-    env = stack_env(kafka, sqs, spark, data_dir, queue_url, dlq_url, servicebus)
+    pubsub: PubSubEmulator | None = request.getfixturevalue("pubsub") if "pubsub" in brokers else None
+    env = stack_env(kafka, sqs, spark, data_dir, queue_url, dlq_url, servicebus, pubsub)
     env[MITIGATION_ENV] = str(mitigation)
     home = e2e_dir / name
     with airflow_deployment(home, dags_folder(home, brokers), env, database_url=database_url) as airflow:
@@ -220,6 +253,7 @@ def airflow_stack(
             airflow=airflow,
             kafka=kafka,
             sqs=sqs,
+            pubsub=pubsub,
             spark=spark,
             data_dir=data_dir,
             sqs_queue_url=queue_url,
