@@ -112,7 +112,9 @@ class FakeSparkMaster:
                 "worker": WORKER_ID,
                 "mainclass": "org.apache.spark.deploy.PythonRunner",
             }
-            (active if state in ("SUBMITTED", "RUNNING", "RELAUNCHING", "UNKNOWN") else completed).append(entry)
+            (active if state in ("SUBMITTED", "RUNNING", "RELAUNCHING", "UNKNOWN") else completed).append(
+                entry
+            )
         return {
             "url": "spark://127.0.0.1:7",
             "workers": [{"id": WORKER_ID, "webuiaddress": self.url, "state": "ALIVE"}],
@@ -133,7 +135,11 @@ class FakeSparkMaster:
         driver = self.drivers.get(driver_id)
         if method == "GET" and parts[2] == "status":
             if driver is None:
-                return 200, {"action": "SubmissionStatusResponse", "success": False, "submissionId": driver_id}
+                return 200, {
+                    "action": "SubmissionStatusResponse",
+                    "success": False,
+                    "submissionId": driver_id,
+                }
             answer = {
                 "action": "SubmissionStatusResponse",
                 "success": True,

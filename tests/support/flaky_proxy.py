@@ -18,7 +18,9 @@ class FlakyProxy:
     ``Authorization``, are passed through untouched).
     """
 
-    def __init__(self, target_port: int, fail_first: int = 0, slow_answers: dict[str, float] | None = None) -> None:
+    def __init__(
+        self, target_port: int, fail_first: int = 0, slow_answers: dict[str, float] | None = None
+    ) -> None:
         self.target_port = target_port
         self.fail_first = fail_first
         self.slow_answers = dict(slow_answers or {})

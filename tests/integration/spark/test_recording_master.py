@@ -65,6 +65,6 @@ async def test_kill_and_deadline_send_the_token_only_to_rest(master: FakeSparkMa
     assert event["status"] == "timeout", event
     assert event["driver_state"] == "KILLED"
     assert any(r.path.startswith("/v1/submissions/kill/") for r in master.requests)
-    assert all(
-        (r.authorization is not None) == r.path.startswith("/v1/") for r in master.requests
-    ), master.requests
+    assert all((r.authorization is not None) == r.path.startswith("/v1/") for r in master.requests), (
+        master.requests
+    )
