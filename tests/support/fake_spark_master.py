@@ -70,6 +70,8 @@ class FakeSparkMaster:
     record_requests: bool = True
     response_delay: dict[str, float] = field(default_factory=dict)
     """Seconds to wait before answering a request whose path starts with the key (after acting)."""
+    fail_next: dict[str, int] = field(default_factory=dict)
+    """Path prefix -> how many of the next requests to it are answered HTTP 503."""
     requests: list[RecordedRequest] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
     port: int = 0
@@ -161,10 +163,15 @@ class FakeSparkMaster:
     def _answer(self, method: str, target: str, auth: str | None, body: bytes) -> tuple[int, str, bytes]:
         split = urlsplit(target)
         path = split.path
-        self.counts[path.split("/")[1] if path.count("/") > 1 else path] += 1
-        self.counts["total"] += 1
+        if not path.startswith("/__"):  # control requests are not requests to the master
+            self.counts[path.rstrip("/").split("/")[-2] if path.startswith("/v1/") else path] += 1
+            self.counts["total"] += 1
         if self.record_requests:
             self.requests.append(RecordedRequest(method, target, auth))
+        failing = next((p for p, n in self.fail_next.items() if n > 0 and path.startswith(p)), None)
+        if failing is not None:
+            self.fail_next[failing] -= 1
+            return 503, "text/plain", b"unavailable"
         if path.startswith("/v1/"):
             if self.token is not None and auth != f"Bearer {self.token}":
                 return 403, "text/html", b"<html>403 Forbidden</html>"
@@ -179,6 +186,15 @@ class FakeSparkMaster:
                 return 404, "text/plain", b""
             text = driver.stdout if query.get("logType", [""])[0] == "stdout" else driver.stderr
             return 200, "text/plain", text.encode()
+        if path == "/__schedule" and method == "POST":
+            # Benchmark control: every RUNNING driver finishes at start + spread * i / n.
+            plan = json.loads(body or b"{}")
+            running = sorted(d for d, v in self.drivers.items() if v.state == "RUNNING")
+            finishes = {}
+            for i, driver_id in enumerate(running):
+                at = float(plan["start"]) + float(plan["spread"]) * i / max(len(running), 1)
+                self.drivers[driver_id].finish_at = finishes[driver_id] = at
+            return 200, "application/json", json.dumps(finishes).encode()
         if path == "/__stats":
             return 200, "application/json", json.dumps(dict(self.counts)).encode()
         return 404, "text/plain", b"not found"
@@ -202,10 +218,10 @@ class FakeSparkMaster:
                 delay = next((s for p, s in self.response_delay.items() if target.startswith(p)), 0.0)
                 if delay:
                     await asyncio.sleep(delay)
-                writer.write(
-                    f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
-                    + payload
+                head = (
+                    f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {len(payload)}\r\n\r\n"
                 )
+                writer.write(head.encode() + payload)
                 await writer.drain()
                 if headers.get("connection", "").lower() == "close":
                     break

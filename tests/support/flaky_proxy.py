@@ -1,4 +1,4 @@
-"""A real HTTP proxy on loopback that fails the first N requests with 503, then forwards (optionally slowly)."""
+"""A real HTTP proxy on loopback: fails the first N requests with 503, then forwards (optionally slowly)."""
 
 from __future__ import annotations
 

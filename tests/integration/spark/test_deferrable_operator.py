@@ -16,6 +16,7 @@ import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout, TaskDeferred
 
+from airflow_shared_stream.spark import poller
 from airflow_shared_stream.spark.operators import DeferrableSparkSubmitOperator
 from airflow_shared_stream.spark.triggers import SparkApplicationTrigger
 from tests.integration.spark.conftest import APPS
@@ -339,7 +340,8 @@ async def test_driver_finishing_just_before_the_deadline_is_a_success(spark_clus
         timeout=max(0.1, deadline - time.time() - 1),
         what="the driver to finish before the deadline",
     )
-    assert finished == "FINISHED" and time.time() < deadline
+    assert finished == "FINISHED"
+    assert time.time() < deadline
     event = await run
     assert event["status"] == "success", event
     assert event["driver_state"] == "FINISHED"
@@ -368,11 +370,12 @@ async def test_create_that_times_out_after_the_master_accepted_it_is_not_submitt
         )
         monkeypatch.setenv("AIRFLOW_CONN_SPARK_IT_SLOW", json.dumps(conn))
         first_attempt = _operator("spark_it_slow", **kwargs)
+        failure = ""
         try:
             first = _defer(first_attempt, {"task_state_store": store})
         except Exception as exc:  # the attempt may fail: the task is then retried
-            assert spark_cluster.token not in str(exc)
-            first = None
+            failure, first = str(exc), None
+    assert spark_cluster.token not in failure
     created = set(_drivers(spark_cluster)) - before
     assert len(created) == 1, f"the master should have started exactly one driver: {created}"
     (driver_id,) = created
@@ -385,3 +388,36 @@ async def test_create_that_times_out_after_the_master_accepted_it_is_not_submitt
     assert set(_drivers(spark_cluster)) - before == {driver_id}, "the retry submitted the application twice"
     event = await _first_event(retry)
     assert event["status"] == "success", event
+
+
+async def test_triggers_on_one_master_share_one_poller(spark_cluster, spark_conn_id, tmp_path):
+    """A finishing, a failing and an unknown driver, waited on together through one listing loop."""
+    store = MemoryTaskStateStore
+    ok = _defer(
+        _operator(spark_conn_id, application=str(APPS / "hello.py"), application_args=[str(tmp_path / "h")]),
+        {"task_state_store": store()},
+    )
+    bad = _defer(
+        _operator(spark_conn_id, application=str(APPS / "fails.py"), application_args=["5"]),
+        {"task_state_store": store()},
+    )
+    unknown = SparkApplicationTrigger(submission_id="driver-20000101000000-0042", conn_id=spark_conn_id)
+    runs = [asyncio.ensure_future(_first_event(t)) for t in (ok, bad, unknown)]
+    seen: dict[int, poller.SparkMasterPoller] = {}
+    most_watching = 0
+    while not all(r.done() for r in runs):
+        for p in poller._POLLERS.values():
+            seen[id(p)] = p
+            most_watching = max(most_watching, p.watching)
+        await asyncio.sleep(0.02)
+    assert len(seen) == 1, "the three triggers should share one poller"
+    assert most_watching == 3
+    (shared,) = seen.values()
+    events = await asyncio.gather(*runs)
+    assert [e["status"] for e in events] == ["success", "failed", "error"], events
+    assert "input batch 5 is corrupt" in events[1]["message"]
+    assert "does not know submission driver-20000101000000-0042" in events[2]["message"]
+    # Status requests went only to what the listing could not settle: the unknown id.
+    assert shared.status_requests >= 1
+    assert shared.listings >= 1
+    assert not poller._POLLERS
