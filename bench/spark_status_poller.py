@@ -22,7 +22,8 @@ Two masters:
   UI. A driver's end is its Python process's end (start time in its pid file + its sleep).
 
 Run: ``.venv/bin/python bench/spark_status_poller.py`` (about 10 minutes on 2 cores), or
-``--counts 1 20 --steady 3 --spread 2 --no-real`` for a smoke run. Writes
+``--counts 20 --steady 1 --spread 1 --no-real --no-plot`` for a smoke run (what
+tests/integration/spark/test_bench_smoke.py runs). Writes
 ``bench/results/spark_status_poller.{json,md,png}``. Everything listens on 127.0.0.1 with free
 ports; every server started here is stopped by PID at the end.
 """
@@ -344,6 +345,7 @@ def main() -> None:
     parser.add_argument("--steady", type=float, default=10.0, help="measurement window while all wait (s)")
     parser.add_argument("--spread", type=float, default=5.0, help="drivers finish over this many seconds")
     parser.add_argument("--ramp-timeout", type=float, default=120.0)
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "spark_status_poller"))
     args = parser.parse_args()
     results: list[dict[str, Any]] = []
@@ -367,7 +369,8 @@ def main() -> None:
         json.dumps({"machine": machine, "settings": vars(args), "results": results}, indent=2) + "\n"
     )
     out.with_suffix(".md").write_text(f"{machine}\n{settings}\n\n{_table(results)}\n")
-    _plot(results, out.with_suffix(".png"), args.poll)
+    if not args.no_plot:
+        _plot(results, out.with_suffix(".png"), args.poll)
     print(_table(results))
 
 
