@@ -225,7 +225,7 @@ class FakeSparkMaster:
                 await writer.drain()
                 if headers.get("connection", "").lower() == "close":
                     break
-        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError, asyncio.CancelledError):
             pass
         finally:
             writer.close()
@@ -240,10 +240,11 @@ class FakeSparkMaster:
         ready = threading.Event()
 
         def run() -> None:
-            self._loop = asyncio.new_event_loop()
-            self._loop.run_until_complete(self.serve())
+            self._loop = loop = asyncio.new_event_loop()
+            loop.run_until_complete(self.serve())
             ready.set()
-            self._loop.run_forever()
+            loop.run_forever()
+            loop.close()
 
         self._thread = threading.Thread(target=run, name="fake-spark-master", daemon=True)
         self._thread.start()
@@ -251,10 +252,18 @@ class FakeSparkMaster:
             raise RuntimeError("fake Spark master did not start")
         return self
 
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        handlers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in handlers:  # open keep-alive connections
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+        asyncio.get_running_loop().stop()
+
     def stop(self) -> None:
-        if self._loop is not None and self._server is not None:
-            self._loop.call_soon_threadsafe(self._server.close)
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._loop is not None:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
         if self._thread is not None:
             self._thread.join(10)
 

@@ -88,7 +88,7 @@ async def test_many_triggers_share_one_listing_per_interval(master: FakeSparkMas
             finish_at=now + 1.5 + (i % 10) * 0.1, final_state="FINISHED" if i % 2 else "FAILED"
         )
     started = time.monotonic()
-    events = await asyncio.gather(*(_first_event(_trigger(f"driver-{i}")) for i in range(200)))
+    events = await asyncio.gather(*(_first_event(_trigger(f"driver-{i}"), 120) for i in range(200)))
     elapsed = time.monotonic() - started
     assert [e["status"] for e in events] == ["failed" if i % 2 == 0 else "success" for i in range(200)]
     listings, statuses = _count(master, "/json/"), _count(master, "/v1/submissions/status/")
