@@ -1,68 +1,87 @@
+# NOTE: GENERATED FILE, DO NOT EDIT. Edit provider.yaml, then run
+#   .venv/bin/python scripts/generate_provider_info.py
+# (tests/unit/test_provider_info.py fails while this file and provider.yaml differ).
 """Provider metadata for Airflow's ProvidersManager (entry point ``apache_airflow_provider``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from airflow_shared_stream import __version__
-
 
 def get_provider_info() -> dict[str, Any]:
-    # Keep in step with provider.yaml: tests/unit/test_provider_info.py compares the two.
     return {
         "package-name": "airflow-shared-stream",
         "name": "Shared Stream",
-        "description": (
-            "At-least-once shared-stream event triggers for Apache Airflow 3.3+ (Amazon SQS, Apache Kafka)\n"
-            "and a deferrable Spark submit operator.\n"
-        ),
-        "state": "ready",
-        "versions": [__version__],
+        "description": "At-least-once shared-stream event triggers for Apache Airflow 3.3+ (Amazon SQS, Apache Kafka)\nand a deferrable Spark submit operator.\n",
         "integrations": [
             {
                 "integration-name": "Amazon Simple Queue Service (SQS) shared stream",
                 "external-doc-url": "https://aws.amazon.com/sqs/",
-                "tags": ["aws"],
+                "tags": [
+                    "aws",
+                ],
             },
             {
                 "integration-name": "Apache Kafka shared stream",
                 "external-doc-url": "https://kafka.apache.org/",
-                "tags": ["apache"],
+                "tags": [
+                    "apache",
+                ],
             },
             {
                 "integration-name": "Apache Spark (deferrable, standalone REST)",
                 "external-doc-url": "https://spark.apache.org/docs/latest/spark-standalone.html",
-                "tags": ["software"],
+                "tags": [
+                    "software",
+                ],
             },
         ],
         "triggers": [
             {
                 "integration-name": "Amazon Simple Queue Service (SQS) shared stream",
-                "python-modules": ["airflow_shared_stream.sqs.trigger"],
+                "python-modules": [
+                    "airflow_shared_stream.sqs.trigger",
+                ],
             },
             {
                 "integration-name": "Apache Kafka shared stream",
-                "python-modules": ["airflow_shared_stream.kafka.trigger"],
+                "python-modules": [
+                    "airflow_shared_stream.kafka.trigger",
+                ],
             },
             {
                 "integration-name": "Apache Spark (deferrable, standalone REST)",
-                "python-modules": ["airflow_shared_stream.spark.triggers"],
+                "python-modules": [
+                    "airflow_shared_stream.spark.triggers",
+                ],
             },
         ],
         "operators": [
             {
                 "integration-name": "Apache Spark (deferrable, standalone REST)",
-                "python-modules": ["airflow_shared_stream.spark.operators"],
+                "python-modules": [
+                    "airflow_shared_stream.spark.operators",
+                ],
             },
         ],
         "hooks": [
             {
-                "integration-name": "Apache Spark (deferrable, standalone REST)",
-                "python-modules": ["airflow_shared_stream.spark.hook"],
+                "integration-name": "Amazon Simple Queue Service (SQS) shared stream",
+                "python-modules": [
+                    "airflow_shared_stream.sqs.hook",
+                ],
             },
-        ],
-        "connection-types": [
-            {"hook-class-name": "airflow_shared_stream.sqs.hook.SqsHook", "connection-type": "aws"},
-            {"hook-class-name": "airflow_shared_stream.kafka.hook.KafkaHook", "connection-type": "kafka"},
+            {
+                "integration-name": "Apache Kafka shared stream",
+                "python-modules": [
+                    "airflow_shared_stream.kafka.hook",
+                ],
+            },
+            {
+                "integration-name": "Apache Spark (deferrable, standalone REST)",
+                "python-modules": [
+                    "airflow_shared_stream.spark.hook",
+                ],
+            },
         ],
     }

@@ -69,7 +69,9 @@ class Watcher:
         assert self.error is not None
         return self.error
 
-    async def _wait(self, done: Any, timeout: float, what: str, *, raise_error: bool = True) -> Any:
+    async def _wait(
+        self, done: Callable[[], bool], timeout: float, what: str, *, raise_error: bool = True
+    ) -> list[TriggerEvent]:
         deadline = time.monotonic() + timeout
         while not done():
             if raise_error and self.error is not None:

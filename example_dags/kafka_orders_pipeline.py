@@ -6,8 +6,8 @@ triggerer, one consumer group; offsets are committed only after every watcher's 
 persisted). Malformed events go to the dead-letter topic. See ``order_pipeline.py`` for the
 tasks.
 
-Settings (Airflow Variables, or ``AIRFLOW_VAR_*``): ``orders_kafka_topic`` (``orders``),
-``orders_kafka_dead_letter_topic`` (``orders.dlq``), ``orders_kafka_group_id``
+Settings (environment variables): ``ORDERS_KAFKA_TOPIC`` (``orders``),
+``ORDERS_KAFKA_DEAD_LETTER_TOPIC`` (``orders.dlq``), ``ORDERS_KAFKA_GROUP_ID``
 (``airflow-orders-pipeline``); the broker comes from the ``kafka_default`` connection.
 """
 
@@ -20,9 +20,9 @@ from order_pipeline import build_pipeline, reject_expression, setting, watched_a
 
 from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger
 
-TOPIC = setting("orders_kafka_topic", "orders")
-DEAD_LETTER_TOPIC = setting("orders_kafka_dead_letter_topic", "orders.dlq")
-GROUP_ID = setting("orders_kafka_group_id", "airflow-orders-pipeline")
+TOPIC = setting("ORDERS_KAFKA_TOPIC", "orders")
+DEAD_LETTER_TOPIC = setting("ORDERS_KAFKA_DEAD_LETTER_TOPIC", "orders.dlq")
+GROUP_ID = setting("ORDERS_KAFKA_GROUP_ID", "airflow-orders-pipeline")
 
 
 def _trigger(match: str) -> KafkaSharedStreamTrigger:

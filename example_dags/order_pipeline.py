@@ -25,14 +25,15 @@ Each Spark task writes its own output directory, so the two can be compared row 
 job de-duplicates on ``event_id``: a message matched by two watchers, or redelivered after a
 triggerer crash, is one row.
 
-Everything deployment-specific comes from Airflow Variables (``AIRFLOW_VAR_*`` in the
-environment works too) with defaults that suit a laptop, and credentials only from Airflow
-Connections, so the same Dags serve the demo, the e2e tests and a real deployment.
+Everything deployment-specific comes from environment variables (see :func:`setting`) with
+defaults that suit a laptop, and credentials only from Airflow Connections, so the same Dags
+serve the demo, the e2e tests and a real deployment.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset, AssetWatcher, Variable, get_current_context, task
+from airflow.sdk import Asset, AssetWatcher, get_current_context, task
 
 SPARK_JOB = Path(__file__).parent / "spark_jobs" / "order_events_to_parquet.py"
 
@@ -81,12 +82,20 @@ def reject_expression(body: str) -> str:
 
 
 def setting(name: str, default: str) -> str:
-    """An Airflow Variable (``AIRFLOW_VAR_<NAME>`` works without a database) or its default."""
-    return Variable.get(name, default=default)
+    """
+    The environment variable ``name``, or ``default`` when it is not set.
+
+    Not an Airflow Variable: these settings are read by top-level Dag code, which the
+    dag-processor runs at every parse of the file, and ``Variable.get`` there costs a round trip
+    to the metadata database (through the API server in Airflow 3) per setting per parse.
+    Airflow's best practices say to keep such reads out of top-level code; the environment of
+    the Airflow components costs nothing to read and is where deployments put such settings.
+    """
+    return os.environ.get(name, default)
 
 
 def data_dir() -> Path:
-    return Path(setting("shared_stream_data_dir", "/tmp/airflow-shared-stream-demo"))
+    return Path(setting("SHARED_STREAM_DATA_DIR", "/tmp/airflow-shared-stream-demo"))
 
 
 def watched_assets(source: str, body: str, make_trigger: Any) -> list[Asset]:
@@ -191,7 +200,7 @@ def build_pipeline(source: str, body_key: str, position: Any) -> None:
 
     classic = SparkSubmitOperator(
         task_id="spark_submit",
-        conn_id=setting("shared_stream_spark_conn_id", "spark_default"),
+        conn_id=setting("SHARED_STREAM_SPARK_CONN_ID", "spark_default"),
         application_args=["--input", inbox_file, "--output", str(out / "spark_submit")],
         **{
             **spark_args,
@@ -205,7 +214,7 @@ def build_pipeline(source: str, body_key: str, position: Any) -> None:
     )
     deferrable = DeferrableSparkSubmitOperator(
         task_id="spark_submit_deferrable",
-        conn_id=setting("shared_stream_spark_deferrable_conn_id", "spark_default"),
+        conn_id=setting("SHARED_STREAM_SPARK_DEFERRABLE_CONN_ID", "spark_default"),
         application_args=["--input", inbox_file, "--output", str(out / "spark_submit_deferrable")],
         deferrable=True,
         **spark_args,

@@ -5,8 +5,8 @@ Three assets watch ONE SQS queue through ``SqsSharedStreamTrigger`` (one long-po
 in the triggerer; a message is deleted only after every watcher's asset event is persisted).
 Malformed events go to the dead-letter queue. See ``order_pipeline.py`` for the tasks.
 
-Settings (Airflow Variables, or ``AIRFLOW_VAR_*``): ``orders_sqs_queue_url`` and
-``orders_sqs_dead_letter_queue_url`` (empty: the queue's RedrivePolicy target); credentials and
+Settings (environment variables): ``ORDERS_SQS_QUEUE_URL`` and
+``ORDERS_SQS_DEAD_LETTER_QUEUE_URL`` (empty: the queue's RedrivePolicy target); credentials and
 endpoint come from the ``aws_default`` connection.
 """
 
@@ -19,8 +19,8 @@ from order_pipeline import build_pipeline, reject_expression, setting, watched_a
 
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
 
-QUEUE_URL = setting("orders_sqs_queue_url", "https://sqs.us-east-1.amazonaws.com/000000000000/orders")
-DEAD_LETTER_QUEUE_URL = setting("orders_sqs_dead_letter_queue_url", "") or None
+QUEUE_URL = setting("ORDERS_SQS_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/000000000000/orders")
+DEAD_LETTER_QUEUE_URL = setting("ORDERS_SQS_DEAD_LETTER_QUEUE_URL", "") or None
 
 
 def _trigger(match: str) -> SqsSharedStreamTrigger:

@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"work directory: {work}")
 
     with contextlib.ExitStack() as stack:
-        env: dict[str, str] = {"AIRFLOW_VAR_SHARED_STREAM_DATA_DIR": str(data_dir)}
+        env: dict[str, str] = {"SHARED_STREAM_DATA_DIR": str(data_dir)}
         say(f"starting the broker ({'noida-db, Kafka protocol' if args.broker == 'kafka' else 'moto, SQS'})")
         if args.broker == "kafka":
             kafka = stack.enter_context(kafka_broker_process(work / "kafka"))
@@ -180,8 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             dlq_url = sqs.create_queue("orders-dlq")
             queue_url = sqs.create_queue("orders", dead_letter_queue_url=dlq_url)
             env["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(sqs.connection())
-            env["AIRFLOW_VAR_ORDERS_SQS_QUEUE_URL"] = queue_url
-            env["AIRFLOW_VAR_ORDERS_SQS_DEAD_LETTER_QUEUE_URL"] = dlq_url
+            env["ORDERS_SQS_QUEUE_URL"] = queue_url
+            env["ORDERS_SQS_DEAD_LETTER_QUEUE_URL"] = dlq_url
 
             def send(batch: list[dict[str, Any]]) -> None:
                 sqs.send(queue_url, batch)
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             {"conn_type": "spark", "host": "local[1]", "extra": {}}
         )
         env["AIRFLOW_CONN_SPARK_CLUSTER"] = spark.connection_json()
-        env["AIRFLOW_VAR_SHARED_STREAM_SPARK_DEFERRABLE_CONN_ID"] = "spark_cluster"
+        env["SHARED_STREAM_SPARK_DEFERRABLE_CONN_ID"] = "spark_cluster"
 
         say("starting Airflow 3.3: db migrate, dag-processor, scheduler, triggerer, api-server (~1 min)")
         airflow = AirflowDeployment(

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command of the README: build .venv/ if needed, lint, then run the whole suite
+# The test command of the README: build .venv/ if needed, lint and type-check, then run the whole suite
 # (unit tests, and integration tests against real brokers the suite starts on loopback).
 # Extra arguments go to pytest, e.g. scripts/test.sh tests/unit -q
 set -euo pipefail
@@ -7,4 +7,5 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/mypy  # [tool.mypy] in pyproject.toml: airflow_shared_stream/
 exec .venv/bin/python -m pytest "$@"

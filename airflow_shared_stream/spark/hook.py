@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from airflow.sdk import BaseHook
+from airflow.sdk import BaseHook, Connection
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def _host_of(master: str) -> str:
     return host or "localhost"
 
 
-def config_from_connection(conn: Any) -> SparkRestConfig:
+def config_from_connection(conn: Connection) -> SparkRestConfig:
     """
     Read a ``spark`` connection the way ``SparkSubmitHook`` does, plus the REST settings.
 

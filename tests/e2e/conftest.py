@@ -97,7 +97,7 @@ def spark(e2e_dir: Path) -> Iterator[SparkCluster]:
 def stack_env(
     kafka: KafkaBroker, sqs: SqsServer, spark: SparkCluster, data_dir: Path, queue_url: str, dlq_url: str
 ) -> dict[str, str]:
-    """Connections and Variables of the example Dags, as ``AIRFLOW_CONN_*``/``AIRFLOW_VAR_*``."""
+    """Connections (``AIRFLOW_CONN_*``) and settings (plain environment variables) of the example Dags."""
     return {
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
             {
@@ -111,14 +111,14 @@ def stack_env(
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[1]", "extra": {}}),
         # Deferrable operator: cluster mode over the JWS-protected REST API.
         "AIRFLOW_CONN_SPARK_CLUSTER": spark.connection_json(),
-        "AIRFLOW_VAR_SHARED_STREAM_DATA_DIR": str(data_dir),
-        "AIRFLOW_VAR_SHARED_STREAM_SPARK_CONN_ID": "spark_default",
-        "AIRFLOW_VAR_SHARED_STREAM_SPARK_DEFERRABLE_CONN_ID": "spark_cluster",
-        "AIRFLOW_VAR_ORDERS_KAFKA_TOPIC": KAFKA_TOPIC,
-        "AIRFLOW_VAR_ORDERS_KAFKA_DEAD_LETTER_TOPIC": KAFKA_DEAD_LETTER_TOPIC,
-        "AIRFLOW_VAR_ORDERS_KAFKA_GROUP_ID": KAFKA_GROUP_ID,
-        "AIRFLOW_VAR_ORDERS_SQS_QUEUE_URL": queue_url,
-        "AIRFLOW_VAR_ORDERS_SQS_DEAD_LETTER_QUEUE_URL": dlq_url,
+        "SHARED_STREAM_DATA_DIR": str(data_dir),
+        "SHARED_STREAM_SPARK_CONN_ID": "spark_default",
+        "SHARED_STREAM_SPARK_DEFERRABLE_CONN_ID": "spark_cluster",
+        "ORDERS_KAFKA_TOPIC": KAFKA_TOPIC,
+        "ORDERS_KAFKA_DEAD_LETTER_TOPIC": KAFKA_DEAD_LETTER_TOPIC,
+        "ORDERS_KAFKA_GROUP_ID": KAFKA_GROUP_ID,
+        "ORDERS_SQS_QUEUE_URL": queue_url,
+        "ORDERS_SQS_DEAD_LETTER_QUEUE_URL": dlq_url,
     }
 
 

@@ -91,7 +91,7 @@ class AirflowDeployment:
     One Airflow deployment in ``home``, serving the Dags in ``dags_folder``.
 
     :param env: extra environment for every component: ``AIRFLOW_CONN_*`` connections,
-        ``AIRFLOW_VAR_*`` variables, ``AIRFLOW__SECTION__KEY`` overrides.
+        settings the Dags read, ``AIRFLOW__SECTION__KEY`` overrides.
     :param parallelism: ``[core] parallelism``; low on 2-core machines so Spark keeps its CPU.
     """
 

@@ -1,0 +1,61 @@
+"""What the built distributions carry: licence files, py.typed, provider metadata (about 2 s to build)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+import zipfile
+from email.parser import HeaderParser
+from pathlib import Path
+
+import pytest
+
+from airflow_shared_stream import __version__
+
+ROOT = Path(__file__).resolve().parents[2]
+DIST = f"airflow_shared_stream-{__version__}"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The sdist, and the wheel built FROM it (what ``uv build`` and pip do), from this checkout."""
+    out = tmp_path_factory.mktemp("dist")
+    result = subprocess.run(
+        [sys.executable, "-m", "uv", "build", "--quiet", "--out-dir", str(out), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    [sdist] = out.glob("*.tar.gz")
+    [wheel] = out.glob("*.whl")
+    return sdist, wheel
+
+
+def test_the_repository_has_the_apache_license_and_a_notice() -> None:
+    license_text = (ROOT / "LICENSE").read_text()
+    assert "Apache License\n                           Version 2.0, January 2004" in license_text
+    assert "END OF TERMS AND CONDITIONS" in license_text
+    assert "airflow-shared-stream" in (ROOT / "NOTICE").read_text()
+
+
+def test_the_wheel_carries_license_notice_and_declares_them(built: tuple[Path, Path]) -> None:
+    _, wheel = built
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        metadata = HeaderParser().parsestr(archive.read(f"{DIST}.dist-info/METADATA").decode())
+        for name in ("LICENSE", "NOTICE"):
+            assert archive.read(f"{DIST}.dist-info/licenses/{name}") == (ROOT / name).read_bytes()
+    assert f"{DIST}.dist-info/entry_points.txt" in names
+    # PEP 561: type checkers of users' Dags read the package's annotations.
+    assert "airflow_shared_stream/py.typed" in names
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert sorted(metadata.get_all("License-File") or []) == ["LICENSE", "NOTICE"]
+
+
+def test_the_sdist_carries_license_notice_and_provider_yaml(built: tuple[Path, Path]) -> None:
+    sdist, _ = built
+    with tarfile.open(sdist) as archive:
+        names = {name.removeprefix(f"{DIST}/") for name in archive.getnames()}
+    assert {"LICENSE", "NOTICE", "provider.yaml", "pyproject.toml"} <= names
