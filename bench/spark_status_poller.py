@@ -321,7 +321,8 @@ def _plot(results: list[dict[str, Any]], path: Path, poll: float) -> None:
     ]
     for ax, (key, title, target) in zip(axes, panels, strict=True):
         for mode, marker in (("per-trigger", "o"), ("shared", "s")):
-            pts = [(r["triggers"], r[key]) for r in fake if r["mode"] == mode and r[key] is not None]
+            # A zero (nothing measured in the window) has no place on a log axis: the table says it.
+            pts = [(r["triggers"], r[key]) for r in fake if r["mode"] == mode and r[key]]
             if pts:
                 ax.plot(*zip(*pts, strict=True), marker=marker, label=mode)
         ax.axhline(target, color="grey", linestyle="--", linewidth=1, label="target at 1,000")
