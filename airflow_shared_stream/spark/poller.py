@@ -122,6 +122,7 @@ class SparkMasterPoller:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._interval = float("inf")
+        self._listing_usable = True
         self.listings = 0
         """Listing requests sent (for tests and the benchmark)."""
         self.status_requests = 0
@@ -186,7 +187,6 @@ class SparkMasterPoller:
     async def _round(self, ui: httpx.AsyncClient, rest: AsyncSparkRestClient) -> bool:
         """One listing, then REST status for what it did not settle. False if the listing failed."""
         listing: MasterState | None = None
-        ok = True
         try:
             self.listings += 1
             listing = await amaster_state(ui, self.cfg)
@@ -199,8 +199,12 @@ class SparkMasterPoller:
             return False
         except SparkRestError as exc:
             # The listing is unreadable (HTTP 4xx, a proxy page): ask each driver over REST.
-            log.warning("Spark master listing unusable (%s): asking each driver's status instead", exc)
-            listing, ok = None, True
+            if self._listing_usable:
+                log.warning("Spark master listing unusable (%s): asking each driver's status instead", exc)
+            self._listing_usable = False
+            listing = None
+        else:
+            self._listing_usable = True
         unlisted: list[str] = []
         for submission_id, watches in list(self._watches.items()):
             driver = listing.drivers.get(submission_id) if listing is not None else None
@@ -212,7 +216,7 @@ class SparkMasterPoller:
                 watch._observe(status)
         if unlisted:
             await self._ask_each(rest, unlisted)
-        return ok
+        return True
 
     async def _ask_each(self, rest: AsyncSparkRestClient, submission_ids: list[str]) -> None:
         gate = asyncio.Semaphore(REST_CONCURRENCY)

@@ -72,6 +72,8 @@ class FakeSparkMaster:
     """Seconds to wait before answering a request whose path starts with the key (after acting)."""
     fail_next: dict[str, int] = field(default_factory=dict)
     """Path prefix -> how many of the next requests to it are answered HTTP 503."""
+    listing_status: int = 200
+    """HTTP status of ``/json/`` (e.g. 403 for a web UI behind an authentication filter)."""
     requests: list[RecordedRequest] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
     port: int = 0
@@ -177,6 +179,8 @@ class FakeSparkMaster:
                 return 403, "text/html", b"<html>403 Forbidden</html>"
             status, data = self._rest(method, path, body)
             return status, "application/json", json.dumps(data).encode()
+        if path == "/json/" and self.listing_status != 200:
+            return self.listing_status, "text/html", b"<html>refused</html>"
         if path == "/json/":
             return 200, "application/json", json.dumps(self.master_state()).encode()
         if path == "/log/":

@@ -154,3 +154,15 @@ async def test_per_trigger_path_polls_rest_for_its_own_driver(master: FakeSparkM
     assert event["status"] == "success", event
     assert _count(master, "/json/") == 0
     assert _count(master, "/v1/submissions/status/driver-own") >= 1
+
+
+async def test_unusable_listing_falls_back_to_rest_status(master: FakeSparkMaster):
+    """A web UI behind an authentication filter: the poller asks each driver over REST instead."""
+    master.listing_status = 403
+    for i in range(3):
+        master.drivers[f"driver-{i}"] = FakeDriver(finish_at=time.time() + 1)
+    events = await asyncio.gather(*(_first_event(_trigger(f"driver-{i}")) for i in range(3)))
+    assert [e["status"] for e in events] == ["success"] * 3, events
+    assert _count(master, "/json/") >= 1
+    assert _count(master, "/v1/submissions/status/") >= 3
+    assert all(r.authorization is None for r in master.requests if r.path.startswith("/json/"))
