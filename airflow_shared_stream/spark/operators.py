@@ -80,7 +80,9 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
     is the trigger's poll interval and ``execution_timeout`` is enforced by the trigger, which
     kills the driver when it passes. Connection extras used by the REST path:
     ``rest-port``, ``rest-scheme``, ``pyspark-driver-python`` (the parent-death launcher),
-    ``pyspark-python``, ``master-ui-url``; the password is the JWS token (docs/spark.rst).
+    ``pyspark-python``, ``master-ui-url`` (the shared status poller, failed drivers' messages,
+    finding the driver of a create whose answer was lost); the password is the JWS token,
+    sent only to the REST server (docs/spark.rst).
     """
 
     def __init__(

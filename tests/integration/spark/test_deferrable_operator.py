@@ -348,10 +348,16 @@ async def test_driver_finishing_just_before_the_deadline_is_a_success(spark_clus
     op.execute_complete({}, event)
 
 
+@pytest.mark.parametrize("found_by", ["the same attempt", "the retry"])
 async def test_create_that_times_out_after_the_master_accepted_it_is_not_submitted_twice(
-    spark_cluster, spark_conn_id, tmp_path, monkeypatch
+    spark_cluster, spark_conn_id, tmp_path, monkeypatch, found_by
 ):
-    """A retry after an unanswered create finds the driver the master did start."""
+    """
+    An unanswered create's driver is found, not submitted again.
+
+    With the master's web UI in the connection the attempt itself finds it; without, the
+    attempt fails and the retry (whose connection has it) finds it from the pending marker.
+    """
     store = MemoryTaskStateStore()
     pid_file = tmp_path / "driver.pid"
     kwargs = {
@@ -361,12 +367,9 @@ async def test_create_that_times_out_after_the_master_accepted_it_is_not_submitt
     }
     before = set(_drivers(spark_cluster))
     with FlakyProxy(spark_cluster.rest_port, slow_answers={"/v1/submissions/create": 8}) as proxy:
+        ui = {"master-ui-url": f"http://127.0.0.1:{spark_cluster.master_ui_port}"}
         conn = spark_cluster.connection(
-            **{
-                "rest-port": proxy.port,
-                "rest-timeout": 3,
-                "master-ui-url": f"http://127.0.0.1:{spark_cluster.master_ui_port}",
-            }
+            **{"rest-port": proxy.port, "rest-timeout": 3, **(ui if found_by == "the same attempt" else {})}
         )
         monkeypatch.setenv("AIRFLOW_CONN_SPARK_IT_SLOW", json.dumps(conn))
         first_attempt = _operator("spark_it_slow", **kwargs)
@@ -376,6 +379,11 @@ async def test_create_that_times_out_after_the_master_accepted_it_is_not_submitt
         except Exception as exc:  # the attempt may fail: the task is then retried
             failure, first = str(exc), None
     assert spark_cluster.token not in failure
+    if found_by == "the same attempt":
+        assert first is not None, failure
+    else:
+        assert first is None
+        assert store.get("spark_job_id_pending"), "the unanswered create left no marker"
     created = set(_drivers(spark_cluster)) - before
     assert len(created) == 1, f"the master should have started exactly one driver: {created}"
     (driver_id,) = created
@@ -385,6 +393,7 @@ async def test_create_that_times_out_after_the_master_accepted_it_is_not_submitt
     assert retry.submission_id == driver_id
     if first is not None:
         assert first.submission_id == driver_id
+    assert not store.get("spark_job_id_pending")
     assert set(_drivers(spark_cluster)) - before == {driver_id}, "the retry submitted the application twice"
     event = await _first_event(retry)
     assert event["status"] == "success", event
