@@ -28,7 +28,7 @@ import contextlib
 import itertools
 import json
 import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +40,12 @@ from airflow.triggers.shared_stream import (
     SharedStreamManager,
 )
 
-__all__ = ["SharedStreamHarness", "Watcher"]
+from airflow_shared_stream.common.leased_queue import DeadLetter, Delivery, LeasedQueueProducer
+from airflow_shared_stream.common.matching import build_message
+from airflow_shared_stream.common.settlement import Settlement
+from airflow_shared_stream.common.trigger import SharedStreamTrigger
+
+__all__ = ["InMemoryProducer", "InMemoryQueue", "InMemoryTrigger", "SharedStreamHarness", "Watcher"]
 
 
 @dataclass
@@ -139,6 +144,7 @@ class SharedStreamHarness:
         if key is None:
             raise ValueError(f"{type(trigger).__name__} does not declare a shared_stream_key")
         watcher = Watcher(trigger_id=next(self._ids), trigger=rebuilt, key=key)
+        rebuilt.trigger_id = watcher.trigger_id  # as TriggerRunner does
         watcher.task = asyncio.create_task(self._run(watcher), name=f"harness-trigger-{watcher.trigger_id}")
         self.watchers[watcher.trigger_id] = watcher
         return watcher
@@ -228,3 +234,147 @@ def _rebuild(trigger: BaseEventTrigger) -> BaseEventTrigger:
     kwargs = json.loads(json.dumps(kwargs))
     trigger_class = import_string(classpath)
     return trigger_class(**kwargs)
+
+
+@dataclass
+class InMemoryQueue:
+    """
+    A leased queue in memory: what :class:`InMemoryProducer` reads and settles.
+
+    ``settled`` records every settlement per message number, in order (a redelivered message
+    shows ``[REDELIVER, ACK]``); ``dead_letters`` keeps ``(number, reason, description)``.
+    """
+
+    pending: list[tuple[int, Any, Hashable | None]] = field(default_factory=list)
+    settled: dict[int, list[Settlement]] = field(default_factory=dict)
+    dead_letters: list[tuple[int, str, str]] = field(default_factory=list)
+    max_in_flight_seen: int = 0
+    lease_extensions: int = 0
+    _numbers: Any = field(default_factory=itertools.count)
+    _arrived: asyncio.Event | None = None
+
+    def publish(self, body: Any, *, lane: Hashable | None = None) -> int:
+        """Enqueue one message (a JSON-able body, or bytes/str as the broker would carry)."""
+        number = next(self._numbers)
+        self.pending.append((number, body, lane))
+        if self._arrived is not None:
+            self._arrived.set()
+        return number
+
+    def settlements(self, settlement: Settlement) -> list[int]:
+        """Message numbers whose last settlement is ``settlement``."""
+        return sorted(n for n, history in self.settled.items() if history and history[-1] is settlement)
+
+
+class InMemoryProducer(LeasedQueueProducer[int]):
+    """
+    The leased-queue template over an :class:`InMemoryQueue`: for tests and benchmarks.
+
+    It runs the real receive loop, credit window, lanes, lease keeper and settlement of
+    :class:`~airflow_shared_stream.common.leased_queue.LeasedQueueProducer`; only the broker
+    is a list. Queues are per ``stream`` name, shared by the class (one triggerer process).
+    """
+
+    broker = "memory"
+    receive_limit = 10
+    settle_batch_limit = 10
+    queues: dict[str, InMemoryQueue] = {}
+
+    def __init__(
+        self,
+        *,
+        stream: str,
+        max_in_flight: int,
+        max_payload_bytes: int,
+        dead_letter: str | None = None,
+        **_shaping: Any,
+    ) -> None:
+        super().__init__(max_in_flight=max_in_flight, stream_label=stream)
+        self.stream = stream
+        self.dead_letter_to = dead_letter
+        self._max_payload_bytes = max_payload_bytes
+        self._received: dict[int, tuple[Any, Hashable | None]] = {}
+
+    @classmethod
+    def queue(cls, stream: str) -> InMemoryQueue:
+        return cls.queues.setdefault(stream, InMemoryQueue())
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.queues.clear()
+
+    async def connect(self) -> float:
+        return 30.0
+
+    async def receive(self, max_messages: int) -> Sequence[Delivery[int]]:
+        queue = self.queue(self.stream)
+        while not queue.pending:
+            queue._arrived = asyncio.Event()
+            await queue._arrived.wait()
+        taken, queue.pending[:] = queue.pending[:max_messages], queue.pending[max_messages:]
+        deliveries = []
+        for number, body, lane in taken:
+            self._received[number] = (body, lane)
+            data = body if isinstance(body, bytes | str) else json.dumps(body)
+            message = build_message(
+                data,
+                metadata={"number": number, "stream": self.stream},
+                label=f"{self.stream}#{number}",
+                max_payload_bytes=self._max_payload_bytes,
+            )
+            size = len(data.encode("utf-8")) if isinstance(data, str) else len(data)
+            deliveries.append(
+                Delivery(
+                    message=message, handle=number, lease=number, lane=lane, size=size, message_id=str(number)
+                )
+            )
+        queue.max_in_flight_seen = max(queue.max_in_flight_seen, self.in_flight + len(deliveries))
+        return deliveries
+
+    def _record(self, numbers: Iterable[int], settlement: Settlement) -> None:
+        queue = self.queue(self.stream)
+        for number in numbers:
+            queue.settled.setdefault(number, []).append(settlement)
+
+    async def ack(self, deliveries: Sequence[Delivery[int]]) -> None:
+        self._record((d.handle for d in deliveries), Settlement.ACK)
+
+    async def redeliver(self, deliveries: Sequence[Delivery[int]]) -> None:
+        self._record((d.handle for d in deliveries), Settlement.REDELIVER)
+        queue = self.queue(self.stream)
+        back = [(d.handle, *self._received[d.handle]) for d in deliveries]
+        queue.pending[:0] = sorted(back, key=lambda entry: entry[0])
+        if queue._arrived is not None:
+            queue._arrived.set()
+
+    async def dead_letter(self, letters: Sequence[DeadLetter[int]]) -> None:
+        queue = self.queue(self.stream)
+        self._record((x.delivery.handle for x in letters), Settlement.DEAD_LETTER)
+        queue.dead_letters.extend((x.delivery.handle, x.reason, x.description) for x in letters)
+
+    async def extend_leases(
+        self, deliveries: Sequence[Delivery[int]], seconds: float
+    ) -> Collection[Delivery[int]]:
+        self.queue(self.stream).lease_extensions += len(deliveries)
+        return ()
+
+    async def disconnect(self) -> None:
+        pass
+
+
+class InMemoryTrigger(SharedStreamTrigger):
+    """
+    A trigger on an :class:`InMemoryQueue`: the stream is ``stream``, ``dead_letter`` shapes it.
+
+    Publish with ``InMemoryProducer.queue("name").publish({...})``.
+    """
+
+    broker = "memory"
+    identity_fields = ("stream",)
+    shaping_fields = ("dead_letter",)
+    producer_class = InMemoryProducer
+
+    def __init__(self, stream: str, *, dead_letter: str | None = None, **common: Any) -> None:
+        super().__init__(**common)
+        self.stream = stream
+        self.dead_letter = dead_letter

@@ -240,7 +240,7 @@ def make_factory(variant: str, bootstrap: str, topic: str) -> Any:
     conn_id = f"bench_{variant}_{run_id}"
     _connection(conn_id, bootstrap, f"bench-{variant}-{run_id}")
     if variant == "ours":
-        return lambda: KafkaSharedStreamTrigger([topic], kafka_conn_id=conn_id)
+        return lambda: KafkaSharedStreamTrigger([topic], kafka_config_id=conn_id)
     if variant == "official":
         from airflow.providers.apache.kafka.triggers.shared_stream import (
             KafkaSharedStreamTrigger as OfficialTrigger,

@@ -38,7 +38,8 @@ sys.path.insert(0, str(ROOT))
 
 import boto3  # noqa: E402
 
-from airflow_shared_stream.sqs.producer import SqsMessageHandle, SqsSharedStreamProducer  # noqa: E402
+from airflow_shared_stream.common.leased_queue import InFlight  # noqa: E402
+from airflow_shared_stream.sqs.producer import SqsSharedStreamProducer  # noqa: E402
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger  # noqa: E402
 from airflow_shared_stream.testing import SharedStreamHarness  # noqa: E402
 from bench.machine import describe  # noqa: E402
@@ -49,16 +50,16 @@ class LaneProducer(SqsSharedStreamProducer):
     scheme: ClassVar[str] = "receive"
     calls: ClassVar[collections.Counter[str]] = collections.Counter()
 
-    def get_advance_lane(self, broker_payload: SqsMessageHandle) -> Any:
+    def get_advance_lane(self, broker_payload: InFlight[Any]) -> Any:
         if self.scheme == "global":
             return None
         if self.scheme == "message":
-            return broker_payload.message_id
+            return broker_payload.delivery.message_id
         return super().get_advance_lane(broker_payload)
 
-    async def _call(self, operation: str, **params: Any) -> dict[str, Any]:
+    async def _call(self, operation: str, *, queue: Any = None, **params: Any) -> dict[str, Any]:
         self.calls[operation] += 1
-        return await super()._call(operation, **params)
+        return await super()._call(operation, queue=queue, **params)
 
 
 class LaneTrigger(SqsSharedStreamTrigger):

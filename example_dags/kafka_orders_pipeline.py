@@ -28,7 +28,7 @@ GROUP_ID = setting("ORDERS_KAFKA_GROUP_ID", "airflow-orders-pipeline")
 def _trigger(match: str) -> KafkaSharedStreamTrigger:
     return KafkaSharedStreamTrigger(
         topics=[TOPIC],
-        kafka_conn_id="kafka_default",
+        kafka_config_id="kafka_default",
         group_id=GROUP_ID,
         match=match,
         reject=reject_expression("value"),

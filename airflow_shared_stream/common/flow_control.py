@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 
-from airflow.triggers.shared_stream import DEFAULT_SUBSCRIBER_QUEUE_MAX
+from airflow.triggers.shared_stream import DEFAULT_ACK_TIMEOUT, DEFAULT_SUBSCRIBER_QUEUE_MAX
 
 
 def subscriber_queue_size() -> int:
@@ -32,6 +32,21 @@ def subscriber_queue_size() -> int:
         )
     except Exception:  # pragma: no cover - configuration unreadable outside a deployment
         return DEFAULT_SUBSCRIBER_QUEUE_MAX
+
+
+def ack_timeout_seconds() -> float:
+    """
+    The triggerer's per-event ack timeout, as configured for this deployment.
+
+    Past it Airflow fails an unpersisted event and the broker must redeliver it, so it is also
+    the longest a lease is worth extending.
+    """
+    try:
+        from airflow.configuration import conf
+
+        return conf.getfloat("triggerer", "shared_stream_ack_timeout", fallback=DEFAULT_ACK_TIMEOUT)
+    except Exception:  # pragma: no cover - configuration unreadable outside a deployment
+        return DEFAULT_ACK_TIMEOUT
 
 
 def validate_max_in_flight(max_in_flight: int) -> int:

@@ -15,20 +15,30 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Hashable, Iterable
 from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
 LeaseHandle = TypeVar("LeaseHandle", bound=Hashable)
 
-ExtendLeases = Callable[[list[LeaseHandle], float], Awaitable[None]]
-"""Broker call that extends every given lease to ``seconds`` from now."""
+ExtendLeases = Callable[[list[LeaseHandle], float], Awaitable[Collection[LeaseHandle] | None]]
+"""Broker call that extends every given lease to ``seconds`` from now.
+
+It may return the handles whose lease the broker refused (already expired, already settled
+elsewhere): those are lease losses, dropped from the keeper and counted.
+"""
 
 
 class LeaseKeeper(Generic[LeaseHandle]):
     """
     Extend the leases of outstanding messages until they are settled or held too long.
+
+    No lock spans a renewal pass or a settlement. A pass extends the held leases in chunks of
+    ``batch_size``; a settlement only waits for the one in-flight renewal call that includes one
+    of its own messages (so no renewal can land after the settlement and re-lease a message just
+    released to the broker), and a renewal never waits for a settlement, however long its
+    dead-letter retries take. Other leases keep being renewed meanwhile.
 
     :param extend: broker call extending a list of leases to ``lease_seconds`` from now.
     :param lease_seconds: the lease each extension grants.
@@ -36,6 +46,10 @@ class LeaseKeeper(Generic[LeaseHandle]):
         ``shared_stream_ack_timeout``): Airflow fails it then, and the broker must redeliver it.
     :param renew_every: seconds between renewal passes; a third of the lease by default, so a
         lease survives one failed renewal.
+    :param batch_size: most leases per extension call (the broker's batch limit).
+    :param on_extended: called with the number of leases each successful call extended.
+    :param on_lost: called with the number of leases lost (refused by the broker, or let go at
+        the ack timeout).
     """
 
     def __init__(
@@ -45,7 +59,10 @@ class LeaseKeeper(Generic[LeaseHandle]):
         lease_seconds: float,
         max_hold_seconds: float,
         renew_every: float | None = None,
+        batch_size: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_extended: Callable[[int], None] | None = None,
+        on_lost: Callable[[int], None] | None = None,
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError(f"lease_seconds must be positive, got {lease_seconds}")
@@ -53,11 +70,13 @@ class LeaseKeeper(Generic[LeaseHandle]):
         self.lease_seconds = lease_seconds
         self.max_hold_seconds = max_hold_seconds
         self.renew_every = renew_every if renew_every is not None else lease_seconds / 3
+        self.batch_size = batch_size
         self._clock = clock
+        self._on_extended = on_extended or _ignore
+        self._on_lost = on_lost or _ignore
         self._held: dict[LeaseHandle, float] = {}
-        # Held while a renewal call or a settlement is on the wire, so a renewal can never
-        # land after a settlement and re-lease a message that was just released to the broker.
-        self._lock = asyncio.Lock()
+        # handle -> event set when the renewal call carrying it returns.
+        self._renewing: dict[LeaseHandle, asyncio.Event] = {}
         self._task: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
@@ -75,12 +94,16 @@ class LeaseKeeper(Generic[LeaseHandle]):
         """
         Stop keeping ``handles`` and settle them on the broker inside this block.
 
-        No renewal call runs while the block runs, so none can overtake the settlement.
+        Waits only for renewal calls already on the wire for these handles, so none can
+        overtake the settlement; no new renewal picks them up once this is entered.
         """
-        async with self._lock:
-            for handle in handles:
-                self._held.pop(handle, None)
-            yield
+        handles = list(handles)
+        for handle in handles:
+            self._held.pop(handle, None)
+        pending = {id(event): event for h in handles if (event := self._renewing.get(h)) is not None}
+        for event in pending.values():
+            await event.wait()
+        yield
 
     def forget(self, handles: Iterable[LeaseHandle]) -> None:
         """Stop keeping ``handles`` without settling them (their lease simply runs out)."""
@@ -92,36 +115,57 @@ class LeaseKeeper(Generic[LeaseHandle]):
         Run one renewal pass; return how many leases were extended.
 
         Messages held past ``max_hold_seconds`` are dropped from the keeper and left to expire.
-        A failed renewal is logged and retried on the next pass: the worst a lost lease causes
-        is a redelivery, which at-least-once allows.
+        A failed renewal call is logged and retried on the next pass: the worst a lost lease
+        causes is a redelivery, which at-least-once allows.
         """
-        async with self._lock:
-            now = self._clock()
-            expired = [h for h, since in self._held.items() if now - since >= self.max_hold_seconds]
-            if expired:
-                log.warning(
-                    "Not extending %d lease(s) held past %.0fs (the ack timeout); "
-                    "the broker will redeliver them",
-                    len(expired),
-                    self.max_hold_seconds,
-                )
-                self.forget(expired)
-            handles = list(self._held)
-            if not handles:
-                return 0
-            try:
-                await self._extend(handles, self.lease_seconds)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning(
-                    "Extending %d lease(s) failed (%s: %s); retrying next pass",
-                    len(handles),
-                    type(exc).__name__,
-                    exc,
-                )
-                return 0
-            return len(handles)
+        now = self._clock()
+        expired = [h for h, since in self._held.items() if now - since >= self.max_hold_seconds]
+        if expired:
+            log.warning(
+                "Not extending %d lease(s) held past %.0fs (the ack timeout); the broker will redeliver them",
+                len(expired),
+                self.max_hold_seconds,
+            )
+            self.forget(expired)
+            self._on_lost(len(expired))
+        handles = list(self._held)
+        size = self.batch_size or len(handles) or 1
+        extended = 0
+        for start in range(0, len(handles), size):
+            # Settled since the pass began: skip, its settlement already went out.
+            chunk = [h for h in handles[start : start + size] if h in self._held]
+            if chunk:
+                extended += await self._renew_chunk(chunk)
+        return extended
+
+    async def _renew_chunk(self, chunk: list[LeaseHandle]) -> int:
+        done = asyncio.Event()
+        for handle in chunk:
+            self._renewing[handle] = done
+        try:
+            lost = await self._extend(chunk, self.lease_seconds)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning(
+                "Extending %d lease(s) failed (%s: %s); retrying next pass",
+                len(chunk),
+                type(exc).__name__,
+                exc,
+            )
+            return 0
+        finally:
+            for handle in chunk:
+                if self._renewing.get(handle) is done:
+                    del self._renewing[handle]
+            done.set()
+        lost = list(lost or ())
+        if lost:
+            log.warning("The broker refused to extend %d lease(s); they will be redelivered", len(lost))
+            self.forget(lost)
+            self._on_lost(len(lost))
+        self._on_extended(len(chunk) - len(lost))
+        return len(chunk) - len(lost)
 
     async def _run(self) -> None:
         while True:
@@ -140,3 +184,7 @@ class LeaseKeeper(Generic[LeaseHandle]):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def _ignore(count: int) -> None:
+    pass

@@ -9,8 +9,10 @@ message; otherwise a truthy ``match`` fires a trigger event and anything else is
 
 from __future__ import annotations
 
+import base64
 import enum
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +41,76 @@ class RawMessage:
     label: str
     """Short, secret-free identification of the message for logs (``topic/partition@offset``)."""
     unprocessable: str | None = field(default=None)
+    rejections: list[str] = field(default_factory=list, compare=False)
+    """Why watchers rejected this message, one line per rejecting watcher.
+
+    Watchers append here when they reject (the manager broadcasts this one object to all of
+    them) and the producer reads it when it dead-letters the message, so the reason reaches
+    the broker: Service Bus writes it on the message, SQS and Pub/Sub as an attribute.
+    """
+
+    def dead_letter_reason(self) -> str:
+        """One line saying why this message is dead-lettered (unprocessable cause first)."""
+        if self.unprocessable is not None:
+            return f"unprocessable: {self.unprocessable}"
+        if self.rejections:
+            return "; ".join(self.rejections)
+        return "rejected by a watcher"
+
+
+def oversize_reason(size: int, limit: int) -> str:
+    """The one wording of "too large to become a trigger event", for every broker."""
+    return f"body of {size} bytes exceeds the {limit}-byte payload limit (max_payload_bytes)"
+
+
+def build_message(
+    body: bytes | str | None,
+    *,
+    metadata: Mapping[str, Any],
+    label: str,
+    max_payload_bytes: int,
+    binary: str = "base64",
+    body_field: str = "body",
+) -> RawMessage:
+    """
+    Build the message every watcher of a stream sees: ``{"body": ..., **metadata}``.
+
+    The one envelope builder of all brokers. ``body`` is decoded with :func:`decode_body`
+    (JSON to an object, other UTF-8 as text). Bytes that are not UTF-8 are base64-encoded
+    (``"body_encoding": "base64"`` is added) when ``binary="base64"``, or make the message
+    unprocessable when ``binary="reject"``. A body larger than ``max_payload_bytes`` is never
+    decoded: its envelope carries ``"body": None`` and the message is unprocessable, so every
+    watcher rejects it and it goes to the dead-letter path instead of into the metadata
+    database. ``metadata`` must be JSON-able and carry no secret (it becomes the event payload).
+    ``body_field`` names the body in the envelope where the broker's own word differs (Kafka's
+    records have a ``value``), so users' ``match`` expressions read as the broker's docs do.
+    """
+    envelope: dict[str, Any] = {body_field: None}
+    unprocessable: str | None = None
+    size = body_size(body)
+    if size > max_payload_bytes:
+        unprocessable = oversize_reason(size, max_payload_bytes)
+    else:
+        decoded, error = decode_body(body)
+        if error is not None and binary == "base64" and body is not None and not isinstance(body, str):
+            envelope[body_field] = base64.b64encode(bytes(body)).decode("ascii")
+            envelope[f"{body_field}_encoding"] = "base64"
+        elif error is not None:
+            unprocessable = error
+        else:
+            envelope[body_field] = decoded
+    for name, value in metadata.items():
+        envelope.setdefault(name, value)
+    return RawMessage(envelope=envelope, label=label, unprocessable=unprocessable)
+
+
+def body_size(body: bytes | str | None) -> int:
+    """Size of a body in bytes, as the broker counts it (UTF-8 for text)."""
+    if body is None:
+        return 0
+    if isinstance(body, str):
+        return len(body.encode("utf-8"))
+    return len(body)
 
 
 def decode_body(data: bytes | str | None) -> tuple[Any, str | None]:

@@ -15,16 +15,20 @@ their values.
 
 from __future__ import annotations
 
-import logging
 import ssl
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow.sdk import BaseHook
 
+from airflow_shared_stream.common.errors import SecretScrubber
+from airflow_shared_stream.kafka.errors import KafkaConfigError
+
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 
 _OFFSET_RESET = {
     "earliest": "earliest",
@@ -73,10 +77,6 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
 
-class KafkaConfigError(ValueError):
-    """The connection's settings cannot drive a safe shared consumer. Never carries a secret."""
-
-
 def _flag(name: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -101,8 +101,10 @@ class KafkaClientConfig:
     Client arguments for one Kafka cluster, split by who uses them.
 
     ``common`` goes to every aiokafka client (consumer and dead-letter producer), ``consumer``
-    only to the consumer. ``group_id`` is the connection's ``group.id``, if any; the trigger's
-    own ``group_id`` overrides it.
+    only to the consumer. ``group_id`` is the connection's ``group.id``, if any: the prefix of
+    the per-stream group ids derived for triggers that name no ``group_id`` (it is never used as
+    a group itself, which would put different streams into one group; see
+    :mod:`airflow_shared_stream.kafka.identity`).
     """
 
     common: dict[str, Any] = field(repr=False)
@@ -121,6 +123,19 @@ class KafkaClientConfig:
         """Secret values in this config, so error text can be scrubbed of them."""
         values = (self.common.get("sasl_plain_password"), self.common.get("_ssl_key_password"))
         return tuple(v for v in values if v)
+
+    def scrubber(self) -> SecretScrubber:
+        """
+        A scrubber for this config's secrets, as they appear in text and in aiokafka's logs.
+
+        At DEBUG, ``aiokafka.conn`` logs every request it sends, and the SASL/PLAIN authenticate
+        request carries the password inside the ``repr`` of the request bytes: that spelling is
+        scrubbed too.
+        """
+        scrubber = SecretScrubber()
+        for secret in self.secrets:
+            scrubber.add(secret, repr(secret.encode())[2:-1])
+        return scrubber
 
     def consumer_kwargs(self, group_id: str) -> dict[str, Any]:
         """Arguments for :class:`aiokafka.AIOKafkaConsumer`: manual commits, always."""
@@ -227,8 +242,14 @@ def client_config_from_extra(
     # librdkafka's default (and so the official provider's): batch CRCs are not verified; TCP and
     # the broker already checksum the data, and verifying costs a pass over every record.
     consumer["check_crcs"] = _flag("check.crcs", extra.get("check.crcs", False))
-    if "isolation.level" in extra:
-        consumer["isolation_level"] = str(extra["isolation.level"]).strip().lower()
+    # librdkafka's default (and so what a connection written for the official provider expects):
+    # records of aborted transactions never fire an asset event. aiokafka's is read_uncommitted.
+    isolation = str(extra.get("isolation.level", "read_committed")).strip().lower()
+    if isolation not in ISOLATION_LEVELS:
+        raise KafkaConfigError(
+            f"unsupported isolation.level {isolation!r}; expected one of {', '.join(ISOLATION_LEVELS)}"
+        )
+    consumer["isolation_level"] = isolation
     strategy = str(extra.get("partition.assignment.strategy", "range")).strip().lower()
     consumer["partition_assignment_strategy"] = _assignors(strategy)
     for name, argument in _CONSUMER_INT_SETTINGS.items():
@@ -279,48 +300,31 @@ def _assignors(strategy: str) -> tuple[Any, ...]:
     return tuple(chosen) or (RangePartitionAssignor,)
 
 
-class _RedactSecrets(logging.Filter):
+AIOKAFKA_LOGGERS = (
+    "aiokafka",
+    "aiokafka.conn",
+    "aiokafka.producer.sender",
+    "aiokafka.consumer.group_coordinator",
+)
+
+
+_aiokafka_logs = SecretScrubber()
+"""One scrubber for aiokafka's loggers, holding the secrets of every stream started here."""
+
+
+def protect_secrets(config: KafkaClientConfig) -> SecretScrubber:
     """
-    Scrub connection secrets from aiokafka's own log records.
+    Register a config's secrets with Airflow's secrets masker and scrub them from aiokafka's logs.
 
-    At DEBUG, ``aiokafka.conn`` logs every request it sends, and the SASL/PLAIN authenticate
-    request carries the password. Airflow's secrets masker covers the triggerer's log pipeline;
-    this filter covers any other handler the records may reach.
+    Called when a stream starts (the hook reads its connection), not at import: importing the
+    provider must not touch logging configuration. Returns the config's own scrubber, for error
+    messages.
     """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._secrets: set[str] = set()
-
-    def add(self, secret: str) -> None:
-        self._secrets.add(secret)
-        # How the secret shows inside the repr of the request bytes.
-        self._secrets.add(repr(secret.encode())[2:-1])
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not self._secrets:
-            return True
-        message = record.getMessage()
-        scrubbed = message
-        for secret in self._secrets:
-            scrubbed = scrubbed.replace(secret, "***")
-        if scrubbed != message:
-            record.msg, record.args = scrubbed, ()
-        return True
-
-
-_redact = _RedactSecrets()
-for _name in ("aiokafka", "aiokafka.conn", "aiokafka.producer.sender", "aiokafka.consumer.group_coordinator"):
-    logging.getLogger(_name).addFilter(_redact)
-
-
-def protect_secrets(config: KafkaClientConfig) -> None:
-    """Register a config's secrets with Airflow's secrets masker and aiokafka's log filter."""
-    from airflow.sdk.log import mask_secret
-
+    scrubber = config.scrubber()
     for secret in config.secrets:
-        _redact.add(secret)
-        mask_secret(secret)
+        _aiokafka_logs.add(secret, repr(secret.encode())[2:-1])
+    _aiokafka_logs.install(*AIOKAFKA_LOGGERS)  # idempotent: one filter per logger
+    return scrubber
 
 
 class KafkaHook(BaseHook):
@@ -331,14 +335,27 @@ class KafkaHook(BaseHook):
     ``open_stream`` (never at trigger construction, which runs in the Dag processor).
     """
 
-    conn_name_attr = "kafka_conn_id"
+    conn_name_attr = "kafka_config_id"
     default_conn_name = "kafka_default"
     conn_type = "kafka"
     hook_name = "Apache Kafka (shared stream, aiokafka)"
 
-    def __init__(self, kafka_conn_id: str = default_conn_name) -> None:
+    def __init__(self, kafka_config_id: str = default_conn_name, *, kafka_conn_id: str | None = None) -> None:
         super().__init__()
-        self.kafka_conn_id = kafka_conn_id
+        if kafka_conn_id is not None:
+            warnings.warn(
+                "KafkaHook(kafka_conn_id=...) is deprecated; use kafka_config_id=... "
+                "(the name Airflow's Kafka provider uses)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            kafka_config_id = kafka_conn_id
+        self.kafka_config_id = kafka_config_id
+
+    @property
+    def kafka_conn_id(self) -> str:
+        """Deprecated alias of :attr:`kafka_config_id`."""
+        return self.kafka_config_id
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
@@ -354,7 +371,7 @@ class KafkaHook(BaseHook):
 
     async def aget_client_config(self) -> KafkaClientConfig:
         """Fetch the connection and translate it; raises :class:`KafkaConfigError` on bad settings."""
-        connection = await BaseHook.aget_connection(self.kafka_conn_id)
+        connection = await BaseHook.aget_connection(self.kafka_config_id)
         config = client_config_from_extra(
             connection.extra_dejson, login=connection.login, password=connection.password
         )
@@ -362,7 +379,7 @@ class KafkaHook(BaseHook):
         if config.ignored:
             self.log.warning(
                 "Kafka connection %r: settings not supported by the aiokafka shared stream, ignored: %s",
-                self.kafka_conn_id,
+                self.kafka_config_id,
                 ", ".join(config.ignored),
             )
         return config

@@ -1,27 +1,28 @@
 """
 The broker half of a Kafka shared stream: one aiokafka consumer, settled per partition.
 
-One :class:`KafkaSharedStreamProducer` owns the consumer of one shared-stream group in the
-triggerer. It fetches in batches (``getmany``) sized by the credit window, so no more than
+One :class:`KafkaSharedStreamProducer` owns the consumer of one shared stream in the triggerer.
+It fetches in batches (``getmany``) sized by the credit window, so no more than
 ``max_in_flight`` messages are ever yielded and unsettled, and subscriber queues cannot
 overflow. Each message is its own raw event; its lane is its ``(topic, partition)``, so a slow
 partition holds back only its own commits.
 
 Settlement (see :mod:`airflow_shared_stream.common.settlement`):
 
-* ACK: commit the highest offset of the lane below which everything is settled (cumulative).
-  A background task sends the commit points of all partitions in one request, at most every
-  ``COMMIT_INTERVAL``: a commit that has not reached the broker yet only means redelivery.
+* ACK: commit the highest offset of the lane below which everything is settled (cumulative),
+  sent by the :mod:`~airflow_shared_stream.kafka.committer` task.
 * DEAD_LETTER: produce the record (key, value, headers, plus origin headers) to
-  ``dead_letter_topic`` and wait for the broker's acknowledgement, then commit past it. Without a
-  dead-letter topic the record is logged and committed past, as Airflow's own producer does.
+  ``dead_letter_topic`` and wait for the broker's acknowledgement, then commit past it. A record
+  too large for the dead-letter topic goes as a pointer record. Without a dead-letter topic the
+  record is logged and committed past, as Airflow's own producer does.
 * REDELIVER: hold the offset as the lane's floor (nothing is committed at or past it) and seek
   the consumer back to it; see :mod:`airflow_shared_stream.kafka.offsets`.
 
-Rebalances: aiokafka calls the listener before partitions are taken away. Messages of a revoked
-partition still in flight are left to its next owner (it reads from the last commit, so they are
-redelivered there); their later advance is ignored, so this consumer never commits or seeks a
-partition it no longer owns and a rebalance never fails the group.
+Where it starts: a partition assigned to a group without a commit gets its start position
+committed before its first record is read, so a restart never skips what was produced after the
+stream first started. Liveness: while the window is full the consumer keeps polling with its
+partitions paused, so it never leaves its group for ``max.poll.interval.ms``. Rebalances: see
+:mod:`airflow_shared_stream.kafka.ownership`; a rebalance never fails the stream.
 """
 
 from __future__ import annotations
@@ -29,39 +30,86 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Hashable, Sequence
 from typing import Any, NamedTuple
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError, RebalanceInProgressError
-from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
+from airflow_shared_stream.common.errors import require_sdk
 
-from airflow_shared_stream.common.flow_control import CreditWindow, yield_point
-from airflow_shared_stream.common.matching import RawMessage, decode_body
-from airflow_shared_stream.common.settlement import Settlement, decide, describe_batch
-from airflow_shared_stream.common.trigger import DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_PAYLOAD_BYTES
-from airflow_shared_stream.kafka.hook import KafkaClientConfig, KafkaHook
-from airflow_shared_stream.kafka.offsets import OffsetLedger
+require_sdk("aiokafka", "kafka")
+
+from aiokafka import (  # noqa: E402 - after the check that names the extra
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+    ConsumerRebalanceListener,
+    TopicPartition,
+)
+from aiokafka.errors import (  # noqa: E402
+    AuthenticationFailedError,
+    AuthenticationMethodNotSupported,
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    IllegalSaslStateError,
+    IllegalStateError,
+    KafkaError,
+    RebalanceInProgressError,
+    SaslAuthenticationFailed,
+    TopicAuthorizationFailedError,
+    UnsupportedSaslMechanismError,
+)
+from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer  # noqa: E402
+
+from airflow_shared_stream.common import metrics as m  # noqa: E402
+from airflow_shared_stream.common.errors import SecretScrubber  # noqa: E402
+from airflow_shared_stream.common.flow_control import CreditWindow, yield_point  # noqa: E402
+from airflow_shared_stream.common.matching import RawMessage, build_message  # noqa: E402
+from airflow_shared_stream.common.metrics import StreamMetrics  # noqa: E402
+from airflow_shared_stream.common.settlement import Settlement, decide, describe_batch  # noqa: E402
+from airflow_shared_stream.common.trigger import (  # noqa: E402
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+)
+from airflow_shared_stream.kafka.committer import LOST_TO_REBALANCE, OffsetCommitter  # noqa: E402
+from airflow_shared_stream.kafka.dead_letters import DeadLetterWriter  # noqa: E402
+from airflow_shared_stream.kafka.errors import (  # noqa: E402
+    KafkaAccessError,
+    KafkaEndpointError,
+    KafkaGroupConflictError,
+    KafkaSharedStreamError,
+    KafkaTopicNotFoundError,
+)
+from airflow_shared_stream.kafka.hook import KafkaHook  # noqa: E402
+from airflow_shared_stream.kafka.identity import (  # noqa: E402
+    consumer_group_id,
+    group_claims,
+    guarded_assignor,
+)
+from airflow_shared_stream.kafka.offsets import OffsetLedger  # noqa: E402
+from airflow_shared_stream.kafka.ownership import PartitionOwnership  # noqa: E402
 
 log = logging.getLogger(__name__)
 
-POLL_TIMEOUT_MS = 500
-"""How long one ``getmany`` waits for records; bounds how late a stop is noticed."""
+__all__ = ["KafkaBrokerPayload", "KafkaSharedStreamError", "KafkaSharedStreamProducer", "build_raw_message"]
 
-COMMIT_INTERVAL = 0.2
-"""Least time between two commit requests; targets settled meanwhile go in the next one."""
+POLL_TIMEOUT_MS = 500
+"""How long one ``getmany`` waits for records; bounds how late a stop or a credit is noticed."""
 
 ZERO_SUBSCRIBER_BACKOFF = 0.25
 """Pause before re-reading a message no subscriber was online for, instead of spinning on it."""
 
-ORIGIN_HEADERS = ("x-shared-stream-topic", "x-shared-stream-partition", "x-shared-stream-offset")
 
-
-class KafkaSharedStreamError(RuntimeError):
-    """A Kafka shared stream cannot run. The message names the cause and never a secret."""
+ACCESS_REFUSED = (
+    AuthenticationFailedError,
+    AuthenticationMethodNotSupported,
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    IllegalSaslStateError,
+    SaslAuthenticationFailed,
+    TopicAuthorizationFailedError,
+    UnsupportedSaslMechanismError,
+)
+"""Errors meaning the cluster refused the connection's credentials or their permissions."""
 
 
 class KafkaBrokerPayload(NamedTuple):
@@ -83,12 +131,6 @@ class KafkaBrokerPayload(NamedTuple):
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
-def default_group_id(key: Hashable) -> str:
-    """A stable consumer group id for a trigger that names none: derived from its stream key."""
-    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:20]
-    return f"airflow-shared-stream-{digest}"
-
-
 def _text(data: bytes | None) -> str | None:
     """Header values and keys as text where they are UTF-8, else base64 (still JSON-able)."""
     if data is None:
@@ -100,24 +142,30 @@ def _text(data: bytes | None) -> str | None:
 
 
 def build_raw_message(record: Any, max_payload_bytes: int) -> RawMessage:
-    """Turn one aiokafka ``ConsumerRecord`` into the envelope every subscriber matches against."""
-    label = f"{record.topic}/{record.partition}@{record.offset}"
-    envelope: dict[str, Any] = {
+    """
+    Turn one aiokafka ``ConsumerRecord`` into the envelope every subscriber matches against.
+
+    The common envelope builder, with Kafka's word for the body (``value``). A value that is not
+    UTF-8 is unprocessable (dead-lettered with its bytes intact) rather than base64-encoded into
+    the payload: Kafka values are often binary formats (Avro, Protobuf) that a JMESPath
+    ``match`` cannot read anyway.
+    """
+    metadata = {
         "topic": record.topic,
         "partition": record.partition,
         "offset": record.offset,
         "timestamp": record.timestamp,
         "key": _text(record.key),
-        "value": None,
         "headers": {name: _text(value) for name, value in record.headers} if record.headers else {},
     }
-    size = len(record.value) if record.value is not None else 0
-    if size > max_payload_bytes:
-        reason = f"value is {size} bytes, over the {max_payload_bytes}-byte payload limit"
-        return RawMessage(envelope, label=label, unprocessable=reason)
-    value, error = decode_body(record.value)
-    envelope["value"] = value
-    return RawMessage(envelope, label=label, unprocessable=error)
+    return build_message(
+        record.value,
+        metadata=metadata,
+        label=f"{record.topic}/{record.partition}@{record.offset}",
+        max_payload_bytes=max_payload_bytes,
+        binary="reject",
+        body_field="value",
+    )
 
 
 class _RebalanceListener(ConsumerRebalanceListener):
@@ -125,10 +173,10 @@ class _RebalanceListener(ConsumerRebalanceListener):
         self._producer = producer
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
-        await self._producer._on_revoked(revoked)
+        await self._producer.on_partitions_revoked(revoked)
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
-        self._producer._on_assigned(assigned)
+        self._producer.on_partitions_assigned(assigned)
 
 
 class KafkaSharedStreamProducer(SharedStreamProducer):
@@ -143,62 +191,96 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self,
         *,
         topics: Sequence[str],
-        group_id: str,
-        kafka_conn_id: str = "kafka_default",
-        group_id_is_default: bool = False,
+        kafka_config_id: str = "kafka_default",
+        group_id: str | None = None,
         dead_letter_topic: str | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         poll_timeout_ms: int = POLL_TIMEOUT_MS,
     ) -> None:
-        self.topics = list(topics)
-        self.kafka_conn_id = kafka_conn_id
-        self.group_id = group_id
-        # A derived id yields to the connection's group.id; an explicit one wins over it.
-        self._group_id_is_default = group_id_is_default
+        self.topics = sorted(set(topics))
+        self.kafka_config_id = kafka_config_id
+        # The trigger's group_id, if any; the group actually used is resolved on connect, when
+        # the connection's group.id (the prefix of a derived id) is known.
+        self.requested_group_id = group_id
+        self.group_id: str | None = group_id
         self.dead_letter_topic = dead_letter_topic
         self.max_payload_bytes = max_payload_bytes
         self.poll_timeout_ms = poll_timeout_ms
-        self._credits = CreditWindow(max_in_flight)
-        self._ledger = OffsetLedger()
+        self.credits = CreditWindow(max_in_flight)
+        self.ledger = OffsetLedger()
+        self.ownership = PartitionOwnership(self._assignment)
+        self.committer = OffsetCommitter(
+            commit=self._commit,
+            owns=self.ownership.owns,
+            describe_error=self._error,
+            after_round=self._report_lag,
+        )
+        self.metrics = StreamMetrics("kafka", ".".join(self.topics))
+        self._identity = (tuple(self.topics), kafka_config_id)
+        self._claimed_group: str | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._dlq: AIOKafkaProducer | None = None
-        self._config: KafkaClientConfig | None = None
-        # Per partition: bumped on every revoke (payloads read before it belong to whoever owns
-        # the partition next; records fetched since belong to the new assignment, which aiokafka
-        # can hand out before the listener hears of it) and on every seek or revoke for fetches
-        # (records fetched before are stale).
-        self._assignment_epoch: dict[TopicPartition, int] = {}
-        self._fetch_epoch: dict[TopicPartition, int] = {}
-        self._paused_until = 0.0
-        # Commit targets not yet sent, per partition with the assignment epoch they belong to.
-        self._pending_commits: dict[TopicPartition, tuple[int, int]] = {}
-        self._commit_wakeup = asyncio.Event()
-        self._committer: asyncio.Task[None] | None = None
-        self._commit_error: KafkaSharedStreamError | None = None
+        self._scrubber = SecretScrubber()
+        self.paused_until = 0.0
+        """Monotonic time before which nothing is fetched (after a zero-subscriber broadcast)."""
+        # Partitions assigned whose start position is not yet known to be committed.
+        self._unanchored: set[TopicPartition] = set()
+        self._group_conflict: KafkaGroupConflictError | None = None
+
+    @property
+    def kafka_conn_id(self) -> str:
+        """Deprecated alias of :attr:`kafka_config_id`."""
+        return self.kafka_config_id
+
+    def attach(
+        self, consumer: AIOKafkaConsumer, dead_letter_producer: AIOKafkaProducer | None = None
+    ) -> None:
+        """
+        Settle through these started clients. :meth:`open_stream` calls it after connecting;
+        tests and embedders that bring their own clients call it instead.
+        """
+        self._consumer = consumer
+        self._dlq = dead_letter_producer
+
+    def _assignment(self) -> set[TopicPartition]:
+        consumer = self._consumer
+        return consumer.assignment() if consumer is not None else set()
+
+    async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        if self._consumer is not None:
+            await self._consumer.commit(offsets)
 
     # -- stream ---------------------------------------------------------------------------
 
     async def open_stream(self) -> AsyncIterator[tuple[RawMessage, KafkaBrokerPayload]]:
         consumer = await self._connect()
-        self._committer = asyncio.create_task(self._commit_loop(), name="kafka-shared-stream-committer")
+        self.committer.start()
         keep_record = self.dead_letter_topic is not None
+        ownership, credits, metrics = self.ownership, self.credits, self.metrics
         while True:
-            if self._commit_error is not None:
-                raise self._commit_error
-            available = await self._credits.wait_for_credit()
-            delay = self._paused_until - time.monotonic()
+            if self.committer.error is not None:
+                raise self.committer.error
+            if self._group_conflict is not None:
+                raise self._group_conflict
+            available = credits.available or await self._wait_for_credit(consumer)
+            delay = self.paused_until - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
+            await self._anchor_start_positions(consumer)
             try:
                 fetched = await consumer.getmany(timeout_ms=self.poll_timeout_ms, max_records=available)
             except KafkaError as exc:
                 raise self._error("reading from Kafka failed", exc) from None
             for tp, records in fetched.items():
-                fetch_epoch = self._fetch_epoch.get(tp, 0)
-                epoch = self._assignment_epoch.get(tp, 0)
+                if tp in self._unanchored and records:
+                    # Assigned during this fetch: anchor at the first record, before it is yielded.
+                    await self._anchor(consumer, tp, records[0].offset)
+                fetch_epoch = ownership.fetch_epoch(tp)
+                epoch = ownership.epoch(tp)
+                metrics.incr(m.RECEIVED, len(records))
                 for record in records:
-                    if self._fetch_epoch.get(tp, 0) != fetch_epoch:
+                    if ownership.fetch_epoch(tp) != fetch_epoch:
                         break  # sought back or revoked meanwhile: the rest is stale
                     if keep_record:
                         payload = KafkaBrokerPayload(
@@ -212,43 +294,146 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                         )
                     else:
                         payload = KafkaBrokerPayload(record.topic, record.partition, record.offset, epoch)
-                    self._credits.take()
+                    credits.take()
                     yield build_raw_message(record, self.max_payload_bytes), payload
                     # Let the subscribers take each message before the next one. Measured with
                     # the real manager: yielding a whole fetch in one burst is slower (the
                     # manager's per-event work does not batch), although the window alone
                     # already rules out a queue overflow.
                     await yield_point()
+            if fetched:
+                metrics.gauge(m.IN_FLIGHT, credits.in_flight)
+
+    async def _wait_for_credit(self, consumer: AIOKafkaConsumer) -> int:
+        """
+        Wait for a credit while keeping this consumer a live member of its group.
+
+        aiokafka leaves the group when ``getmany`` is not called for ``max.poll.interval.ms``;
+        the partitions would be revoked with everything in flight, which the next owner then
+        reads again. A full window can last that long when the metadata database is slow, so
+        while it does the consumer keeps polling with every partition paused: no record comes
+        back, the member stays alive.
+        """
+        self.metrics.incr(m.CREDIT_WAITS)
+        paused: set[TopicPartition] = set()
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    return await asyncio.wait_for(self.credits.wait_for_credit(), self.poll_timeout_ms / 1000)
+                # A rebalance may have assigned partitions since the last pass: pause them too.
+                fresh = consumer.assignment() - paused
+                consumer.pause(*fresh)
+                paused |= fresh
+                try:
+                    fetched = await consumer.getmany(timeout_ms=0)
+                except KafkaError as exc:
+                    raise self._error("reading from Kafka failed", exc) from None
+                for tp, records in fetched.items():
+                    # Assigned between the pause and the poll: put the records back.
+                    if records:
+                        if tp in self._unanchored:
+                            await self._anchor(consumer, tp, records[0].offset)
+                        self.ownership.rewound(tp)
+                        consumer.seek(tp, records[0].offset)
+        finally:
+            still_assigned = paused & consumer.assignment()
+            if still_assigned:
+                consumer.resume(*still_assigned)
+
+    async def _anchor_start_positions(self, consumer: AIOKafkaConsumer) -> None:
+        """Commit the start position of every newly assigned partition that has no commit."""
+        for tp in list(self._unanchored):
+            if tp not in consumer.assignment():
+                self._unanchored.discard(tp)
+                continue
+            try:
+                position = await consumer.position(tp)
+            except (IllegalStateError, RebalanceInProgressError):
+                continue  # revoked meanwhile; the next assignment anchors it
+            except KafkaError as exc:
+                raise self._error(
+                    f"reading the start position of {tp.topic}/{tp.partition} failed", exc
+                ) from None
+            await self._anchor(consumer, tp, position)
+
+    async def _anchor(self, consumer: AIOKafkaConsumer, tp: TopicPartition, position: int) -> None:
+        """
+        Make ``position`` the group's committed offset of ``tp`` if the group has none yet.
+
+        A group without a commit starts wherever ``auto.offset.reset`` points *each time* a
+        consumer starts; with ``latest`` a restart skips whatever was produced while the stream
+        was down, and a record read but not yet settled is skipped too. Committing the first
+        position makes the first start the one every later start resumes from. Runs before any
+        record of the partition is yielded, so nothing at or past ``position`` has been settled.
+        """
+        self._unanchored.discard(tp)
+        try:
+            if await consumer.committed(tp) is not None:
+                return
+            await consumer.commit({tp: position})
+        except LOST_TO_REBALANCE as exc:
+            # Lost to a rebalance: the partition's next owner anchors it.
+            log.info("Start position of %s/%d not committed (%s)", tp.topic, tp.partition, type(exc).__name__)
+            return
+        except KafkaError as exc:
+            raise self._error(
+                f"committing the start position of {tp.topic}/{tp.partition} failed", exc
+            ) from None
+        log.info(
+            "Kafka group %r had no commit for %s/%d: committed its start offset %d",
+            self.group_id,
+            tp.topic,
+            tp.partition,
+            position,
+        )
 
     async def _connect(self) -> AIOKafkaConsumer:
-        config = await KafkaHook(self.kafka_conn_id).aget_client_config()
-        self._config = config
-        group_id = config.group_id if self._group_id_is_default and config.group_id else self.group_id
+        config = await KafkaHook(self.kafka_config_id).aget_client_config()
+        self._scrubber = config.scrubber()
+        group_id = consumer_group_id(
+            self.topics,
+            self.kafka_config_id,
+            group_id=self.requested_group_id,
+            connection_group_id=config.group_id,
+        )
+        try:
+            group_claims.claim(group_id, self._identity)
+        except ValueError as exc:
+            raise KafkaGroupConflictError(str(exc)) from None
+        self._claimed_group = group_id
+        self.group_id = group_id
         servers = ",".join(config.common["bootstrap_servers"])
-        consumer = AIOKafkaConsumer(**config.consumer_kwargs(group_id))
-        self._consumer = consumer
+        kwargs = config.consumer_kwargs(group_id)
+        kwargs["partition_assignment_strategy"] = tuple(
+            guarded_assignor(assignor, self._on_subscription_conflict)
+            for assignor in kwargs["partition_assignment_strategy"]
+        )
+        consumer = AIOKafkaConsumer(**kwargs)
+        self.attach(consumer)
         try:
             await consumer.start()
         except Exception as exc:
-            raise self._error(f"cannot connect to Kafka at {servers}", exc) from None
+            kind = KafkaAccessError if isinstance(exc, ACCESS_REFUSED) else KafkaEndpointError
+            raise self._error(f"cannot connect to Kafka at {servers}", exc, kind=kind) from None
         try:
             existing = await consumer.topics()
         except KafkaError as exc:
             raise self._error(f"cannot read topic metadata from {servers}", exc) from None
         missing = sorted(set(self.topics) - set(existing))
         if missing:
-            raise KafkaSharedStreamError(
+            raise KafkaTopicNotFoundError(
                 f"Kafka topic(s) {', '.join(missing)} do not exist on {servers} "
-                f"(connection {self.kafka_conn_id!r}); create them first"
+                f"(connection {self.kafka_config_id!r}); create them first"
             )
         if self.dead_letter_topic is not None:
             if self.dead_letter_topic not in existing:
-                raise KafkaSharedStreamError(
+                raise KafkaTopicNotFoundError(
                     f"dead-letter topic {self.dead_letter_topic!r} does not exist on {servers}"
                 )
-            self._dlq = AIOKafkaProducer(**config.producer_kwargs())
+            dlq = AIOKafkaProducer(**config.producer_kwargs())
+            self.attach(consumer, dlq)
             try:
-                await self._dlq.start()
+                await dlq.start()
             except Exception as exc:
                 raise self._error(f"cannot start the dead-letter producer for {servers}", exc) from None
         consumer.subscribe(self.topics, listener=_RebalanceListener(self))
@@ -256,48 +441,52 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             "Kafka shared stream consuming %s as group %r (connection %r)",
             ",".join(self.topics),
             group_id,
-            self.kafka_conn_id,
+            self.kafka_config_id,
         )
         return consumer
 
-    def _error(self, what: str, exc: BaseException) -> KafkaSharedStreamError:
+    def _error(
+        self, what: str, exc: BaseException, *, kind: type[KafkaSharedStreamError] = KafkaSharedStreamError
+    ) -> KafkaSharedStreamError:
         """Wrap a client error with context, scrubbed of any secret of the connection."""
-        detail = f"{type(exc).__name__}: {exc}"
-        for secret in self._config.secrets if self._config else ():
-            detail = detail.replace(secret, "***")
-        return KafkaSharedStreamError(f"{what} (connection {self.kafka_conn_id!r}): {detail}")
+        return kind(f"{what} (connection {self.kafka_config_id!r}): {self._scrubber.describe(exc)}")
 
     # -- rebalance ------------------------------------------------------------------------
 
-    async def _on_revoked(self, revoked: Any) -> None:
+    def _on_subscription_conflict(self, subscriptions: dict[str, tuple[str, ...]]) -> None:
+        """This consumer leads a group whose members read different topics: fail the stream."""
+        others = sorted({", ".join(topics) for topics in subscriptions.values()} - {", ".join(self.topics)})
+        self._group_conflict = KafkaGroupConflictError(
+            f"consumer group {self.group_id!r} (connection {self.kafka_config_id!r}) has members "
+            f"reading other topics ({'; '.join(others)}) besides this stream ({', '.join(self.topics)}): "
+            "another stream, probably in another triggerer, uses the same group, and Kafka splits the "
+            "partitions of the common topics between them. Give each stream its own group_id"
+        )
+        log.error("%s", self._group_conflict)
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        """aiokafka's listener: commit what is settled, then disown what is still in flight."""
         # Commit what is settled while the partitions are still ours: fewer redeliveries.
         try:
-            await self._flush_commits(only=set(revoked))
+            await self.committer.flush(only=set(revoked))
         except Exception as exc:  # never let a listener error break the rebalance
             log.warning("Commit before revoke failed: %s", type(exc).__name__)
+        self.ownership.revoked(revoked)
         for tp in revoked:
-            self._assignment_epoch[tp] = self._assignment_epoch.get(tp, 0) + 1
-            self._fetch_epoch[tp] = self._fetch_epoch.get(tp, 0) + 1
-            self._ledger.forget((tp.topic, tp.partition))
+            self._unanchored.discard(tp)
+            self.ledger.forget((tp.topic, tp.partition))
         if revoked:
             log.info(
                 "Kafka partitions revoked: %s", ", ".join(f"{tp.topic}/{tp.partition}" for tp in revoked)
             )
 
-    def _on_assigned(self, assigned: Any) -> None:
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        """aiokafka's listener: the new partitions' start positions are anchored before reading."""
+        self._unanchored |= set(assigned)
         if assigned:
             log.info(
                 "Kafka partitions assigned: %s", ", ".join(f"{tp.topic}/{tp.partition}" for tp in assigned)
             )
-
-    def _owns(self, tp: TopicPartition, epoch: int) -> bool:
-        """Read since the partition's last revoke, and still assigned (aiokafka's live view)."""
-        consumer = self._consumer
-        return (
-            self._assignment_epoch.get(tp, 0) == epoch
-            and consumer is not None
-            and tp in consumer.assignment()
-        )
 
     # -- advance --------------------------------------------------------------------------
 
@@ -309,19 +498,23 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         Settle one partition's resolved prefix (see the module docstring).
 
         Dead letters are produced and acknowledged by the broker here, before the commit that
-        passes them is even queued. The commit itself is sent by the committer task, which
-        coalesces the targets of every partition into one request per round trip: awaiting a
-        commit per advance would cap the stream at one round trip per message, because the
-        manager awaits one advance at a time. A commit that has not reached the broker when the
-        triggerer dies only means redelivery, which at-least-once allows.
+        passes them is even queued. The commit itself is sent by the committer task.
         """
+        started = time.monotonic()
+        try:
+            await self._advance(batch)
+        finally:
+            self.metrics.timing_ms(m.ADVANCE_LATENCY, (time.monotonic() - started) * 1000.0)
+            self.metrics.gauge(m.IN_FLIGHT, self.credits.in_flight)
+
+    async def _advance(self, batch: Sequence[AdvanceItem]) -> None:
         # Every advanced message returns its credit, whatever happens below.
-        self._credits.release(len(batch))
-        if self._commit_error is not None:
-            raise self._commit_error
+        self.credits.release(len(batch))
+        if self.committer.error is not None:
+            raise self.committer.error
         first: KafkaBrokerPayload = batch[0].broker_payload
         tp = TopicPartition(first.topic, first.partition)
-        epoch = self._assignment_epoch.get(tp, 0)
+        epoch = self.ownership.epoch(tp)
         if first.epoch != epoch:
             # Read before the partition was last revoked: its owner since then reads them again
             # from the last commit. Later items of the lane may be fresh reads (same batch).
@@ -336,7 +529,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             batch = fresh
             if not batch:
                 return
-        if not self._owns(tp, epoch):
+        if not self.ownership.owns(tp, epoch):
             log.info(
                 "Not settling %d message(s) of %s/%d: the partition is not assigned here now",
                 len(batch),
@@ -346,59 +539,67 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             return
         items: list[tuple[int, Settlement]] = []
         dead: list[KafkaBrokerPayload] = []
+        counts = dict.fromkeys(Settlement, 0)
+        nobody = resolved = 0
         for item in batch:
-            settlement = decide(item.outcome)
+            outcome = item.outcome
+            settlement = decide(outcome)
+            counts[settlement] += 1
+            resolved += outcome.acked + outcome.failed + outcome.rejected
             if settlement is Settlement.DEAD_LETTER:
                 dead.append(item.broker_payload)
-            elif item.outcome.acked == item.outcome.failed == item.outcome.rejected == 0:
+            elif outcome.acked == outcome.failed == outcome.rejected == 0:
                 # Nobody was subscribed: do not spin re-reading it until somebody is.
-                self._paused_until = time.monotonic() + ZERO_SUBSCRIBER_BACKOFF
+                self.paused_until = time.monotonic() + ZERO_SUBSCRIBER_BACKOFF
+                nobody += 1
             items.append((item.broker_payload.offset, settlement))
         if dead:
             await self._dead_letter(dead)
-        action = self._ledger.settle((tp.topic, tp.partition), items)
+            # The send suspended this advance: a rebalance may have revoked the partition and
+            # cleared its lane meanwhile. Settle only a lane that is still the one read from.
+            if not self.ownership.owns(tp, epoch):
+                log.info(
+                    "Not settling %d message(s) of %s/%d: revoked while dead-lettering; the "
+                    "partition's next owner reads them again from the last commit",
+                    len(batch),
+                    tp.topic,
+                    tp.partition,
+                )
+                return
+        action = self.ledger.settle((tp.topic, tp.partition), items)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("Kafka advance %s/%d %s -> %s", tp.topic, tp.partition, describe_batch(batch), action)
         if action.commit is not None:
-            self._pending_commits[tp] = (action.commit, epoch)
-            self._commit_wakeup.set()
-        if action.seek is not None and self._consumer is not None and self._owns(tp, epoch):
-            self._fetch_epoch[tp] = self._fetch_epoch.get(tp, 0) + 1
-            self._consumer.seek(tp, action.seek)
-            log.info("Redelivering %s/%d from offset %d", tp.topic, tp.partition, action.seek)
-
-    async def _commit_loop(self) -> None:
-        while True:
-            await self._commit_wakeup.wait()
-            self._commit_wakeup.clear()
-            try:
-                await self._flush_commits()
-            except Exception as exc:  # surfaced by the next advance or fetch, which fail the group
-                self._commit_error = self._error("committing offsets failed", exc)
-                return
-            # Coalesce: under load every message settles on its own, and a commit request per
-            # message costs the broker and this loop more than the whole fan-out does.
-            await asyncio.sleep(COMMIT_INTERVAL)
-
-    async def _flush_commits(self, only: set[TopicPartition] | None = None) -> None:
-        """Send the pending commit targets (of ``only`` these partitions) in one request."""
-        chosen = [tp for tp in self._pending_commits if only is None or tp in only]
-        pending = {tp: self._pending_commits.pop(tp) for tp in chosen}
-        offsets = {tp: offset for tp, (offset, epoch) in pending.items() if self._owns(tp, epoch)}
+            self.committer.queue(tp, action.commit, epoch)
         consumer = self._consumer
-        if not offsets or consumer is None:
+        if action.seek is not None and consumer is not None:
+            self.ownership.rewound(tp)
+            consumer.seek(tp, action.seek)
+            log.info("Redelivering %s/%d from offset %d", tp.topic, tp.partition, action.seek)
+        metrics = self.metrics
+        metrics.incr(m.FANNED_OUT, resolved)
+        metrics.incr(m.ACKED, counts[Settlement.ACK])
+        metrics.incr(m.REDELIVERED, counts[Settlement.REDELIVER])
+        metrics.incr(m.DEAD_LETTERED, counts[Settlement.DEAD_LETTER])
+        metrics.incr(m.NO_SUBSCRIBER, nobody)
+
+    async def _report_lag(self) -> None:
+        """Broker lag: the partitions' end offsets (as last fetched) minus the committed offsets."""
+        consumer = self._consumer
+        if consumer is None:
             return
-        try:
-            await consumer.commit(offsets)
-        except (CommitFailedError, IllegalStateError, RebalanceInProgressError) as exc:
-            # Lost to a rebalance: the partitions' next owner reads from the previous commit,
-            # so the messages are redelivered, never lost. Not a reason to fail the group.
-            log.info("Commit dropped by a rebalance (%s); the next owner redelivers", type(exc).__name__)
-        except KafkaError as exc:
-            self._commit_error = self._error("committing offsets failed", exc)
-            log.error("%s", self._commit_error)
+        lag = 0
+        for tp in consumer.assignment():
+            end = consumer.highwater(tp)
+            committed = self.ledger.committed((tp.topic, tp.partition))
+            if end is not None and committed is not None:
+                lag += max(0, end - committed)
+        self.metrics.gauge(m.BROKER_LAG, lag)
+
+    # -- dead letters ---------------------------------------------------------------------
 
     async def _dead_letter(self, payloads: list[KafkaBrokerPayload]) -> None:
+        """Produce ``payloads`` to the dead-letter topic, acknowledged (see :mod:`.dead_letters`)."""
         if self.dead_letter_topic is None or self._dlq is None:
             for payload in payloads:
                 log.warning(
@@ -408,39 +609,15 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                     payload.offset,
                 )
             return
-        try:
-            deliveries = []
-            for payload in payloads:
-                origin = (str(payload.topic), str(payload.partition), str(payload.offset))
-                headers = [
-                    *payload.headers,
-                    *((n, v.encode()) for n, v in zip(ORIGIN_HEADERS, origin, strict=True)),
-                ]
-                deliveries.append(
-                    await self._dlq.send(
-                        self.dead_letter_topic, value=payload.value, key=payload.key, headers=headers
-                    )
-                )
-            await self._dlq.flush()
-            await asyncio.gather(*deliveries)
-        except KafkaError as exc:
-            raise self._error(
-                f"producing to dead-letter topic {self.dead_letter_topic!r} failed", exc
-            ) from None
-        log.warning("Dead-lettered %d message(s) to %s", len(payloads), self.dead_letter_topic)
+        await DeadLetterWriter(self._dlq, self.dead_letter_topic, self._error).write(payloads)
+
+    # -- close ----------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        committer, self._committer = self._committer, None
-        if committer is not None:
-            committer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await committer
-            try:
-                await asyncio.wait_for(self._flush_commits(), 10)
-            except Exception as exc:
-                log.warning(
-                    "Final commit failed (%s); those messages will be redelivered", type(exc).__name__
-                )
+        if self._claimed_group is not None:
+            group_claims.release(self._claimed_group, self._identity)
+            self._claimed_group = None
+        await self.committer.stop()
         dlq, self._dlq = self._dlq, None
         consumer, self._consumer = self._consumer, None
         if dlq is not None:

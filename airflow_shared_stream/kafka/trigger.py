@@ -1,9 +1,9 @@
 """
 ``KafkaSharedStreamTrigger``: watch Kafka topics from an ``AssetWatcher``, at least once.
 
-Every watcher with the same topics (in any order), connection, consumer group and producer
-settings shares one aiokafka consumer in the triggerer; each evaluates its own ``match`` and
-``reject`` over the message envelope::
+Every watcher with the same topics (in any order), connection and consumer group shares one
+aiokafka consumer in the triggerer; each evaluates its own ``match`` and ``reject`` over the
+message envelope::
 
     {"topic": "orders", "partition": 3, "offset": 1742, "timestamp": 1763740000000,
      "key": "customer-17", "value": {"type": "order_created", ...}, "headers": {"source": "web"}}
@@ -15,33 +15,43 @@ payload, so it lands in ``AssetEvent.extra["payload"]``.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from typing import Any
+import warnings
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from airflow_shared_stream.common.trigger import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_PAYLOAD_BYTES,
     SharedStreamTrigger,
+    warn_renamed,
 )
-from airflow_shared_stream.kafka.producer import KafkaSharedStreamProducer, default_group_id
+from airflow_shared_stream.kafka.identity import normalise_topics
+from airflow_shared_stream.kafka.producer import KafkaSharedStreamProducer
 
-
-def _topics(topics: str | Sequence[str]) -> list[str]:
-    names = [topics] if isinstance(topics, str) else list(topics)
-    if not names or not all(isinstance(t, str) and t.strip() for t in names):
-        raise ValueError(f"topics must be a non-empty list of topic names, got {topics!r}")
-    return sorted(set(names))
+# The keyword arguments the trigger took positionally before they became keyword-only, in order.
+_FORMER_POSITIONAL = (
+    "kafka_config_id",
+    "group_id",
+    "match",
+    "reject",
+    "dead_letter_topic",
+    "max_in_flight",
+    "max_payload_bytes",
+)
 
 
 class KafkaSharedStreamTrigger(SharedStreamTrigger):
     """
     Fire one trigger event per Kafka message this watcher's ``match`` selects.
 
-    :param topics: topic name or names to consume.
-    :param kafka_conn_id: Airflow connection of type ``kafka`` (client settings in its extra, in
-        librdkafka spelling; see :mod:`airflow_shared_stream.kafka.hook`).
-    :param group_id: consumer group; overrides the connection's ``group.id``. With neither, a
-        stable id derived from this trigger's stream key is used.
+    :param topics: topic name or names to consume (the only positional argument).
+    :param kafka_config_id: Airflow connection of type ``kafka``, as Airflow's Kafka provider
+        names it (client settings in its extra, in librdkafka spelling; see
+        :mod:`airflow_shared_stream.kafka.hook`). ``kafka_conn_id`` still works, with a
+        deprecation warning.
+    :param group_id: consumer group, used verbatim. Without one, a stable per-stream id is
+        derived from the topics and the connection, prefixed with the connection's ``group.id``
+        when it sets one (see :mod:`airflow_shared_stream.kafka.identity`).
     :param match: JMESPath over the envelope; truthy fires a trigger event (``None``: every message).
     :param reject: JMESPath over the envelope; truthy dead-letters the message.
     :param dead_letter_topic: topic that rejected and unprocessable records are produced to before
@@ -50,69 +60,75 @@ class KafkaSharedStreamTrigger(SharedStreamTrigger):
     :param max_payload_bytes: larger record values are not turned into trigger events but
         dead-lettered.
 
-    Watchers share a consumer only when every argument except ``match`` and ``reject`` is
-    equal. Watchers that name the same explicit ``group_id`` must therefore agree on the other
-    arguments too: otherwise they get two consumers in one group, which split the partitions.
+    Watchers with the same topics (in any order), connection and ``group_id`` read one stream
+    and share one consumer. ``dead_letter_topic``, ``max_in_flight`` and ``max_payload_bytes``
+    shape that consumer: they never split the stream or change its group, and a watcher that
+    disagrees with the stream's other watchers on one of them fails, naming the argument.
     """
+
+    broker: ClassVar[str] = "kafka"
+    identity_fields: ClassVar[tuple[str, ...]] = ("topics", "kafka_config_id", "group_id")
+    shaping_fields: ClassVar[tuple[str, ...]] = ("dead_letter_topic",)
+    producer_class = KafkaSharedStreamProducer
 
     def __init__(
         self,
         topics: str | Sequence[str],
-        kafka_conn_id: str = "kafka_default",
+        *args: Any,
+        kafka_config_id: str | None = None,
         group_id: str | None = None,
         match: str | None = None,
         reject: str | None = None,
         dead_letter_topic: str | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        kafka_conn_id: str | None = None,
     ) -> None:
-        super().__init__(match=match, reject=reject, max_in_flight=max_in_flight)
-        self.topics = _topics(topics)
-        self.kafka_conn_id = kafka_conn_id
-        self.group_id = group_id
-        self.dead_letter_topic = dead_letter_topic
-        if max_payload_bytes < 1:
-            raise ValueError(f"max_payload_bytes must be positive, got {max_payload_bytes}")
-        self.max_payload_bytes = max_payload_bytes
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "topics": self.topics,
-                "kafka_conn_id": self.kafka_conn_id,
-                "group_id": self.group_id,
-                "dead_letter_topic": self.dead_letter_topic,
-                "max_payload_bytes": self.max_payload_bytes,
-                **self._common_kwargs(),
-            },
+        given: dict[str, Any] = {
+            "kafka_config_id": kafka_config_id,
+            "group_id": group_id,
+            "match": match,
+            "reject": reject,
+            "dead_letter_topic": dead_letter_topic,
+            "max_in_flight": max_in_flight,
+            "max_payload_bytes": max_payload_bytes,
+        }
+        if args:
+            given.update(_former_positional(args))
+        if kafka_conn_id is not None:
+            warn_renamed("kafka_conn_id", "kafka_config_id", type(self).__name__)
+            if given["kafka_config_id"] is not None and given["kafka_config_id"] != kafka_conn_id:
+                raise TypeError("give kafka_config_id or the deprecated kafka_conn_id, not both")
+            given["kafka_config_id"] = kafka_conn_id
+        super().__init__(
+            match=given["match"],
+            reject=given["reject"],
+            max_in_flight=given["max_in_flight"],
+            max_payload_bytes=given["max_payload_bytes"],
         )
+        self.topics = normalise_topics(topics)
+        self.kafka_config_id: str = given["kafka_config_id"] or "kafka_default"
+        self.group_id: str | None = given["group_id"]
+        self.dead_letter_topic: str | None = given["dead_letter_topic"]
 
-    def shared_stream_key(self) -> Hashable:
-        return _stream_key(self.serialize()[1])
+    @property
+    def kafka_conn_id(self) -> str:
+        """Deprecated alias of :attr:`kafka_config_id`."""
+        return self.kafka_config_id
 
-    @classmethod
-    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> KafkaSharedStreamProducer:
-        # Built from the first subscriber's kwargs: only fields that are part of the key are used.
-        key = _stream_key(kwargs)
-        return KafkaSharedStreamProducer(
-            topics=kwargs["topics"],
-            kafka_conn_id=kwargs["kafka_conn_id"],
-            group_id=kwargs["group_id"] or default_group_id(key),
-            group_id_is_default=kwargs["group_id"] is None,
-            dead_letter_topic=kwargs["dead_letter_topic"],
-            max_in_flight=kwargs["max_in_flight"],
-            max_payload_bytes=kwargs["max_payload_bytes"],
+
+def _former_positional(args: tuple[Any, ...]) -> dict[str, Any]:
+    """Map arguments given positionally in the old signature, warning with the new spelling."""
+    if len(args) > len(_FORMER_POSITIONAL):
+        raise TypeError(
+            f"KafkaSharedStreamTrigger takes the topics and keyword arguments; got {len(args) + 1} positional"
         )
-
-
-def _stream_key(kwargs: dict[str, Any]) -> Hashable:
-    return (
-        "airflow-shared-stream/kafka",
-        tuple(sorted(kwargs["topics"])),
-        kwargs["kafka_conn_id"],
-        kwargs["group_id"],
-        kwargs["dead_letter_topic"],
-        kwargs["max_in_flight"],
-        kwargs["max_payload_bytes"],
+    names = _FORMER_POSITIONAL[: len(args)]
+    spelled = ", ".join(f"{name}=..." for name in names)
+    warnings.warn(
+        f"KafkaSharedStreamTrigger(topics, <{len(args)} more positional>) is deprecated; pass "
+        f"everything after the topics by keyword: KafkaSharedStreamTrigger(topics, {spelled})",
+        DeprecationWarning,
+        stacklevel=3,
     )
+    return dict(zip(names, args, strict=True))

@@ -1,3 +1,27 @@
-"""Amazon SQS shared stream: hook (Connection to client), producer, trigger."""
+"""Amazon SQS shared stream on aiobotocore: hook (Connection to client), producer, trigger."""
 
 from __future__ import annotations
+
+from airflow_shared_stream.sqs.errors import (
+    SqsAccessError,
+    SqsConfigurationError,
+    SqsEndpointError,
+    SqsQueueNotFoundError,
+    SqsSharedStreamError,
+)
+from airflow_shared_stream.sqs.hook import QueueUrl, SqsClientConfig, SqsHook
+from airflow_shared_stream.sqs.producer import SqsSharedStreamProducer
+from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
+
+__all__ = [
+    "QueueUrl",
+    "SqsAccessError",
+    "SqsClientConfig",
+    "SqsConfigurationError",
+    "SqsEndpointError",
+    "SqsHook",
+    "SqsQueueNotFoundError",
+    "SqsSharedStreamError",
+    "SqsSharedStreamProducer",
+    "SqsSharedStreamTrigger",
+]

@@ -35,10 +35,23 @@ class QueueUrl:
     account: str
     name: str
     region_in_host: str | None
+    endpoint: str = ""
+    """Where the URL points, normalised: ``aws:<region>`` for AWS hosts, else ``host:port``."""
 
     @property
     def is_fifo(self) -> bool:
         return self.name.endswith(".fifo")
+
+    @property
+    def identity(self) -> tuple[str, str, str]:
+        """
+        The queue itself, whatever the spelling of its URL: the stream key of the SQS stream.
+
+        ``https://sqs.us-east-1.amazonaws.com/1/q``, ``https://us-east-1.queue.amazonaws.com/1/q``
+        and ``HTTPS://SQS.us-east-1.amazonaws.com/1/q/`` are one queue; a local endpoint is
+        identified by its host and port.
+        """
+        return (self.endpoint, self.account, self.name)
 
     @classmethod
     def parse(cls, url: str) -> QueueUrl:
@@ -50,19 +63,26 @@ class QueueUrl:
         """
         if not isinstance(url, str):
             raise SqsConfigurationError(f"queue_url must be a string, got {type(url).__name__}")
-        parts = urlsplit(url)
-        path = _QUEUE_PATH.match(parts.path or "")
-        if parts.scheme not in ("http", "https") or not parts.hostname or path is None:
+        parts = urlsplit(url.strip())
+        path = _QUEUE_PATH.match((parts.path or "").rstrip("/") or "/")
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname or path is None:
             raise SqsConfigurationError(
                 f"{url!r} is not an SQS queue URL: expected "
                 "https://sqs.<region>.amazonaws.com/<12-digit account id>/<queue name>"
             )
-        host = _AWS_QUEUE_HOST.match(parts.hostname)
+        hostname = parts.hostname.lower()
+        host = _AWS_QUEUE_HOST.match(hostname)
+        if host:
+            endpoint = f"aws:{host['region']}"
+        else:
+            default_port = 443 if parts.scheme.lower() == "https" else 80
+            endpoint = f"{hostname}:{parts.port or default_port}"
         return cls(
             url=url,
             account=path["account"],
             name=path["name"],
             region_in_host=host["region"] if host else None,
+            endpoint=endpoint,
         )
 
 

@@ -1,40 +1,38 @@
 """
-The SQS half of a shared stream: one long-polling receiver per queue, settled per the table.
+The SQS half of a shared stream: one long-polling receiver per queue, on the leased-queue template.
 
 ========  ================================================================================
 ACK       ``DeleteMessageBatch`` (10 per call)
 REDELIVER ``ChangeMessageVisibilityBatch`` to 0: the message is visible again at once
 DEAD      ``SendMessageBatch`` to the dead-letter queue (given, or the queue's RedrivePolicy
-LETTER    target), then delete; without a dead-letter queue the message is left to the queue
+LETTER    target), then delete what SQS accepted; without a dead-letter queue the message is
+          left to the queue (it comes back after each visibility timeout)
 ========  ================================================================================
 
-While a message waits for its trigger events to be persisted, its visibility timeout is
-extended (:class:`~airflow_shared_stream.common.leases.LeaseKeeper`), so SQS does not hand it
-out again while it is still outstanding.
+Dead-letter batches are bounded by count (10) and by bytes (the dead-letter queue's
+``MaximumMessageSize``, which SQS also applies to a whole batch). A message too large for the
+dead-letter queue at all (its body plus the reason attributes) still leaves the stream: its body
+is truncated to fit, on a UTF-8 boundary, and ``dead_letter_truncated_from`` carries the original
+size, so nothing loops forever on the source queue.
 
-Lanes: a FIFO queue keeps order per ``MessageGroupId``, so each group is a lane. A standard
-queue has no order to keep; each receive call (up to 10 messages) is a lane, which makes every
-settlement one batch call while limiting head-of-line blocking to the messages received
-together (bench/sqs_lanes.py compares this with one global lane and a lane per message).
+Lanes: a FIFO queue keeps order per ``MessageGroupId``, so each group is an ordered lane (a
+redelivered message holds back the later messages of its group). A standard queue has no order
+to keep; the messages of one receive call share an advance lane (bench/sqs_lanes.py).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import itertools
 import json
 import logging
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
-
-from airflow_shared_stream.common.flow_control import CreditWindow, yield_point
-from airflow_shared_stream.common.leases import LeaseKeeper
-from airflow_shared_stream.common.matching import RawMessage, decode_body
-from airflow_shared_stream.common.settlement import Settlement, describe_batch, split_by_settlement
+from airflow_shared_stream.common.errors import SecretScrubber, require_sdk
+from airflow_shared_stream.common.leased_queue import DeadLetter, Delivery, LeasedQueueProducer
+from airflow_shared_stream.common.matching import build_message
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.sqs.errors import (
     SqsAccessError,
@@ -44,10 +42,24 @@ from airflow_shared_stream.sqs.errors import (
 )
 from airflow_shared_stream.sqs.hook import QueueUrl, SqsHook
 
+require_sdk("aiobotocore", "sqs")
+
 log = logging.getLogger(__name__)
 
 SQS_BATCH_LIMIT = 10
 """Most entries SQS accepts in one receive, delete, visibility or send batch call."""
+
+SQS_MAX_MESSAGE_BYTES = 262_144
+"""SQS's historical message and batch size limit; the DLQ's own MaximumMessageSize is used when known."""
+
+SQS_MAX_MESSAGE_ATTRIBUTES = 10
+"""Most message attributes SQS accepts on one message."""
+
+DEAD_LETTER_REASON = "dead_letter_reason"
+DEAD_LETTER_DESCRIPTION = "dead_letter_description"
+DEAD_LETTER_TRUNCATED_FROM = "dead_letter_truncated_from"
+_DESCRIPTION_LIMIT = 1024
+_TRUNCATION_MARGIN = 512
 
 _MISSING_QUEUE_CODES = frozenset(
     {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NonExistentQueue"}
@@ -69,30 +81,28 @@ _ACCESS_CODES = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class SqsMessageHandle:
-    """What :meth:`SqsSharedStreamProducer.advance` needs to settle one received message."""
+    """What the settlement calls need for one received message."""
 
     message_id: str
     receipt_handle: str
     body: str
     message_attributes: dict[str, Any]
     group_id: str | None
-    lane: Hashable
 
 
-def ack_timeout_seconds() -> float:
-    """The triggerer's per-event ack timeout: the longest a lease is worth extending."""
-    from airflow.configuration import conf
-
-    return conf.getfloat("triggerer", "shared_stream_ack_timeout", fallback=300.0)
-
-
-class SqsSharedStreamProducer(SharedStreamProducer):
+class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
     """
     Receive from one SQS queue for every watcher that shares it, and settle per the table.
 
     Built by :meth:`SqsSharedStreamTrigger.create_shared_stream_producer` from the first
     watcher's arguments; connects only in :meth:`open_stream`.
     """
+
+    broker = "sqs"
+    receive_limit = SQS_BATCH_LIMIT
+    settle_batch_limit = SQS_BATCH_LIMIT
+    dead_letter_batch_limit = SQS_BATCH_LIMIT
+    dead_letter_batch_bytes = SQS_MAX_MESSAGE_BYTES
 
     def __init__(
         self,
@@ -106,21 +116,43 @@ class SqsSharedStreamProducer(SharedStreamProducer):
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         self._queue = QueueUrl.parse(queue_url)
+        super().__init__(max_in_flight=max_in_flight, stream_label=self._queue.name)
         self._dead_letter_queue = QueueUrl.parse(dead_letter_queue_url) if dead_letter_queue_url else None
         self._aws_conn_id = aws_conn_id
         self._region_name = region_name
         self._wait_time_seconds = wait_time_seconds
         self._max_payload_bytes = max_payload_bytes
-        self._window = CreditWindow(max_in_flight)
+        self._dead_letter_max_bytes = SQS_MAX_MESSAGE_BYTES
         self._exit_stack = contextlib.AsyncExitStack()
         self._client: Any = None
-        self._leases: LeaseKeeper[str] | None = None
-        self._receive_batches = itertools.count()
+        self._scrubber = SecretScrubber()
 
-    # -- stream -------------------------------------------------------------------------------
+    @property
+    def queue(self) -> QueueUrl:
+        return self._queue
 
-    async def open_stream(self) -> AsyncIterator[tuple[RawMessage, SqsMessageHandle]]:
-        await self._connect()
+    @property
+    def dead_letter_queue(self) -> QueueUrl | None:
+        return self._dead_letter_queue
+
+    # -- connection ---------------------------------------------------------------------------
+
+    async def connect(self) -> float:
+        from aiobotocore.config import AioConfig
+        from aiobotocore.session import get_session
+
+        config = await SqsHook(self._aws_conn_id).aget_client_config(
+            region_name=self._region_name, queue=self._queue
+        )
+        self._scrubber.add(config.aws_secret_access_key, config.aws_session_token)
+        client_config = AioConfig(
+            connect_timeout=10,
+            read_timeout=self._wait_time_seconds + 15,
+            retries={"mode": "standard", "max_attempts": 5},
+        )
+        self._client = await self._exit_stack.enter_async_context(
+            get_session().create_client("sqs", config=client_config, **config.client_kwargs())
+        )
         attributes = await self._call("GetQueueAttributes", QueueUrl=self._queue.url, AttributeNames=["All"])
         queue_attributes = attributes.get("Attributes", {})
         if "QueueArn" not in queue_attributes:
@@ -130,11 +162,17 @@ class SqsSharedStreamProducer(SharedStreamProducer):
             )
         if self._dead_letter_queue is None:
             self._dead_letter_queue = await self._redrive_target(queue_attributes)
-        visibility = max(1, int(queue_attributes.get("VisibilityTimeout", 30)))
-        self._leases = LeaseKeeper(
-            self._extend_visibility, lease_seconds=visibility, max_hold_seconds=ack_timeout_seconds()
-        )
-        self._leases.start()
+        if self._dead_letter_queue is not None:
+            dead_letter_attributes = await self._call(
+                "GetQueueAttributes",
+                queue=self._dead_letter_queue,
+                QueueUrl=self._dead_letter_queue.url,
+                AttributeNames=["MaximumMessageSize"],
+            )
+            self._dead_letter_max_bytes = int(
+                dead_letter_attributes.get("Attributes", {}).get("MaximumMessageSize", SQS_MAX_MESSAGE_BYTES)
+            )
+            self.dead_letter_batch_bytes = self._dead_letter_max_bytes  # type: ignore[misc]
         log.info(
             "SQS shared stream open: queue=%s fifo=%s dead_letter_queue=%s max_in_flight=%d",
             self._queue.url,
@@ -148,141 +186,11 @@ class SqsSharedStreamProducer(SharedStreamProducer):
                 "stay on the queue and come back after each visibility timeout",
                 self._queue.url,
             )
-        while True:
-            credits = await self._window.wait_for_credit()
-            response = await self._call(
-                "ReceiveMessage",
-                QueueUrl=self._queue.url,
-                MaxNumberOfMessages=min(SQS_BATCH_LIMIT, credits),
-                WaitTimeSeconds=self._wait_time_seconds,
-                MessageSystemAttributeNames=["All"],
-                MessageAttributeNames=["All"],
-            )
-            batch_lane = next(self._receive_batches)
-            for message in response.get("Messages", ()):
-                raw, handle = self._to_event(message, batch_lane)
-                self._window.take()
-                self._leases.hold(handle.receipt_handle)
-                yield raw, handle
-                await yield_point()
+        return max(1, int(queue_attributes.get("VisibilityTimeout", 30)))
 
-    def get_advance_lane(self, broker_payload: SqsMessageHandle) -> Hashable:
-        return broker_payload.lane
-
-    def _to_event(self, message: dict[str, Any], batch_lane: int) -> tuple[RawMessage, SqsMessageHandle]:
-        attributes = message.get("Attributes", {})
-        group_id = attributes.get("MessageGroupId")
-        raw_body = message.get("Body", "")
-        body, unprocessable = decode_body(raw_body)
-        size = len(raw_body.encode("utf-8"))
-        if size > self._max_payload_bytes:
-            body = None
-            unprocessable = f"body of {size} bytes exceeds the {self._max_payload_bytes}-byte payload limit"
-        envelope = {
-            "message_id": message["MessageId"],
-            "body": body,
-            "attributes": attributes,
-            "message_attributes": _simplify_attributes(message.get("MessageAttributes", {})),
-            "queue_url": self._queue.url,
-        }
-        handle = SqsMessageHandle(
-            message_id=message["MessageId"],
-            receipt_handle=message["ReceiptHandle"],
-            body=raw_body,
-            message_attributes=message.get("MessageAttributes", {}),
-            group_id=group_id,
-            lane=("group", group_id) if self._queue.is_fifo else ("receive", batch_lane),
-        )
-        label = f"{self._queue.name}/{message['MessageId']}"
-        return RawMessage(envelope=envelope, label=label, unprocessable=unprocessable), handle
-
-    # -- settlement ---------------------------------------------------------------------------
-
-    async def advance(self, batch: Sequence[AdvanceItem]) -> None:
-        settle = split_by_settlement(batch)
-        assert self._leases is not None
-        try:
-            async with self._leases.settling(item.broker_payload.receipt_handle for item in batch):
-                await self._delete(settle[Settlement.ACK])
-                await self._make_visible(settle[Settlement.REDELIVER])
-                await self._dead_letter(settle[Settlement.DEAD_LETTER])
-        finally:
-            self._window.release(len(batch))
-        log.debug("SQS advance on %s: %s", self._queue.name, describe_batch(batch))
-
-    async def _delete(self, handles: list[SqsMessageHandle], queue_url: str | None = None) -> None:
-        for chunk in _chunks(handles):
-            response = await self._call(
-                "DeleteMessageBatch",
-                QueueUrl=queue_url or self._queue.url,
-                Entries=[{"Id": str(i), "ReceiptHandle": h.receipt_handle} for i, h in enumerate(chunk)],
-            )
-            _log_failed("delete", response, chunk, "it will be redelivered after its visibility timeout")
-
-    async def _make_visible(self, handles: list[SqsMessageHandle]) -> None:
-        await self._change_visibility([h.receipt_handle for h in handles], 0)
-
-    async def _extend_visibility(self, receipt_handles: list[str], seconds: float) -> None:
-        await self._change_visibility(receipt_handles, int(seconds))
-
-    async def _change_visibility(self, receipt_handles: list[str], seconds: int) -> None:
-        for chunk in _chunks(receipt_handles):
-            response = await self._call(
-                "ChangeMessageVisibilityBatch",
-                QueueUrl=self._queue.url,
-                Entries=[
-                    {"Id": str(i), "ReceiptHandle": receipt, "VisibilityTimeout": seconds}
-                    for i, receipt in enumerate(chunk)
-                ],
-            )
-            _log_failed("change visibility of", response, chunk, "its current visibility timeout applies")
-
-    async def _dead_letter(self, handles: list[SqsMessageHandle]) -> None:
-        if not handles:
-            return
-        if self._dead_letter_queue is None:
-            log.warning(
-                "%d rejected message(s) on %s left to the queue (no dead-letter queue): %s",
-                len(handles),
-                self._queue.url,
-                ", ".join(h.message_id for h in handles),
-            )
-            return
-        dead_letter_queue = self._dead_letter_queue
-        for chunk in _chunks(handles):
-            entries = []
-            for i, handle in enumerate(chunk):
-                entry: dict[str, Any] = {"Id": str(i), "MessageBody": handle.body}
-                if handle.message_attributes:
-                    entry["MessageAttributes"] = _sendable_attributes(handle.message_attributes)
-                if dead_letter_queue.is_fifo:
-                    entry["MessageGroupId"] = handle.group_id or handle.message_id
-                    entry["MessageDeduplicationId"] = handle.message_id
-                entries.append(entry)
-            response = await self._call("SendMessageBatch", QueueUrl=dead_letter_queue.url, Entries=entries)
-            _log_failed("dead-letter", response, chunk, "it stays on the source queue")
-            failed = {entry["Id"] for entry in response.get("Failed", ())}
-            moved = [h for i, h in enumerate(chunk) if str(i) not in failed]
-            await self._delete(moved)
-            log.info("Dead-lettered %d message(s) to %s", len(moved), dead_letter_queue.name)
-
-    # -- connection ---------------------------------------------------------------------------
-
-    async def _connect(self) -> None:
-        from aiobotocore.config import AioConfig
-        from aiobotocore.session import get_session
-
-        config = await SqsHook(self._aws_conn_id).aget_client_config(
-            region_name=self._region_name, queue=self._queue
-        )
-        client_config = AioConfig(
-            connect_timeout=10,
-            read_timeout=self._wait_time_seconds + 15,
-            retries={"mode": "standard", "max_attempts": 5},
-        )
-        self._client = await self._exit_stack.enter_async_context(
-            get_session().create_client("sqs", config=client_config, **config.client_kwargs())
-        )
+    async def disconnect(self) -> None:
+        await self._exit_stack.aclose()
+        self._client = None
 
     async def _redrive_target(self, queue_attributes: dict[str, str]) -> QueueUrl | None:
         policy = queue_attributes.get("RedrivePolicy")
@@ -294,49 +202,229 @@ class SqsSharedStreamProducer(SharedStreamProducer):
         response = await self._call("GetQueueUrl", QueueName=name, QueueOwnerAWSAccountId=account)
         return QueueUrl.parse(response["QueueUrl"])
 
-    async def _call(self, operation: str, **params: Any) -> dict[str, Any]:
-        """Call one SQS operation, turning botocore's errors into ones that name the problem."""
+    # -- receiving ----------------------------------------------------------------------------
+
+    async def receive(self, max_messages: int) -> Sequence[Delivery[SqsMessageHandle]]:
+        response = await self._call(
+            "ReceiveMessage",
+            QueueUrl=self._queue.url,
+            MaxNumberOfMessages=max_messages,
+            WaitTimeSeconds=self._wait_time_seconds,
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+        return [self._delivery(message) for message in response.get("Messages", ())]
+
+    def _delivery(self, message: dict[str, Any]) -> Delivery[SqsMessageHandle]:
+        attributes = message.get("Attributes", {})
+        group_id = attributes.get("MessageGroupId")
+        body = message.get("Body", "")
+        raw = build_message(
+            body,
+            metadata={
+                "message_id": message["MessageId"],
+                "attributes": attributes,
+                "message_attributes": _simplify_attributes(message.get("MessageAttributes", {})),
+                "queue_url": self._queue.url,
+            },
+            label=f"{self._queue.name}/{message['MessageId']}",
+            max_payload_bytes=self._max_payload_bytes,
+        )
+        handle = SqsMessageHandle(
+            message_id=message["MessageId"],
+            receipt_handle=message["ReceiptHandle"],
+            body=body,
+            message_attributes=message.get("MessageAttributes", {}),
+            group_id=group_id,
+        )
+        return Delivery(
+            message=raw,
+            handle=handle,
+            lease=handle.receipt_handle,
+            lane=group_id if self._queue.is_fifo else None,
+            size=len(body.encode("utf-8")),
+            message_id=handle.message_id,
+        )
+
+    async def broker_lag(self) -> int | None:
+        response = await self._call(
+            "GetQueueAttributes", QueueUrl=self._queue.url, AttributeNames=["ApproximateNumberOfMessages"]
+        )
+        value = response.get("Attributes", {}).get("ApproximateNumberOfMessages")
+        return int(value) if value is not None else None
+
+    # -- settlement ---------------------------------------------------------------------------
+
+    async def ack(self, deliveries: Sequence[Delivery[SqsMessageHandle]]) -> None:
+        await self._delete([d.handle for d in deliveries])
+
+    async def redeliver(self, deliveries: Sequence[Delivery[SqsMessageHandle]]) -> None:
+        await self._change_visibility([d.handle for d in deliveries], 0)
+
+    async def extend_leases(
+        self, deliveries: Sequence[Delivery[SqsMessageHandle]], seconds: float
+    ) -> Collection[Delivery[SqsMessageHandle]]:
+        failed = await self._change_visibility([d.handle for d in deliveries], int(seconds))
+        return [deliveries[i] for i in failed]
+
+    async def _delete(self, handles: list[SqsMessageHandle]) -> None:
+        if not handles:
+            return
+        response = await self._call(
+            "DeleteMessageBatch",
+            QueueUrl=self._queue.url,
+            Entries=[{"Id": str(i), "ReceiptHandle": h.receipt_handle} for i, h in enumerate(handles)],
+        )
+        _log_failed("delete", response, handles, "it will be redelivered after its visibility timeout")
+
+    async def _change_visibility(self, handles: list[SqsMessageHandle], seconds: int) -> list[int]:
+        """Change the visibility of ``handles``; return the indexes SQS refused."""
+        if not handles:
+            return []
+        response = await self._call(
+            "ChangeMessageVisibilityBatch",
+            QueueUrl=self._queue.url,
+            Entries=[
+                {"Id": str(i), "ReceiptHandle": h.receipt_handle, "VisibilityTimeout": seconds}
+                for i, h in enumerate(handles)
+            ],
+        )
+        _log_failed("change visibility of", response, handles, "its current visibility timeout applies")
+        return [int(failure["Id"]) for failure in response.get("Failed", ())]
+
+    def dead_letter_size(self, letter: DeadLetter[SqsMessageHandle]) -> int:
+        return _entry_size(self._dead_letter_entry(0, letter))
+
+    async def dead_letter(self, letters: Sequence[DeadLetter[SqsMessageHandle]]) -> None:
+        if self._dead_letter_queue is None:
+            for letter in letters:
+                log.warning(
+                    "Rejected message %s on %s left to the queue (no dead-letter queue): %s",
+                    letter.delivery.message_id,
+                    self._queue.url,
+                    letter.description,
+                )
+            return
+        dead_letter_queue = self._dead_letter_queue
+        entries = [self._dead_letter_entry(i, letter) for i, letter in enumerate(letters)]
+        response = await self._call(
+            "SendMessageBatch", queue=dead_letter_queue, QueueUrl=dead_letter_queue.url, Entries=entries
+        )
+        handles = [letter.delivery.handle for letter in letters]
+        _log_failed(
+            f"dead-letter to {dead_letter_queue.url}", response, handles, "it stays on the source queue"
+        )
+        failed = {entry["Id"] for entry in response.get("Failed", ())}
+        moved = [h for i, h in enumerate(handles) if str(i) not in failed]
+        await self._delete(moved)
+        if moved:
+            log.info("Dead-lettered %d message(s) to %s", len(moved), dead_letter_queue.name)
+
+    def _dead_letter_entry(self, index: int, letter: DeadLetter[SqsMessageHandle]) -> dict[str, Any]:
+        """The SendMessageBatch entry for one letter: body, original attributes, the reason."""
+        handle = letter.delivery.handle
+        attributes = _sendable_attributes(handle.message_attributes)
+        reason = {
+            DEAD_LETTER_REASON: {"DataType": "String", "StringValue": letter.reason},
+            DEAD_LETTER_DESCRIPTION: {
+                "DataType": "String",
+                "StringValue": letter.description[:_DESCRIPTION_LIMIT] or "-",
+            },
+        }
+        if len(attributes) + len(reason) + 1 <= SQS_MAX_MESSAGE_ATTRIBUTES:
+            attributes.update(reason)
+        entry: dict[str, Any] = {"Id": str(index), "MessageBody": handle.body}
+        if attributes:
+            entry["MessageAttributes"] = attributes
+        limit = self._dead_letter_max_bytes
+        if _entry_size(entry) > limit:
+            entry = self._truncated(entry, limit)
+        dead_letter_queue = self._dead_letter_queue
+        if dead_letter_queue is not None and dead_letter_queue.is_fifo:
+            entry["MessageGroupId"] = handle.group_id or handle.message_id
+            entry["MessageDeduplicationId"] = handle.message_id
+        return entry
+
+    def _truncated(self, entry: dict[str, Any], limit: int) -> dict[str, Any]:
+        """An entry cut to fit the dead-letter queue: truncated body, original size recorded."""
+        body: str = entry["MessageBody"]
+        original = len(body.encode("utf-8"))
+        attributes = dict(entry.get("MessageAttributes", {}))
+        marker = {DEAD_LETTER_TRUNCATED_FROM: {"DataType": "Number", "StringValue": str(original)}}
+        if len(attributes) >= SQS_MAX_MESSAGE_ATTRIBUTES:
+            ours = (DEAD_LETTER_REASON, DEAD_LETTER_DESCRIPTION)
+            attributes = {k: v for k, v in attributes.items() if k in ours}
+        attributes.update(marker)
+        room = limit - _attributes_size(attributes) - _TRUNCATION_MARGIN
+        if room < 0:  # the original attributes alone are too large: keep only ours
+            attributes = {k: v for k, v in attributes.items() if k.startswith("dead_letter_")}
+            room = limit - _attributes_size(attributes) - _TRUNCATION_MARGIN
+        cut = body.encode("utf-8")[: max(0, room)].decode("utf-8", errors="ignore")
+        log.warning(
+            "Message of %d bytes is too large for dead-letter queue %s (%d bytes): "
+            "dead-lettering its first %d bytes",
+            original,
+            self._dead_letter_queue.url if self._dead_letter_queue else "?",
+            limit,
+            len(cut.encode("utf-8")),
+        )
+        return {**entry, "MessageBody": cut or "-", "MessageAttributes": attributes}
+
+    # -- errors -------------------------------------------------------------------------------
+
+    async def _call(self, operation: str, *, queue: QueueUrl | None = None, **params: Any) -> dict[str, Any]:
+        """
+        Call one SQS operation, turning botocore's errors into ones that name the problem.
+
+        ``queue`` is the queue the call is about (the source queue unless given): errors name it.
+        """
         from botocore.exceptions import BotoCoreError, ClientError
 
+        target = queue or self._queue
         method = getattr(self._client, _snake(operation))
         try:
             return await method(**params)
         except ClientError as exc:
-            raise self._explain(operation, exc) from None
+            raise self._explain(operation, target, exc) from None
         except BotoCoreError as exc:
             raise SqsEndpointError(
-                f"SQS {operation} on {self._queue.url} failed: the endpoint did not answer as SQS "
+                f"SQS {operation} on {target.url} failed: the endpoint did not answer as SQS "
                 f"({type(exc).__name__})"
             ) from None
 
-    def _explain(self, operation: str, exc: Exception) -> SqsSharedStreamError:
+    def _explain(self, operation: str, queue: QueueUrl, exc: Exception) -> SqsSharedStreamError:
         response = getattr(exc, "response", {})
         error = response.get("Error", {})
         code = error.get("Code", "Unknown")
         status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         if code in _MISSING_QUEUE_CODES:
             return SqsQueueNotFoundError(
-                f"SQS queue {self._queue.url} does not exist, or connection {self._aws_conn_id!r} "
-                "cannot see it"
+                f"SQS queue {queue.url} does not exist, or connection {self._aws_conn_id!r} cannot see it"
             )
         if code in _ACCESS_CODES or status in (401, 403):
             # The service's own message can quote the signed request: leave it out.
             return SqsAccessError(
-                f"SQS refused connection {self._aws_conn_id!r} on {operation} for {self._queue.url} ({code})"
+                f"SQS refused connection {self._aws_conn_id!r} on {operation} for {queue.url} ({code})"
             )
         return SqsSharedStreamError(
-            f"SQS {operation} on {self._queue.url} failed: {code}: {error.get('Message', '')}"
+            f"SQS {operation} on {queue.url} failed: {code}: {self._scrubber.scrub(error.get('Message', ''))}"
         )
 
-    async def aclose(self) -> None:
-        if self._leases is not None:
-            await self._leases.stop()
-        await self._exit_stack.aclose()
-        self._client = None
+
+def _entry_size(entry: dict[str, Any]) -> int:
+    """Bytes SQS counts for a send entry: the body plus every attribute's name, type and value."""
+    return len(entry["MessageBody"].encode("utf-8")) + _attributes_size(entry.get("MessageAttributes", {}))
 
 
-def _chunks(items: list[Any]) -> list[list[Any]]:
-    return [items[i : i + SQS_BATCH_LIMIT] for i in range(0, len(items), SQS_BATCH_LIMIT)]
+def _attributes_size(attributes: dict[str, Any]) -> int:
+    size = 0
+    for name, attribute in attributes.items():
+        size += len(name.encode("utf-8")) + len(attribute.get("DataType", "").encode("utf-8"))
+        if "StringValue" in attribute:
+            size += len(attribute["StringValue"].encode("utf-8"))
+        if "BinaryValue" in attribute:
+            size += len(attribute["BinaryValue"])
+    return size
 
 
 def _snake(operation: str) -> str:
@@ -384,3 +472,19 @@ def _log_failed(action: str, response: dict[str, Any], chunk: Sequence[Any], con
             failure.get("Message"),
             consequence,
         )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ack_timeout_seconds":
+        import warnings
+
+        from airflow_shared_stream.common.flow_control import ack_timeout_seconds
+
+        warnings.warn(
+            "airflow_shared_stream.sqs.producer.ack_timeout_seconds is deprecated; use "
+            "airflow_shared_stream.common.flow_control.ack_timeout_seconds instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return ack_timeout_seconds
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, ClassVar
 
-from airflow_shared_stream.common.trigger import DEFAULT_MAX_IN_FLIGHT, SharedStreamTrigger
+from airflow_shared_stream.common.trigger import (
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    SharedStreamTrigger,
+)
 from airflow_shared_stream.sqs.errors import SqsConfigurationError
 from airflow_shared_stream.sqs.hook import QueueUrl, SqsHook
 from airflow_shared_stream.sqs.producer import SqsSharedStreamProducer
@@ -15,8 +19,10 @@ class SqsSharedStreamTrigger(SharedStreamTrigger):
     """
     Fire an asset event for each SQS message this watcher's ``match`` selects, at least once.
 
-    Every trigger with the same ``queue_url``, ``aws_conn_id`` and ``region_name`` shares one
-    long-polling receiver in the triggerer; each sees every message. A message is deleted only
+    Every trigger on the same queue shares one long-polling receiver in the triggerer; each sees
+    every message. The stream is the queue (its URL, normalised: ``sqs.<region>.amazonaws.com``
+    and ``<region>.queue.amazonaws.com`` name the same queue), and nothing else: watchers that
+    spell the region differently, or not at all, share the receiver. A message is deleted only
     after every watcher online when it arrived has moved past it and its asset events are
     persisted; a watcher that fails makes it come back; a ``reject`` sends it to the dead-letter
     queue. The trigger event payload is the message envelope::
@@ -24,21 +30,29 @@ class SqsSharedStreamTrigger(SharedStreamTrigger):
         {"message_id": ..., "body": <JSON object, or text>, "attributes": {...},
          "message_attributes": {...}, "queue_url": ...}
 
-    :param queue_url: the queue to watch.
+    :param queue_url: the queue to watch (the stream's identity).
     :param aws_conn_id: ``aws`` connection with the credentials (``aws_default``).
-    :param region_name: overrides the connection's ``extra.region_name`` and the queue URL's region.
+    :param region_name: overrides the connection's ``extra.region_name`` and the queue URL's
+        region. ``None`` means "as the connection / URL says".
     :param match: JMESPath over the envelope; truthy fires an event. ``None`` matches everything.
     :param reject: JMESPath over the envelope; truthy dead-letters the message.
     :param dead_letter_queue_url: where rejected messages go; defaults to the queue's
         RedrivePolicy target. Without either they stay on the queue (with a warning).
     :param max_in_flight: most messages received and not yet settled.
+    :param max_payload_bytes: largest body turned into an event; larger ones are dead-lettered.
     :param wait_time_seconds: long-poll wait of each receive (1-20).
 
-    The receiver is built from the first watcher's arguments, so give every watcher of one
-    queue the same ``dead_letter_queue_url``, ``max_in_flight`` and ``wait_time_seconds``.
+    ``aws_conn_id``, ``region_name``, ``dead_letter_queue_url``, ``max_in_flight``,
+    ``max_payload_bytes`` and ``wait_time_seconds`` shape the one receiver: every watcher of a
+    queue must give the same values (a watcher that disagrees fails at start, naming the
+    argument). ``match`` and ``reject`` are each watcher's own.
     """
 
-    producer_class: type[SqsSharedStreamProducer] = SqsSharedStreamProducer
+    broker = "sqs"
+    identity_fields = ("queue_url",)
+    shaping_fields = ("aws_conn_id", "region_name", "dead_letter_queue_url", "wait_time_seconds")
+    connection_default_fields = frozenset({"region_name"})
+    producer_class: ClassVar[type[SqsSharedStreamProducer]] = SqsSharedStreamProducer
     """The producer the triggerer builds for this trigger's stream (a subclass may swap it)."""
 
     def __init__(
@@ -51,11 +65,15 @@ class SqsSharedStreamTrigger(SharedStreamTrigger):
         reject: str | None = None,
         dead_letter_queue_url: str | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         wait_time_seconds: int = 20,
     ) -> None:
-        super().__init__(match=match, reject=reject, max_in_flight=max_in_flight)
-        QueueUrl.parse(queue_url)
-        if dead_letter_queue_url is not None and QueueUrl.parse(dead_letter_queue_url).url == queue_url:
+        super().__init__(
+            match=match, reject=reject, max_in_flight=max_in_flight, max_payload_bytes=max_payload_bytes
+        )
+        self._queue = QueueUrl.parse(queue_url)
+        self._dead_letter_queue = QueueUrl.parse(dead_letter_queue_url) if dead_letter_queue_url else None
+        if self._dead_letter_queue is not None and self._dead_letter_queue.identity == self._queue.identity:
             raise SqsConfigurationError("dead_letter_queue_url must differ from queue_url")
         if not isinstance(wait_time_seconds, int) or not 1 <= wait_time_seconds <= 20:
             raise SqsConfigurationError(
@@ -69,29 +87,12 @@ class SqsSharedStreamTrigger(SharedStreamTrigger):
         self.dead_letter_queue_url = dead_letter_queue_url
         self.wait_time_seconds = wait_time_seconds
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "queue_url": self.queue_url,
-                "aws_conn_id": self.aws_conn_id,
-                "region_name": self.region_name,
-                "dead_letter_queue_url": self.dead_letter_queue_url,
-                "wait_time_seconds": self.wait_time_seconds,
-                **self._common_kwargs(),
-            },
-        )
+    def stream_identity(self) -> tuple[Hashable, ...]:
+        return self._queue.identity
 
-    def shared_stream_key(self) -> Hashable:
-        return ("airflow_shared_stream.sqs", self.queue_url, self.aws_conn_id, self.region_name)
-
-    @classmethod
-    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> SqsSharedStreamProducer:
-        return cls.producer_class(
-            queue_url=kwargs["queue_url"],
-            aws_conn_id=kwargs["aws_conn_id"],
-            region_name=kwargs["region_name"],
-            dead_letter_queue_url=kwargs["dead_letter_queue_url"],
-            max_in_flight=kwargs["max_in_flight"],
-            wait_time_seconds=kwargs["wait_time_seconds"],
-        )
+    def normalized_shape(self) -> dict[str, Any]:
+        shape = super().normalized_shape()
+        # A region in the queue's AWS host is the region; None defers to it (or the connection).
+        shape["region_name"] = self.region_name or self._queue.region_in_host
+        shape["dead_letter_queue_url"] = self._dead_letter_queue.identity if self._dead_letter_queue else None
+        return shape

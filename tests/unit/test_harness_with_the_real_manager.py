@@ -1,8 +1,9 @@
 """
 The harness and the common trigger half, driven by Airflow's real SharedStreamManager.
 
-The producer here is an in-memory queue: these tests are about the manager contract (binding,
-persistence gating, rejects, flow control), not about a broker.
+The producer is the public in-memory leased queue (``airflow_shared_stream.testing``): these
+tests are about the manager contract (binding, persistence gating, rejects, flow control), not
+about a broker. The control experiment keeps its own deliberately unprotected producer.
 """
 
 from __future__ import annotations
@@ -17,7 +18,12 @@ from airflow_shared_stream.common.flow_control import CreditWindow, yield_point
 from airflow_shared_stream.common.matching import RawMessage
 from airflow_shared_stream.common.settlement import Settlement, decide
 from airflow_shared_stream.common.trigger import SharedStreamTrigger
-from airflow_shared_stream.testing import SharedStreamHarness
+from airflow_shared_stream.testing import (
+    InMemoryProducer,
+    InMemoryQueue,
+    InMemoryTrigger,
+    SharedStreamHarness,
+)
 
 
 class MemoryBroker:
@@ -75,48 +81,69 @@ class MemoryTrigger(SharedStreamTrigger):
         return MemoryProducer(kwargs["max_in_flight"])
 
 
+async def settled(stream: str, count: int) -> InMemoryQueue:
+    queue = InMemoryProducer.queue(stream)
+    for _ in range(250):
+        if len(queue.settled) >= count:
+            break
+        await asyncio.sleep(0.02)
+    return queue
+
+
 async def test_matches_fire_skips_ack_rejects_dead_letter():
-    MemoryProducer.broker = broker = MemoryBroker([{"k": "a"}, {"k": "b"}, {"k": "bad"}, {"garbage": True}])
+    InMemoryProducer.reset()
+    queue = InMemoryProducer.queue("orders")
+    for body in ({"k": "a"}, {"k": "b"}, {"k": "bad"}, b"\xff\xfe not text", "x" * 2000):
+        queue.publish(body)
     async with SharedStreamHarness(confirm_after=0.0) as harness:
-        watcher = harness.add(MemoryTrigger(match="body.k == 'a'", reject="body.k == 'bad'"))
+        watcher = harness.add(
+            InMemoryTrigger("orders", match="body.k == 'a'", reject="body.k == 'bad'", max_payload_bytes=1000)
+        )
         await watcher.wait_for_events(1)
-        for _ in range(100):
-            if len(broker.settled) == 4:
-                break
-            await asyncio.sleep(0.02)
+        await settled("orders", 5)
     assert [p["body"] for p in watcher.payloads] == [{"k": "a"}]
-    assert broker.settled == {
+    assert queue.settled == {
         0: [Settlement.ACK],
         1: [Settlement.ACK],  # skipped by the filter: resolves cleanly
         2: [Settlement.DEAD_LETTER],
-        3: [Settlement.DEAD_LETTER],  # unprocessable
+        3: [Settlement.ACK],  # binary: base64 in the envelope, matched against like any body
+        4: [Settlement.DEAD_LETTER],  # over max_payload_bytes: unprocessable
     }
+    reasons = {number: (reason, description) for number, reason, description in queue.dead_letters}
+    assert reasons[2][0] == "rejected"
+    assert "body.k == 'bad'" in reasons[2][1]
+    assert "trigger 1" in reasons[2][1]  # which watcher rejected it
+    assert reasons[4][0] == "unprocessable"
+    assert "max_payload_bytes" in reasons[4][1]
 
 
 async def test_nothing_settles_before_persistence_is_confirmed():
-    MemoryProducer.broker = broker = MemoryBroker([{"k": i} for i in range(3)])
+    InMemoryProducer.reset()
+    queue = InMemoryProducer.queue("orders")
+    for i in range(3):
+        queue.publish({"k": i})
     async with SharedStreamHarness(confirm_after=None) as harness:
-        watcher = harness.add(MemoryTrigger())
+        watcher = harness.add(InMemoryTrigger("orders"))
         await watcher.wait_for_events(3)
         await asyncio.sleep(0.1)
-        assert broker.settled == {}
+        assert queue.settled == {}
         harness.confirm()
-        for _ in range(100):
-            if len(broker.settled) == 3:
-                break
-            await asyncio.sleep(0.02)
-    assert broker.settled == {i: [Settlement.ACK] for i in range(3)}
+        await settled("orders", 3)
+    assert queue.settled == {i: [Settlement.ACK] for i in range(3)}
 
 
 async def test_the_credit_window_prevents_subscriber_overflow_on_a_burst():
     """Without the window, 2,000 buffered messages would overflow 64-slot subscriber queues."""
-    MemoryProducer.broker = broker = MemoryBroker([{"k": i} for i in range(2000)])
+    InMemoryProducer.reset()
+    queue = InMemoryProducer.queue("burst")
+    for i in range(2000):
+        queue.publish({"k": i})
     async with SharedStreamHarness(confirm_after=0.05, max_subscriber_queue=64) as harness:
-        watchers = [harness.add(MemoryTrigger(max_in_flight=50)) for _ in range(5)]
+        watchers = [harness.add(InMemoryTrigger("burst", max_in_flight=50)) for _ in range(5)]
         for watcher in watchers:
             await watcher.wait_for_events(2000, timeout=120)
     assert all(w.error is None for w in watchers)
-    assert broker.max_in_flight_seen <= 50
+    assert queue.max_in_flight_seen <= 50
 
 
 async def test_without_flow_control_the_same_burst_overflows(monkeypatch):

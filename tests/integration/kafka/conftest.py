@@ -67,6 +67,22 @@ class KafkaSandbox:
     broker: KafkaBroker
     conn_id: str
     prefix: str
+    monkeypatch: pytest.MonkeyPatch | None = None
+
+    def connection(self, what: str = "conn", **extra: str) -> str:
+        """
+        A further ``kafka`` connection to this broker, with ``extra`` on top of the defaults.
+
+        For tests about settings the default connection does not carry (``auto.offset.reset``
+        ``latest``, a ``group.id``, ``max.poll.interval.ms``). Returns the connection id.
+        """
+        assert self.monkeypatch is not None
+        conn_id = f"kafka_{self.prefix}_{what}".replace("-", "_")
+        settings = {"bootstrap.servers": self.bootstrap, "enable.auto.commit": "false", **extra}
+        self.monkeypatch.setenv(
+            f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kafka", "extra": settings})
+        )
+        return conn_id
 
     @property
     def bootstrap(self) -> str:
@@ -148,4 +164,4 @@ def kafka(kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch) -> KafkaSa
         "enable.auto.commit": "false",
     }
     monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kafka", "extra": extra}))
-    return KafkaSandbox(broker=kafka_broker, conn_id=conn_id, prefix=prefix)
+    return KafkaSandbox(broker=kafka_broker, conn_id=conn_id, prefix=prefix, monkeypatch=monkeypatch)

@@ -32,7 +32,7 @@ async def test_fan_out_one_consumer_many_matches(kafka):
     messages = [{"kind": "order" if i % 2 == 0 else "refund", "n": i} for i in range(20)]
     await kafka.produce(topic, messages, key=b"k", headers=[("source", b"web"), ("bin", b"\xff\x00")])
 
-    common = {"topics": [topic], "kafka_conn_id": kafka.conn_id, "group_id": group}
+    common = {"topics": [topic], "kafka_config_id": kafka.conn_id, "group_id": group}
     async with SharedStreamHarness(confirm_after=0.0) as h:
         orders = h.add(KafkaSharedStreamTrigger(**common, match="value.kind == 'order'"))
         refunds = h.add(KafkaSharedStreamTrigger(**common, match="value.kind == 'refund'"))
@@ -61,10 +61,10 @@ async def test_commit_only_after_persistence_confirmed(kafka):
     group = kafka.name("g")
     await kafka.produce(topic, [f"m{i}" for i in range(5)])
     async with SharedStreamHarness(confirm_after=None) as h:
-        w = h.add(KafkaSharedStreamTrigger([topic], kafka_conn_id=kafka.conn_id, group_id=group))
+        w = h.add(KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group))
         await w.wait_for_events(5)
         await asyncio.sleep(1.0)
-        assert await kafka.committed(group, topic) == {0: None}, "committed before persistence"
+        assert await kafka.committed(group, topic) == {0: 0}, "committed past the start before persistence"
         h.confirm()
         assert await wait_committed(kafka, group, topic, {0: 5}) == {0: 5}
 
@@ -76,13 +76,13 @@ async def test_slow_partition_does_not_delay_commits_on_another(kafka):
     await kafka.produce(topic, [f"p0-{i}" for i in range(5)], partition=0)
     await kafka.produce(topic, [f"p1-{i}" for i in range(5)], partition=1)
     async with SharedStreamHarness(confirm_after=None) as h:
-        w = h.add(KafkaSharedStreamTrigger([topic], kafka_conn_id=kafka.conn_id, group_id=group))
+        w = h.add(KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group))
         await w.wait_for_events(10)
         # One watcher: the harness binds its events in the order they were yielded.
         seqs = list(h._unconfirmed)
         partitions = [p["partition"] for p in w.payloads]
         h.confirm(seq for seq, p in zip(seqs, partitions, strict=True) if p == 1)
-        assert await wait_committed(kafka, group, topic, {0: None, 1: 5}, partitions=2) == {0: None, 1: 5}
+        assert await wait_committed(kafka, group, topic, {0: 0, 1: 5}, partitions=2) == {0: 0, 1: 5}
         h.confirm()
         assert await wait_committed(kafka, group, topic, {0: 5, 1: 5}, partitions=2) == {0: 5, 1: 5}
 
@@ -95,7 +95,7 @@ async def test_reject_and_unprocessable_go_to_dead_letter_topic(kafka):
     await kafka.produce(topic, [b"\xff\xfe not utf-8", b"x" * 3000, {"ok": 3}])
     trigger = KafkaSharedStreamTrigger(
         [topic],
-        kafka_conn_id=kafka.conn_id,
+        kafka_config_id=kafka.conn_id,
         group_id=group,
         reject="value.bad",
         dead_letter_topic=dlq,
@@ -129,13 +129,13 @@ async def test_ack_timeout_redelivers_to_healthy_subscriber_via_seek(kafka):
     await kafka.create_topics(topic)
     group = kafka.name("g")
     await kafka.produce(topic, ["a", "b", "c"])
-    common = {"topics": [topic], "kafka_conn_id": kafka.conn_id, "group_id": group}
+    common = {"topics": [topic], "kafka_config_id": kafka.conn_id, "group_id": group}
     async with SharedStreamHarness(confirm_after=0.0, ack_timeout=1.0) as h:
         h.add(StuckTrigger(**common))
         healthy = h.add(KafkaSharedStreamTrigger(**common))
         await healthy.wait_for_events(3)
         # The stuck watcher holds every commit until the ack timeout fails it out.
-        assert await kafka.committed(group, topic) == {0: None}
+        assert await kafka.committed(group, topic) == {0: 0}  # the start position only
         await healthy.wait_for_events(6, timeout=20)
         assert [p["offset"] for p in healthy.payloads] == [0, 1, 2, 0, 1, 2]
         assert await wait_committed(kafka, group, topic, {0: 3}) == {0: 3}
@@ -148,7 +148,7 @@ async def test_zero_subscriber_broadcast_is_read_again(kafka):
     await kafka.create_topics(topic)
     group = kafka.name("g")
     await kafka.produce(topic, ["a", "b", "c"])
-    trigger = KafkaSharedStreamTrigger([topic], kafka_conn_id=kafka.conn_id, group_id=group)
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group)
     producer = KafkaSharedStreamTrigger.create_shared_stream_producer(trigger.serialize()[1])
     stream = producer.open_stream()
     try:
@@ -157,7 +157,7 @@ async def test_zero_subscriber_broadcast_is_read_again(kafka):
         await producer.advance([AdvanceItem(payload, AdvanceOutcome(0, 0, 0)) for _, payload in first])
         again = [await asyncio.wait_for(anext(stream), 15) for _ in range(3)]
         assert [raw.envelope["value"] for raw, _ in again] == ["a", "b", "c"]
-        assert await kafka.committed(group, topic) == {0: None}
+        assert await kafka.committed(group, topic) == {0: 0}  # the start position only
         await producer.advance([AdvanceItem(payload, AdvanceOutcome(1, 0, 0)) for _, payload in again])
         assert await wait_committed(kafka, group, topic, {0: 3}) == {0: 3}
     finally:
@@ -170,7 +170,7 @@ async def test_restart_resumes_from_committed_offsets(kafka):
     await kafka.create_topics(topic)
     group = kafka.name("g")
     await kafka.produce(topic, [f"m{i}" for i in range(10)])
-    trigger = KafkaSharedStreamTrigger([topic], kafka_conn_id=kafka.conn_id, group_id=group)
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group)
     async with SharedStreamHarness(confirm_after=None) as h:
         w = h.add(trigger)
         await w.wait_for_events(10)
@@ -190,7 +190,7 @@ async def test_rebalance_with_second_consumer_loses_nothing(kafka):
     partitions = 4
     await kafka.create_topics(topic, partitions=partitions)
     group = kafka.name("g")
-    trigger = KafkaSharedStreamTrigger([topic], kafka_conn_id=kafka.conn_id, group_id=group)
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group)
 
     async def produce_round(round_no: int, count: int = 10) -> None:
         for p in range(partitions):

@@ -126,7 +126,14 @@ async def test_reject_without_any_dead_letter_queue_leaves_the_message(sqs, aws_
     with caplog.at_level(logging.WARNING):
         sqs.send(url, [{"bad": True}, {"bad": False}])
         await watcher.wait_for_events(1)
+        # Wait until the rejected message was settled (left to the queue), not for a depth that
+        # a deleted message would also show on its way out...
+        await eventually(lambda: caplog.text, lambda t: "left to the queue" in t, timeout=15, what="settled")
         await eventually(lambda: sqs.depth(url), lambda d: d == (0, 1), timeout=15, what="good one deleted")
+        # ...then insist it stays, over several samples.
+        for _ in range(5):
+            assert sqs.depth(url) == (0, 1), "the rejected message was deleted without a dead-letter queue"
+            await asyncio.sleep(0.3)
     assert "no dead-letter queue" in caplog.text
 
 

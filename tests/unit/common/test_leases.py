@@ -57,21 +57,100 @@ async def test_a_failed_renewal_is_retried_not_fatal():
     assert await keeper.renew_once() == 1
 
 
-async def test_no_renewal_overtakes_a_settlement_in_progress():
-    order: list[str] = []
+async def test_a_renewal_never_carries_a_message_whose_settlement_began():
+    extended: list[list[str]] = []
 
     async def extend(handles: list[str], seconds: float) -> None:
-        order.append(f"extend {handles}")
+        extended.append(handles)
 
     keeper = LeaseKeeper(extend, lease_seconds=30, max_hold_seconds=300)
     keeper.hold("a")
     keeper.hold("b")
     async with keeper.settling(["a"]):
-        renewal = asyncio.create_task(keeper.renew_once())
-        await asyncio.sleep(0.01)
-        order.append("settle a")
-    await renewal
-    assert order == ["settle a", "extend ['b']"]
+        await keeper.renew_once()
+    assert extended == [["b"]]
+
+
+async def test_a_settlement_waits_for_the_renewal_call_already_carrying_its_message():
+    order: list[str] = []
+    renewal_on_the_wire = asyncio.Event()
+    release_renewal = asyncio.Event()
+
+    async def extend(handles: list[str], seconds: float) -> None:
+        order.append(f"extend {handles} sent")
+        renewal_on_the_wire.set()
+        await release_renewal.wait()
+        order.append(f"extend {handles} answered")
+
+    keeper = LeaseKeeper(extend, lease_seconds=30, max_hold_seconds=300)
+    keeper.hold("a")
+    renewal = asyncio.create_task(keeper.renew_once())
+    await renewal_on_the_wire.wait()
+
+    async def settle() -> None:
+        async with keeper.settling(["a"]):
+            order.append("settle a")
+
+    settlement = asyncio.create_task(settle())
+    await asyncio.sleep(0.01)
+    assert order == ["extend ['a'] sent"], "the settlement overtook a renewal of the same message"
+    release_renewal.set()
+    await asyncio.gather(renewal, settlement)
+    assert order == ["extend ['a'] sent", "extend ['a'] answered", "settle a"]
+
+
+async def test_a_slow_settlement_does_not_stop_other_leases_being_renewed():
+    """Issue 7 item 10: no lock spans a settlement (dead-letter retries) and a renewal pass."""
+    extended: list[list[str]] = []
+
+    async def extend(handles: list[str], seconds: float) -> None:
+        extended.append(handles)
+
+    keeper = LeaseKeeper(extend, lease_seconds=30, max_hold_seconds=300)
+    keeper.hold("a")
+    keeper.hold("b")
+    settling_entered = asyncio.Event()
+    finish_settlement = asyncio.Event()
+
+    async def slow_settle() -> None:
+        async with keeper.settling(["a"]):
+            settling_entered.set()
+            await finish_settlement.wait()  # a dead-letter send retrying
+
+    settlement = asyncio.create_task(slow_settle())
+    await settling_entered.wait()
+    assert await asyncio.wait_for(keeper.renew_once(), timeout=1.0) == 1
+    assert extended == [["b"]]
+    finish_settlement.set()
+    await settlement
+
+
+async def test_a_pass_renews_in_chunks_so_a_settlement_waits_for_one_call_only():
+    calls: list[list[str]] = []
+
+    async def extend(handles: list[str], seconds: float) -> None:
+        calls.append(handles)
+
+    keeper = LeaseKeeper(extend, lease_seconds=30, max_hold_seconds=300, batch_size=2)
+    for handle in "abcde":
+        keeper.hold(handle)
+    assert await keeper.renew_once() == 5
+    assert calls == [["a", "b"], ["c", "d"], ["e"]]
+
+
+async def test_leases_the_broker_refuses_are_lost_and_counted():
+    lost_counts: list[int] = []
+
+    async def extend(handles: list[str], seconds: float) -> list[str]:
+        return ["a"]
+
+    keeper = LeaseKeeper(extend, lease_seconds=30, max_hold_seconds=300, on_lost=lost_counts.append)
+    keeper.hold("a")
+    keeper.hold("b")
+    assert await keeper.renew_once() == 1
+    assert "a" not in keeper
+    assert "b" in keeper
+    assert lost_counts == [1]
 
 
 async def test_background_task_renews_on_schedule():

@@ -80,7 +80,7 @@ def test_consumer_tuning_and_assignor():
             "session.timeout.ms": "12000",
             "request.timeout.ms": 5000,
             "partition.assignment.strategy": "roundrobin",
-            "isolation.level": "read_committed",
+            "isolation.level": "READ_UNCOMMITTED",
             "linger.ms": 5,
         }
     )
@@ -90,8 +90,14 @@ def test_consumer_tuning_and_assignor():
     assert kwargs["request_timeout_ms"] == 5000
     assert config.producer_kwargs()["request_timeout_ms"] == 5000
     assert kwargs["partition_assignment_strategy"] == (RoundRobinPartitionAssignor,)
-    assert kwargs["isolation_level"] == "read_committed"
+    assert kwargs["isolation_level"] == "read_uncommitted"
     assert config.ignored == ("linger.ms",)
+
+
+def test_isolation_level_defaults_to_read_committed_as_in_librdkafka():
+    """Issue 7 item 9: aiokafka's own default would fire events for aborted transactions."""
+    kwargs = client_config_from_extra({"bootstrap.servers": "a:1"}).consumer_kwargs("g")
+    assert kwargs["isolation_level"] == "read_committed"
 
 
 @pytest.mark.parametrize("value", ["true", True, "1", "TRUE"])
@@ -112,6 +118,7 @@ def test_auto_commit_refused(value):
         ({"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT"}, "sasl.username"),
         ({"bootstrap.servers": "a:1", "partition.assignment.strategy": "cooperative-sticky"}, "eagerly"),
         ({"bootstrap.servers": "a:1", "session.timeout.ms": "soon"}, "integer"),
+        ({"bootstrap.servers": "a:1", "isolation.level": "dirty"}, "isolation.level"),
     ],
 )
 def test_bad_settings_are_refused_without_secrets(extra, message):
@@ -131,3 +138,22 @@ async def test_hook_reads_airflow_connection(monkeypatch):
     assert config.common["sasl_plain_username"] == "svc"
     assert config.common["bootstrap_servers"] == ["h:9"]
     assert SECRET not in repr(config)
+
+
+def test_aiokafka_log_scrubbing_starts_with_a_stream_and_does_not_pile_up():
+    import logging
+
+    from airflow_shared_stream.kafka import hook
+
+    conn_logger = logging.getLogger("aiokafka.conn")
+    before = len(conn_logger.filters)
+    extra = {"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT", "sasl.username": "u"}
+    for _ in range(2):  # two stream starts
+        hook.protect_secrets(client_config_from_extra({**extra, "sasl.password": SECRET}))
+    assert len(conn_logger.filters) - before <= 1
+    record = logging.LogRecord(
+        "aiokafka.conn", logging.DEBUG, __file__, 1, "sent %r", (SECRET.encode(),), None
+    )
+    for log_filter in conn_logger.filters:
+        log_filter.filter(record) if isinstance(log_filter, logging.Filter) else log_filter(record)
+    assert SECRET not in record.getMessage()

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaConnectionError
 from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 
-from airflow_shared_stream.kafka.producer import (
-    KafkaBrokerPayload,
-    KafkaSharedStreamError,
-    KafkaSharedStreamProducer,
-)
+from airflow_shared_stream.kafka import KafkaSharedStreamError, KafkaSharedStreamProducer
+from airflow_shared_stream.kafka.producer import KafkaBrokerPayload
 
 TP = TopicPartition("t", 0)
+LANE = ("t", 0)
 ACK, FAIL, REJECT, NOBODY = (
     AdvanceOutcome(1, 0, 0),
     AdvanceOutcome(1, 1, 0),
@@ -41,14 +41,17 @@ class RecordingConsumer:
         return set(self.assigned)
 
 
-def producer_with(consumer: RecordingConsumer, *, epoch: int = 1) -> KafkaSharedStreamProducer:
-    producer = KafkaSharedStreamProducer(topics=["t"], group_id="g", max_in_flight=10)
-    producer._consumer = consumer  # type: ignore[assignment]
-    producer._assignment_epoch[TP] = epoch
+def producer_with(
+    consumer: RecordingConsumer, *, revokes: int = 0, dlq=None, **kwargs
+) -> KafkaSharedStreamProducer:
+    producer = KafkaSharedStreamProducer(topics=["t"], group_id="g", max_in_flight=10, **kwargs)
+    producer.attach(consumer, dlq)  # type: ignore[arg-type]
+    for _ in range(revokes):
+        producer.ownership.revoked([TP])
     return producer
 
 
-def batch(*items: tuple[int, AdvanceOutcome], epoch: int = 1) -> list[AdvanceItem]:
+def batch(*items: tuple[int, AdvanceOutcome], epoch: int = 0) -> list[AdvanceItem]:
     return [AdvanceItem(KafkaBrokerPayload("t", 0, offset, epoch), outcome) for offset, outcome in items]
 
 
@@ -56,11 +59,11 @@ async def test_acks_are_committed_cumulatively_in_one_request():
     consumer = RecordingConsumer()
     producer = producer_with(consumer)
     for _ in range(3):
-        producer._credits.take()
+        producer.credits.take()
     await producer.advance(batch((0, ACK), (1, ACK)))
     await producer.advance(batch((2, REJECT)))  # no dead-letter topic: dropped with a warning
-    assert producer._credits.in_flight == 0
-    await producer._flush_commits()
+    assert producer.credits.in_flight == 0
+    await producer.committer.flush()
     assert consumer.commits == [{TP: 3}]
     assert consumer.seeks == []
 
@@ -69,10 +72,10 @@ async def test_failure_holds_the_floor_and_seeks_back():
     consumer = RecordingConsumer()
     producer = producer_with(consumer)
     await producer.advance(batch((0, ACK), (1, FAIL), (2, ACK)))
-    await producer._flush_commits()
+    await producer.committer.flush()
     assert consumer.commits == [{TP: 1}]
     assert consumer.seeks == [(TP, 1)]
-    assert producer._fetch_epoch[TP] == 1  # records fetched before the seek are now stale
+    assert producer.ownership.fetch_epoch(TP) == 1  # records fetched before the seek are now stale
 
 
 async def test_nobody_subscribed_redelivers_after_a_pause():
@@ -80,29 +83,29 @@ async def test_nobody_subscribed_redelivers_after_a_pause():
     producer = producer_with(consumer)
     await producer.advance(batch((0, NOBODY)))
     assert consumer.seeks == [(TP, 0)]
-    assert producer._paused_until > 0
+    assert producer.paused_until > 0
 
 
 async def test_messages_of_a_revoked_partition_are_left_to_the_new_owner():
     consumer = RecordingConsumer()
-    producer = producer_with(consumer, epoch=2)
-    producer._credits.take()
-    await producer.advance(batch((0, ACK), (1, FAIL), epoch=1))  # read under the previous assignment
-    await producer._flush_commits()
+    producer = producer_with(consumer, revokes=1)
+    producer.credits.take()
+    await producer.advance(batch((0, ACK), (1, FAIL), epoch=0))  # read under the previous assignment
+    await producer.committer.flush()
     assert consumer.commits == []
     assert consumer.seeks == []
-    assert producer._credits.in_flight == 0
+    assert producer.credits.in_flight == 0
 
 
 async def test_fresh_reads_behind_stale_ones_in_one_batch_are_settled():
     # After a rebalance that hands the partition back, the lane holds the events read before it
     # (stale) followed by the same offsets read again: one batch can carry both.
     consumer = RecordingConsumer()
-    producer = producer_with(consumer, epoch=2)
-    stale = batch((10, ACK), (11, ACK), epoch=1)
-    fresh = batch((10, ACK), (11, ACK), (12, ACK), epoch=2)
+    producer = producer_with(consumer, revokes=1)
+    stale = batch((10, ACK), (11, ACK), epoch=0)
+    fresh = batch((10, ACK), (11, ACK), (12, ACK), epoch=1)
     await producer.advance(stale + fresh)
-    await producer._flush_commits()
+    await producer.committer.flush()
     assert consumer.commits == [{TP: 13}]
 
 
@@ -111,21 +114,93 @@ async def test_pending_commit_of_a_partition_revoked_before_it_was_sent_is_dropp
     producer = producer_with(consumer)
     await producer.advance(batch((0, ACK)))
     consumer.assigned.discard(TP)
-    producer._assignment_epoch[TP] = 2
-    await producer._flush_commits()
+    producer.ownership.revoked([TP])
+    await producer.committer.flush()
     assert consumer.commits == []
 
 
 async def test_commit_lost_to_a_rebalance_does_not_fail_the_stream():
     producer = producer_with(RecordingConsumer(fail_with=CommitFailedError("rebalanced")))
     await producer.advance(batch((0, ACK)))
-    await producer._flush_commits()
-    assert producer._commit_error is None
+    await producer.committer.flush()
+    assert producer.committer.error is None
 
 
 async def test_other_commit_failures_fail_the_next_advance():
     producer = producer_with(RecordingConsumer(fail_with=KafkaConnectionError("broker gone")))
     await producer.advance(batch((0, ACK)))
-    await producer._flush_commits()
+    await producer.committer.flush()
     with pytest.raises(KafkaSharedStreamError, match="committing offsets failed"):
         await producer.advance(batch((1, ACK)))
+
+
+class BlockingDeadLetterProducer:
+    """A dead-letter producer whose broker acknowledgement waits until the test releases it."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None]] = []
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def send(self, topic, value=None, key=None, headers=None):
+        self.sent.append((topic, value))
+        self.started.set()
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(None)
+        return future
+
+    async def flush(self) -> None:
+        await self.release.wait()
+
+
+async def test_rebalance_during_a_dead_letter_send_leaves_the_cleared_lane_alone():
+    """Issue 7 item 8: a revoke while a dead letter is on the wire must not resurrect the lane."""
+    consumer = RecordingConsumer()
+    dlq = BlockingDeadLetterProducer()
+    producer = producer_with(consumer, dlq=dlq, dead_letter_topic="dlq")
+    advance = asyncio.create_task(producer.advance(batch((0, ACK), (1, REJECT), (2, FAIL))))
+    await dlq.started.wait()
+    # The partition is revoked while the dead letter waits for the broker.
+    await producer.on_partitions_revoked([TP])
+    assert producer.ledger.floor(LANE) is None
+    dlq.release.set()
+    await advance
+    assert producer.ledger.floor(LANE) is None
+    assert producer.ledger.committed(LANE) is None
+    await producer.committer.flush()
+    assert consumer.commits == []
+    assert consumer.seeks == []
+
+
+class RecordingMetrics:
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.gauges: dict[str, float] = {}
+        self.timings: list[str] = []
+
+    def incr(self, metric: str, count: int = 1) -> None:
+        self.counts[metric] = self.counts.get(metric, 0) + count
+
+    def gauge(self, metric: str, value: float) -> None:
+        self.gauges[metric] = value
+
+    def timing_ms(self, metric: str, milliseconds: float) -> None:
+        self.timings.append(metric)
+
+
+async def test_advance_reports_settlements_fan_out_and_latency():
+    producer = producer_with(RecordingConsumer())
+    metrics = RecordingMetrics()
+    producer.metrics = metrics  # type: ignore[assignment]
+    for _ in range(4):
+        producer.credits.take()
+    await producer.advance(batch((0, ACK), (1, REJECT), (2, FAIL), (3, NOBODY)))
+    assert metrics.counts == {
+        "fanned_out": 1 + 2 + 2,
+        "acked": 1,
+        "dead_lettered": 1,
+        "redelivered": 2,
+        "no_subscriber": 1,
+    }
+    assert metrics.gauges["in_flight"] == 0
+    assert metrics.timings == ["advance_latency"]

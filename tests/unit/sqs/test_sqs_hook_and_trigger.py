@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from airflow_shared_stream.common.errors import StreamShapeConflictError
 from airflow_shared_stream.sqs.errors import SqsConfigurationError
 from airflow_shared_stream.sqs.hook import QueueUrl, SqsHook
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
@@ -71,15 +72,38 @@ async def test_half_a_key_pair_is_refused_without_echoing_it(monkeypatch):
     assert "lonely-secret" not in str(exc_info.value)
 
 
-def test_trigger_round_trips_through_serialize_and_shares_by_queue_and_connection():
+def test_trigger_round_trips_through_serialize_and_the_key_is_the_queue_alone():
     trigger = SqsSharedStreamTrigger(AWS_URL, match="body.kind == 'a'", max_in_flight=50)
     classpath, kwargs = trigger.serialize()
     rebuilt = SqsSharedStreamTrigger(**json.loads(json.dumps(kwargs)))
     assert rebuilt.serialize() == (classpath, kwargs)
     sibling = SqsSharedStreamTrigger(AWS_URL, match="body.kind == 'b'", reject="body.bad")
     assert sibling.shared_stream_key() == trigger.shared_stream_key()
-    other_connection = SqsSharedStreamTrigger(AWS_URL, aws_conn_id="other")
-    assert other_connection.shared_stream_key() != trigger.shared_stream_key()
+    # Issue 7 item 4: the connection and the region never split a stream (they must agree).
+    for spelling in (
+        SqsSharedStreamTrigger(AWS_URL, aws_conn_id="other"),
+        SqsSharedStreamTrigger(AWS_URL, region_name="eu-west-1"),
+        SqsSharedStreamTrigger(AWS_URL.replace("sqs.eu-west-1", "eu-west-1.queue")),
+        SqsSharedStreamTrigger(AWS_URL.replace("https://sqs", "HTTPS://SQS") + "/"),
+    ):
+        assert spelling.shared_stream_key() == trigger.shared_stream_key()
+    assert SqsSharedStreamTrigger(AWS_URL + "-other").shared_stream_key() != trigger.shared_stream_key()
+
+
+def test_region_spelled_out_agrees_with_the_region_in_the_url_and_a_different_one_does_not():
+    implicit = SqsSharedStreamTrigger(AWS_URL)
+    explicit = SqsSharedStreamTrigger(AWS_URL, region_name="eu-west-1")
+    SqsSharedStreamTrigger.check_shape_agrees(implicit.normalized_shape(), explicit.normalized_shape())
+    with pytest.raises(StreamShapeConflictError, match="region_name='us-east-1'"):
+        SqsSharedStreamTrigger.check_shape_agrees(
+            implicit.normalized_shape(),
+            SqsSharedStreamTrigger(AWS_URL, region_name="us-east-1").normalized_shape(),
+        )
+    with pytest.raises(StreamShapeConflictError, match="aws_conn_id='other'"):
+        SqsSharedStreamTrigger.check_shape_agrees(
+            implicit.normalized_shape(),
+            SqsSharedStreamTrigger(AWS_URL, aws_conn_id="other").normalized_shape(),
+        )
 
 
 def test_producer_is_built_from_key_fields_without_connecting():

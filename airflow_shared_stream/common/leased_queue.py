@@ -1,0 +1,447 @@
+"""
+The producer template of every leased-queue broker: SQS, Pub/Sub, Service Bus.
+
+A leased queue hands a consumer a message under a lease (SQS visibility timeout, Pub/Sub ack
+deadline, Service Bus peek-lock) and expects one of three settlements before the lease runs out.
+Everything between the broker and Airflow's shared-stream manager is the same for all of them
+and lives here, once:
+
+* the receive loop: wait for credit (:class:`~.flow_control.CreditWindow`), fetch at most the
+  free credits, hold each lease (:class:`~.leases.LeaseKeeper`), yield, give subscribers a turn;
+* ``advance``: split the batch by settlement (one decision table, :mod:`.settlement`), hold back
+  later messages of an ordered lane behind a redelivered one, settle inside the lease keeper in
+  chunks bounded by count and bytes, always return the credits;
+* back off when nobody was subscribed, so a stream without watchers does not spin;
+* metrics (:mod:`.metrics`) and ``aclose``.
+
+A broker subclass supplies only its calls, in the broker's own vocabulary:
+
+=====================  ===================  =====================  ===========================
+hook                   SQS                  Pub/Sub                Service Bus
+=====================  ===================  =====================  ===========================
+``connect``            client, attributes   subscriber client      receiver (sessions: lanes)
+``receive(n)``         ReceiveMessage       pull                   receive_messages
+``ack``                DeleteMessageBatch   acknowledge            complete_message
+``redeliver``          visibility 0         modify_ack_deadline 0  abandon_message
+``dead_letter``        send to DLQ, delete  publish then ack, or   dead_letter_message
+                                            nack to the policy     (reason, description)
+``extend_leases``      visibility N         modify_ack_deadline N  renew_message_lock
+``disconnect``         close client         close client           close receiver
+=====================  ===================  =====================  ===========================
+
+Ordered lanes (SQS FIFO ``MessageGroupId``, Pub/Sub ``ordering_key``, Service Bus
+``session_id``): when a message of a lane is redelivered, every later message of that lane that
+is still in flight is redelivered too, whatever its own outcome, so the broker hands the lane
+back in its original order (issue 7 item 11). Messages without a lane are unordered; all
+messages of one receive call share an advance lane, which makes each settlement one batch call.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Collection, Hashable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
+
+from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
+
+from airflow_shared_stream.common import metrics as m
+from airflow_shared_stream.common.flow_control import CreditWindow, ack_timeout_seconds, yield_point
+from airflow_shared_stream.common.leases import LeaseKeeper
+from airflow_shared_stream.common.matching import RawMessage
+from airflow_shared_stream.common.metrics import StreamMetrics
+from airflow_shared_stream.common.settlement import Settlement, decide
+
+log = logging.getLogger(__name__)
+
+Handle = TypeVar("Handle")
+"""What the broker settles a message with: a receipt handle, an ack id, a received message."""
+
+NO_SUBSCRIBER_BACKOFF_MIN = 0.25
+NO_SUBSCRIBER_BACKOFF_MAX = 5.0
+"""Receive pauses after a batch nobody was subscribed to: doubling from MIN up to MAX seconds."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Delivery(Generic[Handle]):
+    """
+    One message a broker's :meth:`LeasedQueueProducer.receive` returns.
+
+    :param message: what the watchers see, built with :func:`~.matching.build_message`.
+    :param handle: what the broker's settlement calls need (receipt handle, ack id, message).
+    :param lease: hashable id the lease keeper tracks (receipt handle, ack id, lock token).
+    :param lane: ordering key (FIFO group, ordering key, session id), or ``None`` if unordered.
+    :param size: body size in bytes as the broker counts it (dead-letter batches are bounded).
+    :param message_id: secret-free id for logs and errors.
+    """
+
+    message: RawMessage
+    handle: Handle
+    lease: Hashable
+    lane: Hashable | None = None
+    size: int = 0
+    message_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter(Generic[Handle]):
+    """
+    A message to dead-letter, with why.
+
+    ``reason`` is ``"rejected"`` (a watcher's ``reject`` matched, or its expression failed) or
+    ``"unprocessable"`` (undecodable, over ``max_payload_bytes``); ``description`` says which
+    watcher or which cause, in one line. Service Bus writes both on the message; SQS and
+    Pub/Sub carry them as attributes of the dead-letter copy.
+    """
+
+    delivery: Delivery[Handle]
+    reason: str
+    description: str
+
+
+@dataclass(eq=False)
+class InFlight(Generic[Handle]):
+    """The broker payload the base yields to the manager with each message (internal)."""
+
+    delivery: Delivery[Handle]
+    sequence: int
+    advance_lane: Hashable
+    received_at: float = field(default_factory=time.monotonic)
+
+
+def chunked(
+    items: Sequence[Any],
+    *,
+    max_count: int | None,
+    max_bytes: int | None = None,
+    size: Callable[[Any], int] = lambda item: 0,
+) -> Iterator[list[Any]]:
+    """
+    Split ``items`` into batches of at most ``max_count`` items and ``max_bytes`` bytes.
+
+    Order is kept. An item larger than ``max_bytes`` on its own gets a batch of its own (the
+    broker decides what to do with it); it never makes a batch exceed the limit with others.
+    """
+    batch: list[Any] = []
+    batch_bytes = 0
+    for item in items:
+        item_bytes = size(item)
+        full = max_count is not None and len(batch) >= max_count
+        too_big = max_bytes is not None and batch and batch_bytes + item_bytes > max_bytes
+        if full or too_big:
+            yield batch
+            batch, batch_bytes = [], 0
+        batch.append(item)
+        batch_bytes += item_bytes
+    if batch:
+        yield batch
+
+
+class NoSubscriberBackoff:
+    """Pause receiving after batches that nobody was subscribed to; reset once someone is."""
+
+    def __init__(
+        self,
+        minimum: float = NO_SUBSCRIBER_BACKOFF_MIN,
+        maximum: float = NO_SUBSCRIBER_BACKOFF_MAX,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.minimum, self.maximum = minimum, maximum
+        self._clock = clock
+        self._delay = 0.0
+        self._resume_at = 0.0
+
+    @property
+    def delay(self) -> float:
+        return self._delay
+
+    def nobody_subscribed(self) -> None:
+        self._delay = min(self.maximum, max(self.minimum, self._delay * 2))
+        self._resume_at = self._clock() + self._delay
+
+    def someone_subscribed(self) -> None:
+        self._delay = 0.0
+        self._resume_at = 0.0
+
+    async def wait(self) -> None:
+        remaining = self._resume_at - self._clock()
+        if remaining > 0:
+            await asyncio.sleep(remaining)
+
+
+class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
+    """
+    Shared-stream producer for a leased queue; a broker subclass supplies the broker calls.
+
+    Built by the trigger's ``create_shared_stream_producer`` (no I/O in ``__init__``); connects
+    in :meth:`open_stream`. Single event loop, like the manager it serves.
+
+    Class attributes a broker sets:
+
+    * ``broker``: short name, used in metric names.
+    * ``receive_limit``: most messages one ``receive`` call may ask for (SQS: 10).
+    * ``settle_batch_limit``: most messages per ack / redeliver / extend call.
+    * ``dead_letter_batch_limit`` and ``dead_letter_batch_bytes``: bounds of one dead-letter
+      call; a message larger than the byte bound is passed alone.
+    * ``lag_interval_seconds``: how often :meth:`broker_lag` is sampled (if implemented).
+    """
+
+    broker: ClassVar[str] = "leased_queue"
+    receive_limit: ClassVar[int | None] = None
+    settle_batch_limit: ClassVar[int | None] = None
+    dead_letter_batch_limit: ClassVar[int | None] = None
+    dead_letter_batch_bytes: ClassVar[int | None] = None
+    lag_interval_seconds: ClassVar[float] = 30.0
+
+    def __init__(self, *, max_in_flight: int, stream_label: str) -> None:
+        self._window = CreditWindow(max_in_flight)
+        self.metrics = StreamMetrics(self.broker, stream_label)
+        self._backoff = NoSubscriberBackoff()
+        self._leases: LeaseKeeper[Hashable] | None = None
+        self._leased: dict[Hashable, Delivery[Handle]] = {}
+        self._sequences = itertools.count()
+        self._receives = itertools.count()
+        # Ordered lanes: sequences in flight per lane, and the sequences held back behind a
+        # redelivery (settled REDELIVER whatever their own outcome).
+        self._lane_in_flight: dict[Hashable, set[int]] = {}
+        self._held_back: set[int] = set()
+        self._lag_task: asyncio.Task[None] | None = None
+
+    # -- what a broker supplies ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def connect(self) -> float:
+        """Open the broker client, check the upstream exists; return the lease each extension grants (s)."""
+
+    @abc.abstractmethod
+    async def receive(self, max_messages: int) -> Sequence[Delivery[Handle]]:
+        """One receive call (long-poll if the broker has it) returning at most ``max_messages``."""
+
+    @abc.abstractmethod
+    async def ack(self, deliveries: Sequence[Delivery[Handle]]) -> None:
+        """Settle ACK: the message is done (delete / acknowledge / complete)."""
+
+    @abc.abstractmethod
+    async def redeliver(self, deliveries: Sequence[Delivery[Handle]]) -> None:
+        """Settle REDELIVER: give the message back at once (visibility 0 / nack / abandon)."""
+
+    @abc.abstractmethod
+    async def dead_letter(self, letters: Sequence[DeadLetter[Handle]]) -> None:
+        """
+        Settle DEAD-LETTER: copy to the dead-letter destination, and only once the copy is
+        acknowledged, remove from the source. Raise if a copy fails (the group fails and the
+        broker redelivers); never remove a message whose copy was not acknowledged.
+        """
+
+    @abc.abstractmethod
+    async def extend_leases(
+        self, deliveries: Sequence[Delivery[Handle]], seconds: float
+    ) -> Collection[Delivery[Handle]] | None:
+        """Extend each lease to ``seconds`` from now; return the ones the broker refused (lost)."""
+
+    @abc.abstractmethod
+    async def disconnect(self) -> None:
+        """Close the broker client (best effort)."""
+
+    async def broker_lag(self) -> int | None:
+        """Messages waiting on the broker, if it reports it (for the ``broker_lag`` gauge)."""
+        return None
+
+    def dead_letter_size(self, letter: DeadLetter[Handle]) -> int:
+        """Bytes a dead-letter copy takes in a batch; the body size unless the broker adds more."""
+        return letter.delivery.size
+
+    # -- the stream ----------------------------------------------------------------------------
+
+    async def open_stream(self) -> AsyncIterator[tuple[RawMessage, InFlight[Handle]]]:
+        lease_seconds = await self.connect()
+        self._leases = LeaseKeeper(
+            self._extend,
+            lease_seconds=lease_seconds,
+            max_hold_seconds=ack_timeout_seconds(),
+            batch_size=self.settle_batch_limit,
+            on_extended=lambda n: self.metrics.incr(m.LEASE_EXTENSIONS, n),
+            on_lost=lambda n: self.metrics.incr(m.LEASE_LOSSES, n),
+        )
+        self._leases.start()
+        self._lag_task = asyncio.create_task(self._sample_lag(), name=f"shared-stream-lag[{self.broker}]")
+        while True:
+            await self._backoff.wait()
+            if self._window.available == 0:
+                self.metrics.incr(m.CREDIT_WAITS)
+            credits = await self._window.wait_for_credit()
+            want = min(credits, self.receive_limit) if self.receive_limit else credits
+            deliveries = await self.receive(want)
+            if len(deliveries) > want:
+                raise RuntimeError(
+                    f"{type(self).__name__}.receive returned {len(deliveries)} messages for {want} credits"
+                )
+            receive_lane = ("receive", next(self._receives))
+            for delivery in deliveries:
+                yield delivery.message, self._start_tracking(delivery, receive_lane)
+                await yield_point()
+
+    def _start_tracking(self, delivery: Delivery[Handle], receive_lane: Hashable) -> InFlight[Handle]:
+        assert self._leases is not None
+        sequence = next(self._sequences)
+        if delivery.lane is None:
+            advance_lane = receive_lane
+        else:
+            advance_lane = ("lane", delivery.lane)
+            self._lane_in_flight.setdefault(delivery.lane, set()).add(sequence)
+        self._window.take()
+        self._leases.hold(delivery.lease)
+        self._leased[delivery.lease] = delivery
+        self.metrics.incr(m.RECEIVED)
+        self.metrics.gauge(m.IN_FLIGHT, self._window.in_flight)
+        return InFlight(delivery, sequence, advance_lane)
+
+    def get_advance_lane(self, broker_payload: InFlight[Handle]) -> Hashable:
+        return broker_payload.advance_lane
+
+    # -- settlement ------------------------------------------------------------------------
+
+    async def advance(self, batch: Sequence[AdvanceItem]) -> None:
+        assert self._leases is not None
+        started = time.monotonic()
+        try:
+            plan = self.plan_settlement(batch)
+            async with self._leases.settling(item.broker_payload.delivery.lease for item in batch):
+                await self._settle(plan)
+        finally:
+            self._finish_tracking(batch)
+            self.metrics.timing_ms(m.ADVANCE_LATENCY, (time.monotonic() - started) * 1000.0)
+        self._count(batch, plan)
+
+    def plan_settlement(self, batch: Sequence[AdvanceItem]) -> dict[Settlement, list[Any]]:
+        """
+        Decide each message's settlement, holding ordered lanes back behind a redelivery.
+
+        Returns deliveries for ACK and REDELIVER and :class:`DeadLetter` letters for DEAD_LETTER.
+        """
+        plan: dict[Settlement, list[Any]] = {settlement: [] for settlement in Settlement}
+        for item in batch:
+            payload: InFlight[Handle] = item.broker_payload
+            delivery = payload.delivery
+            settlement = decide(item.outcome)
+            if payload.sequence in self._held_back:
+                self._held_back.discard(payload.sequence)
+                settlement = Settlement.REDELIVER
+            if settlement is Settlement.REDELIVER and delivery.lane is not None:
+                later = {s for s in self._lane_in_flight.get(delivery.lane, ()) if s > payload.sequence}
+                self._held_back |= later
+            if settlement is Settlement.DEAD_LETTER:
+                message = delivery.message
+                reason = "unprocessable" if message.unprocessable is not None else "rejected"
+                plan[settlement].append(DeadLetter(delivery, reason, message.dead_letter_reason()))
+            else:
+                plan[settlement].append(delivery)
+        return plan
+
+    async def _settle(self, plan: dict[Settlement, list[Any]]) -> None:
+        # Dead-letter first: if a copy fails, advance raises before anything of the batch was
+        # removed, and the whole batch comes back; ordered lanes never see a later message
+        # removed ahead of an earlier one that failed to leave.
+        for letters in chunked(
+            plan[Settlement.DEAD_LETTER],
+            max_count=self.dead_letter_batch_limit,
+            max_bytes=self.dead_letter_batch_bytes,
+            size=self.dead_letter_size,
+        ):
+            await self.dead_letter(letters)
+        for deliveries in chunked(plan[Settlement.ACK], max_count=self.settle_batch_limit):
+            await self.ack(deliveries)
+        for deliveries in chunked(plan[Settlement.REDELIVER], max_count=self.settle_batch_limit):
+            await self.redeliver(deliveries)
+
+    def _finish_tracking(self, batch: Sequence[AdvanceItem]) -> None:
+        """Always runs: return credits and forget the batch, whether settling worked or not."""
+        for item in batch:
+            payload: InFlight[Handle] = item.broker_payload
+            delivery = payload.delivery
+            self._leased.pop(delivery.lease, None)
+            if delivery.lane is not None:
+                lane = self._lane_in_flight.get(delivery.lane)
+                if lane is not None:
+                    lane.discard(payload.sequence)
+                    if not lane:
+                        del self._lane_in_flight[delivery.lane]
+        self._window.release(len(batch))
+        self.metrics.gauge(m.IN_FLIGHT, self._window.in_flight)
+        if batch and all(_nobody(item) for item in batch):
+            self._backoff.nobody_subscribed()
+        elif batch:
+            self._backoff.someone_subscribed()
+
+    def _count(self, batch: Sequence[AdvanceItem], plan: dict[Settlement, list[Any]]) -> None:
+        self.metrics.incr(m.ACKED, len(plan[Settlement.ACK]))
+        self.metrics.incr(m.REDELIVERED, len(plan[Settlement.REDELIVER]))
+        self.metrics.incr(m.DEAD_LETTERED, len(plan[Settlement.DEAD_LETTER]))
+        self.metrics.incr(m.NO_SUBSCRIBER, sum(1 for item in batch if _nobody(item)))
+        self.metrics.incr(
+            m.FANNED_OUT, sum(i.outcome.acked + i.outcome.failed + i.outcome.rejected for i in batch)
+        )
+        log.debug(
+            "%s advance: ack=%d redeliver=%d dead_letter=%d",
+            self.broker,
+            len(plan[Settlement.ACK]),
+            len(plan[Settlement.REDELIVER]),
+            len(plan[Settlement.DEAD_LETTER]),
+        )
+
+    async def _extend(self, leases: list[Hashable], seconds: float) -> list[Hashable]:
+        deliveries = [self._leased[lease] for lease in leases if lease in self._leased]
+        lost = await self.extend_leases(deliveries, seconds) if deliveries else None
+        return [delivery.lease for delivery in lost or ()]
+
+    async def _sample_lag(self) -> None:
+        while True:
+            try:
+                lag = await self.broker_lag()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug("Sampling %s broker lag failed: %s", self.broker, type(exc).__name__)
+                lag = None
+            if lag is None and type(self).broker_lag is LeasedQueueProducer.broker_lag:
+                return  # the broker does not report lag
+            if lag is not None:
+                self.metrics.gauge(m.BROKER_LAG, lag)
+            await asyncio.sleep(self.lag_interval_seconds)
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        return self._window.in_flight
+
+    def held_deliveries(self) -> list[Delivery[Handle]]:
+        """Messages received and not yet settled (for tests and for shutdown)."""
+        return list(self._leased.values())
+
+    async def aclose(self) -> None:
+        """
+        Stop renewing and close the client. Unsettled messages are not touched: their leases
+        run out and the broker redelivers them (to the next triggerer, after a restart).
+        """
+        if self._lag_task is not None:
+            self._lag_task.cancel()
+            await asyncio.gather(self._lag_task, return_exceptions=True)
+            self._lag_task = None
+        if self._leases is not None:
+            await self._leases.stop()
+        await self.disconnect()
+
+
+def _nobody(item: AdvanceItem) -> bool:
+    outcome = item.outcome
+    return outcome.acked == 0 and outcome.failed == 0 and outcome.rejected == 0
+
+
+def deliveries_of(letters: Iterable[DeadLetter[Handle]]) -> list[Delivery[Handle]]:
+    """The deliveries behind dead-letter letters, in order (for the broker's remove call)."""
+    return [letter.delivery for letter in letters]

@@ -1,0 +1,137 @@
+"""
+Shared-stream metrics, sent through Airflow's own ``Stats``.
+
+Going through Airflow's stats facade means StatsD, DogStatsD and OpenTelemetry all work as the
+deployment's ``[metrics]`` section configures them, and nothing is sent when metrics are off.
+Every metric is per stream: the name carries the broker and a secret-free label of the stream
+(``shared_stream.sqs.orders_fifo.received``) for plain StatsD, and the same two values are passed
+as ``broker`` and ``stream`` tags for backends that take tags. docs/metrics.rst lists them all.
+
+Metric names never contain credentials: the stream label is built from the upstream's name
+(queue, topic, subscription), never from a connection or a URL's user part.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PREFIX = "shared_stream"
+
+# Counters
+RECEIVED = "received"
+"""Messages taken from the broker and broadcast to the stream's watchers."""
+FANNED_OUT = "fanned_out"
+"""Watcher deliveries: a message broadcast to three online watchers counts three."""
+ACKED = "acked"
+"""Messages settled ACK (deleted / committed / acknowledged / completed)."""
+REDELIVERED = "redelivered"
+"""Messages settled REDELIVER (made visible again, nacked, abandoned, sought back)."""
+DEAD_LETTERED = "dead_lettered"
+"""Messages settled DEAD-LETTER (copied to the dead-letter destination, then removed)."""
+NO_SUBSCRIBER = "no_subscriber"
+"""Messages that came back because no watcher was online when they were broadcast."""
+CREDIT_WAITS = "credit_waits"
+"""Times the receive loop found the credit window full and waited for an advance."""
+LEASE_EXTENSIONS = "lease_extensions"
+"""Leases extended by the lease keeper (one per message per renewal)."""
+LEASE_LOSSES = "lease_losses"
+"""Leases the broker refused to extend, or the keeper let go at the ack timeout."""
+
+# Gauges
+IN_FLIGHT = "in_flight"
+"""Messages yielded to the manager and not yet advanced (the credit window's use)."""
+BROKER_LAG = "broker_lag"
+"""What the broker reports as waiting (SQS ApproximateNumberOfMessages; Kafka end - committed)."""
+
+# Timers
+ADVANCE_LATENCY = "advance_latency"
+"""Milliseconds one ``advance`` call took, broker settlement calls included."""
+
+ALL_METRICS = (
+    RECEIVED,
+    FANNED_OUT,
+    ACKED,
+    REDELIVERED,
+    DEAD_LETTERED,
+    NO_SUBSCRIBER,
+    CREDIT_WAITS,
+    LEASE_EXTENSIONS,
+    LEASE_LOSSES,
+    IN_FLIGHT,
+    BROKER_LAG,
+    ADVANCE_LATENCY,
+)
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def stream_label(*parts: str) -> str:
+    """A metric-safe label from upstream names: ``orders.fifo`` becomes ``orders_fifo``."""
+    label = "_".join(_UNSAFE.sub("_", part).strip("_") for part in parts if part)
+    return label[:120] or "unnamed"
+
+
+def _stats() -> Any:
+    # The triggerer initialises core's stats module (airflow.observability.stats) from
+    # [metrics]; the SDK's copy is only initialised in task processes. Producers run in the
+    # triggerer, so they must send through core's.
+    import importlib
+
+    try:
+        return importlib.import_module("airflow.observability.stats")
+    except ImportError:  # pragma: no cover - an Airflow without the core module
+        return importlib.import_module("airflow.sdk.observability.stats")
+
+
+class StreamMetrics:
+    """
+    The metrics of one stream, named ``shared_stream.<broker>.<stream>.<metric>``.
+
+    Never raises: a metrics backend that fails must not fail a stream, so every send is
+    guarded and logged once at debug level.
+    """
+
+    def __init__(self, broker: str, stream: str) -> None:
+        self.broker = stream_label(broker)
+        self.stream = stream_label(stream)
+        self.tags = {"broker": self.broker, "stream": self.stream}
+
+    def name(self, metric: str) -> str:
+        return f"{PREFIX}.{self.broker}.{self.stream}.{metric}"
+
+    def incr(self, metric: str, count: int = 1) -> None:
+        if count <= 0:
+            return
+        with self._guard():
+            _stats().incr(self.name(metric), count, tags=self.tags)
+
+    def gauge(self, metric: str, value: float) -> None:
+        with self._guard():
+            _stats().gauge(self.name(metric), value, tags=self.tags)
+
+    def timing_ms(self, metric: str, milliseconds: float) -> None:
+        with self._guard():
+            _stats().timing(self.name(metric), milliseconds, tags=self.tags)
+
+    @contextlib.contextmanager
+    def timed(self, metric: str) -> Iterator[None]:
+        """Record the block's wall time in milliseconds, whether it raised or not."""
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.timing_ms(metric, (time.monotonic() - start) * 1000.0)
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:  # pragma: no cover - depends on the deployment's backend
+            log.debug("Sending a shared-stream metric failed: %s", type(exc).__name__)

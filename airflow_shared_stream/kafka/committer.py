@@ -1,0 +1,121 @@
+"""
+The commit task: sends the commit points of every partition in one request per round trip.
+
+The manager awaits one ``advance`` at a time across all lanes. Awaiting a commit per advance
+would cap the stream at one broker round trip per message, so ``advance`` only records a target
+here and this task sends the targets of every partition together, at most every
+``COMMIT_INTERVAL``. A target that has not reached the broker when the triggerer dies only means
+redelivery, which at-least-once allows. A target is sent only while its partition is still owned
+under the epoch it was settled in (:class:`~airflow_shared_stream.kafka.ownership.PartitionOwnership`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+
+from aiokafka import TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError, RebalanceInProgressError
+
+from airflow_shared_stream.kafka.errors import KafkaSharedStreamError
+
+log = logging.getLogger(__name__)
+
+COMMIT_INTERVAL = 0.2
+"""Least time between two commit requests; targets settled meanwhile go in the next one."""
+
+LOST_TO_REBALANCE = (CommitFailedError, IllegalStateError, RebalanceInProgressError)
+"""Commit failures that mean "the partition moved": its next owner redelivers, nothing is lost."""
+
+
+class OffsetCommitter:
+    """
+    Coalesce commit targets per partition and send them from one background task.
+
+    :param commit: sends ``{partition: offset}`` to the group coordinator
+        (``AIOKafkaConsumer.commit``).
+    :param owns: whether a partition is still owned under an assignment epoch.
+    :param describe_error: turns a client error into the stream's error (scrubbed of secrets).
+    :param after_round: called after every round that sent something (metrics).
+    """
+
+    def __init__(
+        self,
+        *,
+        commit: Callable[[dict[TopicPartition, int]], Awaitable[object]],
+        owns: Callable[[TopicPartition, int], bool],
+        describe_error: Callable[[str, BaseException], KafkaSharedStreamError],
+        after_round: Callable[[], Awaitable[None]] | None = None,
+        interval: float = COMMIT_INTERVAL,
+    ) -> None:
+        self._commit = commit
+        self._owns = owns
+        self._describe_error = describe_error
+        self._after_round = after_round
+        self.interval = interval
+        self._pending: dict[TopicPartition, tuple[int, int]] = {}
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.error: KafkaSharedStreamError | None = None
+        """Set when a commit failed for another reason than a rebalance: the stream must fail."""
+
+    @property
+    def pending(self) -> dict[TopicPartition, int]:
+        """Targets not sent yet (a copy)."""
+        return {tp: offset for tp, (offset, _) in self._pending.items()}
+
+    def queue(self, tp: TopicPartition, offset: int, epoch: int) -> None:
+        """Commit ``offset`` for ``tp`` in the next round, if ``tp`` is still owned under ``epoch``."""
+        self._pending[tp] = (offset, epoch)
+        self._wakeup.set()
+
+    async def flush(self, only: Iterable[TopicPartition] | None = None) -> None:
+        """Send the pending targets (of ``only`` these partitions) in one request, now."""
+        chosen = set(only) if only is not None else None
+        taken = [tp for tp in self._pending if chosen is None or tp in chosen]
+        pending = {tp: self._pending.pop(tp) for tp in taken}
+        offsets = {tp: offset for tp, (offset, epoch) in pending.items() if self._owns(tp, epoch)}
+        if not offsets:
+            return
+        try:
+            await self._commit(offsets)
+        except LOST_TO_REBALANCE as exc:
+            log.info("Commit dropped by a rebalance (%s); the next owner redelivers", type(exc).__name__)
+        except KafkaError as exc:
+            self.error = self._describe_error("committing offsets failed", exc)
+            log.error("%s", self.error)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="kafka-shared-stream-committer")
+
+    async def stop(self, final_flush_timeout: float = 10.0) -> None:
+        """Stop the task and send what is pending (best effort: unsent targets mean redelivery)."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        try:
+            await asyncio.wait_for(self.flush(), final_flush_timeout)
+        except Exception as exc:
+            log.warning("Final commit failed (%s); those messages will be redelivered", type(exc).__name__)
+
+    async def _run(self) -> None:
+        while self.error is None:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            try:
+                await self.flush()
+            except Exception as exc:  # surfaced by the next advance or fetch, which fail the group
+                self.error = self._describe_error("committing offsets failed", exc)
+                return
+            if self._after_round is not None:
+                with contextlib.suppress(Exception):
+                    await self._after_round()
+            # Coalesce: under load every message settles on its own, and a commit request per
+            # message costs the broker and this loop more than the whole fan-out does.
+            await asyncio.sleep(self.interval)

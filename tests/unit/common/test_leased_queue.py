@@ -1,0 +1,187 @@
+"""The leased-queue template's own logic, against a broker recorded in memory (pure logic)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import pytest
+from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
+
+from airflow_shared_stream.common.leased_queue import (
+    DeadLetter,
+    Delivery,
+    LeasedQueueProducer,
+    NoSubscriberBackoff,
+    chunked,
+)
+from airflow_shared_stream.common.matching import build_message
+
+ACKED = AdvanceOutcome(acked=1, failed=0, rejected=0)
+FAILED = AdvanceOutcome(acked=0, failed=1, rejected=0)
+REJECTED = AdvanceOutcome(acked=0, failed=0, rejected=1)
+NOBODY = AdvanceOutcome(acked=0, failed=0, rejected=0)
+
+
+class RecordedBroker(LeasedQueueProducer[str]):
+    broker = "memory"
+    receive_limit = 10
+    settle_batch_limit = 2
+    dead_letter_batch_limit = 10
+    dead_letter_batch_bytes = 100
+
+    def __init__(self, messages: list[tuple[str, str | None, str]], *, max_in_flight: int = 100) -> None:
+        super().__init__(max_in_flight=max_in_flight, stream_label="memory")
+        self.waiting = list(messages)  # (id, lane, body)
+        self.calls: list[tuple[str, list[str]]] = []
+        self.fail_dead_letter = False
+
+    async def connect(self) -> float:
+        return 30.0
+
+    async def receive(self, max_messages: int) -> Sequence[Delivery[str]]:
+        taken, self.waiting = self.waiting[:max_messages], self.waiting[max_messages:]
+        if not taken:
+            await asyncio.sleep(3600)
+        return [
+            Delivery(
+                message=build_message(body, metadata={"id": mid}, label=mid, max_payload_bytes=1000),
+                handle=mid,
+                lease=mid,
+                lane=lane,
+                size=len(body),
+                message_id=mid,
+            )
+            for mid, lane, body in taken
+        ]
+
+    async def ack(self, deliveries: Sequence[Delivery[str]]) -> None:
+        self.calls.append(("ack", [d.handle for d in deliveries]))
+
+    async def redeliver(self, deliveries: Sequence[Delivery[str]]) -> None:
+        self.calls.append(("redeliver", [d.handle for d in deliveries]))
+
+    async def dead_letter(self, letters: Sequence[DeadLetter[str]]) -> None:
+        if self.fail_dead_letter:
+            raise RuntimeError("dead-letter destination refused the copy")
+        self.calls.append(("dead_letter", [f"{x.delivery.handle}:{x.reason}" for x in letters]))
+
+    async def extend_leases(
+        self, deliveries: Sequence[Delivery[str]], seconds: float
+    ) -> Collection[Delivery[str]]:
+        self.calls.append(("extend", [d.handle for d in deliveries]))
+        return ()
+
+    async def disconnect(self) -> None:
+        self.calls.append(("disconnect", []))
+
+
+async def take(producer: RecordedBroker, count: int) -> list[Any]:
+    stream = producer.open_stream()
+    payloads = [(await anext(stream))[1] for _ in range(count)]
+    producer._test_stream = stream  # type: ignore[attr-defined]
+    return payloads
+
+
+def items(payloads: list[Any], *outcomes: AdvanceOutcome) -> list[AdvanceItem]:
+    return [AdvanceItem(broker_payload=p, outcome=o) for p, o in zip(payloads, outcomes, strict=True)]
+
+
+async def test_a_redelivery_holds_back_every_later_in_flight_message_of_its_lane():
+    producer = RecordedBroker([("a1", "A", "x"), ("a2", "A", "x"), ("b1", "B", "x"), ("a3", "A", "x")])
+    a1, a2, b1, a3 = await take(producer, 4)
+    assert producer.get_advance_lane(a1) == producer.get_advance_lane(a3) != producer.get_advance_lane(b1)
+    await producer.advance(items([a1], FAILED))
+    # a2 and a3 were acked by every watcher, but a1 comes back first: they must come back too.
+    await producer.advance(items([a2, a3], ACKED, ACKED))
+    await producer.advance(items([b1], ACKED))
+    assert producer.calls == [("redeliver", ["a1"]), ("redeliver", ["a2", "a3"]), ("ack", ["b1"])]
+    assert producer.in_flight == 0
+
+
+async def test_messages_received_after_the_redelivery_are_not_held_back():
+    producer = RecordedBroker([("a1", "A", "x"), ("a2", "A", "x")])
+    a1, a2 = await take(producer, 2)
+    await producer.advance(items([a1, a2], FAILED, ACKED))
+    producer.waiting = [("a1", "A", "x"), ("a2", "A", "x")]
+    stream = producer._test_stream  # type: ignore[attr-defined]
+    again = [(await anext(stream))[1] for _ in range(2)]
+    await producer.advance(items(again, ACKED, ACKED))
+    assert producer.calls == [("redeliver", ["a1", "a2"]), ("ack", ["a1", "a2"])]
+
+
+async def test_unordered_messages_share_the_lane_of_their_receive_call_and_are_not_held_back():
+    producer = RecordedBroker([("m1", None, "x"), ("m2", None, "x")])
+    m1, m2 = await take(producer, 2)
+    assert producer.get_advance_lane(m1) == producer.get_advance_lane(m2)
+    await producer.advance(items([m1, m2], FAILED, ACKED))
+    assert producer.calls == [("ack", ["m2"]), ("redeliver", ["m1"])]
+
+
+async def test_settlement_is_chunked_and_dead_letters_carry_their_reason():
+    producer = RecordedBroker([(f"m{i}", None, "x") for i in range(5)])
+    payloads = await take(producer, 5)
+    payloads[4].delivery.message.rejections.append("trigger 7: reject expression 'body.bad' matched")
+    await producer.advance(items(payloads, ACKED, ACKED, ACKED, ACKED, REJECTED))
+    assert producer.calls == [
+        ("dead_letter", ["m4:rejected"]),
+        ("ack", ["m0", "m1"]),
+        ("ack", ["m2", "m3"]),
+    ]
+
+
+async def test_credits_come_back_even_when_a_dead_letter_copy_fails():
+    producer = RecordedBroker([("m0", None, "x"), ("m1", None, "x")], max_in_flight=2)
+    payloads = await take(producer, 2)
+    producer.fail_dead_letter = True
+    with pytest.raises(RuntimeError, match="refused"):
+        await producer.advance(items(payloads, REJECTED, ACKED))
+    assert producer.in_flight == 0
+    assert ("ack", ["m1"]) not in producer.calls, "nothing may be removed when a dead-letter copy failed"
+
+
+async def test_a_batch_nobody_was_subscribed_to_backs_off_the_next_receive():
+    producer = RecordedBroker([("m0", None, "x")])
+    (m0,) = await take(producer, 1)
+    await producer.advance(items([m0], NOBODY))
+    assert producer._backoff.delay > 0
+    (m0,) = [m0]
+    producer.waiting = [("m0", None, "x")]
+    stream = producer._test_stream  # type: ignore[attr-defined]
+    started = asyncio.get_running_loop().time()
+    again = (await anext(stream))[1]
+    assert asyncio.get_running_loop().time() - started >= producer._backoff.delay * 0.9
+    await producer.advance(items([again], ACKED))
+    assert producer._backoff.delay == 0
+
+
+def test_backoff_doubles_to_a_ceiling_and_resets():
+    backoff = NoSubscriberBackoff(minimum=0.25, maximum=1.0, clock=lambda: 0.0)
+    delays = []
+    for _ in range(4):
+        backoff.nobody_subscribed()
+        delays.append(backoff.delay)
+    assert delays == [0.25, 0.5, 1.0, 1.0]
+    backoff.someone_subscribed()
+    assert backoff.delay == 0
+
+
+def test_chunks_are_bounded_by_count_and_bytes_and_an_oversize_item_goes_alone():
+    sizes = {"a": 40, "b": 40, "c": 40, "big": 500, "d": 10}
+    batches = list(chunked(["a", "b", "c", "big", "d"], max_count=10, max_bytes=100, size=sizes.__getitem__))
+    assert batches == [["a", "b"], ["c"], ["big"], ["d"]]
+    assert list(chunked(list("abcde"), max_count=2)) == [["a", "b"], ["c", "d"], ["e"]]
+
+
+async def test_the_window_bounds_what_is_received():
+    producer = RecordedBroker([(f"m{i}", None, "x") for i in range(10)], max_in_flight=3)
+    stream = producer.open_stream()
+    first = [(await anext(stream))[1] for _ in range(3)]
+    blocked = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0.05)
+    assert not blocked.done(), "a fourth message was received with three credits"
+    await producer.advance(items(first[:1], ACKED))
+    await asyncio.wait_for(blocked, 1.0)
+    await stream.aclose()
+    await producer.aclose()
