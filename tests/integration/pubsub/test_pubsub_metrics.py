@@ -6,13 +6,12 @@ import pytest
 
 from airflow_shared_stream.testing import SharedStreamHarness
 from tests.integration.pubsub.recording import RecordingTrigger, track
-from tests.integration.sqs.test_sqs_metrics import statsd  # noqa: F401 - the StatsD listener fixture
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
 
-async def test_stream_metrics_are_sent_per_subscription(pubsub, statsd):  # noqa: F811
+async def test_stream_metrics_are_sent_per_subscription(pubsub, statsd):
     dead_topic, _ = pubsub.topic_with_subscription()
     topic, subscription = pubsub.topic_with_subscription(ack_deadline_seconds=10)
     ledger = track(subscription, ack_deadline=10)
