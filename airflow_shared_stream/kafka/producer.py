@@ -1,6 +1,12 @@
 """
 The broker half of a Kafka shared stream: one aiokafka consumer, settled per partition.
 
+High availability: every triggerer's consumer reads every partition of the topics (manual
+assignment: no group membership, so several triggerers never split the partitions between them),
+and every watcher keeps its own durable position (:mod:`~airflow_shared_stream.kafka.watchers`,
+:mod:`~airflow_shared_stream.kafka.positions`). Each partition starts at the lowest position of
+the watchers this process serves; a watcher that joins behind seeks its partitions back.
+
 One :class:`KafkaSharedStreamProducer` owns the consumer of one shared stream in the triggerer.
 It fetches in batches (``getmany``) sized by the credit window, so no more than
 ``max_in_flight`` messages are ever yielded and unsettled, and subscriber queues cannot
@@ -30,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Hashable, Sequence
@@ -80,13 +87,16 @@ from airflow_shared_stream.kafka.errors import (  # noqa: E402
     KafkaTopicNotFoundError,
 )
 from airflow_shared_stream.kafka.hook import KafkaHook  # noqa: E402
-from airflow_shared_stream.kafka.identity import (  # noqa: E402
-    consumer_group_id,
-    group_claims,
-    guarded_assignor,
-)
+from airflow_shared_stream.kafka.identity import consumer_group_id, group_claims  # noqa: E402
 from airflow_shared_stream.kafka.offsets import OffsetLedger  # noqa: E402
 from airflow_shared_stream.kafka.ownership import PartitionOwnership  # noqa: E402
+from airflow_shared_stream.kafka.positions import PositionStore  # noqa: E402
+from airflow_shared_stream.kafka.watchers import (  # noqa: E402
+    WatcherCursor,
+    stream_ref,
+    watcher_group_id,
+    watchers_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +136,8 @@ class KafkaBrokerPayload(NamedTuple):
     partition: int
     offset: int
     epoch: int
+    seq: int = 0
+    """Yield sequence number: which watchers surely received it (see :mod:`.watchers`)."""
     key: bytes | None = None
     value: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
@@ -166,6 +178,11 @@ def build_raw_message(record: Any, max_payload_bytes: int) -> RawMessage:
         binary="reject",
         body_field="value",
     )
+
+
+def _always(tp: TopicPartition, epoch: int) -> bool:
+    """Manually assigned partitions are never revoked: a watcher's position is always ours to send."""
+    return True
 
 
 class _RebalanceListener(ConsumerRebalanceListener):
@@ -227,6 +244,11 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         # Partitions assigned whose start position is not yet known to be committed.
         self._unanchored: set[TopicPartition] = set()
         self._group_conflict: KafkaGroupConflictError | None = None
+        self.watchers = watchers_of(stream_ref(self.topics, kafka_config_id, group_id))
+        self._positions: PositionStore | None = None
+        self._lanes: list[TopicPartition] = []
+        self._seq = 0
+        """Sequence number of the next record yielded (stamped on its payload)."""
 
     @property
     def kafka_conn_id(self) -> str:
@@ -268,6 +290,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             if delay > 0:
                 await asyncio.sleep(delay)
             await self._anchor_start_positions(consumer)
+            if self.watchers.pending:
+                await self._admit_watchers(consumer)
             try:
                 fetched = await consumer.getmany(timeout_ms=self.poll_timeout_ms, max_records=available)
             except KafkaError as exc:
@@ -282,18 +306,23 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 for record in records:
                     if ownership.fetch_epoch(tp) != fetch_epoch:
                         break  # sought back or revoked meanwhile: the rest is stale
+                    seq = self._seq
+                    self._seq = seq + 1
                     if keep_record:
                         payload = KafkaBrokerPayload(
                             record.topic,
                             record.partition,
                             record.offset,
                             epoch,
+                            seq,
                             record.key,
                             record.value,
                             tuple(record.headers or ()),
                         )
                     else:
-                        payload = KafkaBrokerPayload(record.topic, record.partition, record.offset, epoch)
+                        payload = KafkaBrokerPayload(
+                            record.topic, record.partition, record.offset, epoch, seq
+                        )
                     credits.take()
                     yield build_raw_message(record, self.max_payload_bytes), payload
                     # Let the subscribers take each message before the next one. Measured with
@@ -403,12 +432,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self._claimed_group = group_id
         self.group_id = group_id
         servers = ",".join(config.common["bootstrap_servers"])
-        kwargs = config.consumer_kwargs(group_id)
-        kwargs["partition_assignment_strategy"] = tuple(
-            guarded_assignor(assignor, self._on_subscription_conflict)
-            for assignor in kwargs["partition_assignment_strategy"]
-        )
-        consumer = AIOKafkaConsumer(**kwargs)
+        consumer = AIOKafkaConsumer(**config.consumer_kwargs(group_id))
         self.attach(consumer)
         try:
             await consumer.start()
@@ -436,14 +460,109 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 await dlq.start()
             except Exception as exc:
                 raise self._error(f"cannot start the dead-letter producer for {servers}", exc) from None
-        consumer.subscribe(self.topics, listener=_RebalanceListener(self))
+        lanes = [
+            TopicPartition(topic, partition)
+            for topic in self.topics
+            for partition in sorted(consumer.partitions_for_topic(topic) or ())
+        ]
+        # Every partition, in every triggerer: no membership, so nothing is ever split.
+        consumer.assign(lanes)
+        self._lanes = lanes
+        self._positions = PositionStore(consumer._client)
+        await self._admit_watchers(consumer, starting=True)
+        self._unanchored |= set(lanes)
         log.info(
-            "Kafka shared stream consuming %s as group %r (connection %r)",
+            "Kafka shared stream reading all %d partition(s) of %s (group %r, connection %r), %d watcher(s)",
+            len(lanes),
             ",".join(self.topics),
             group_id,
             self.kafka_config_id,
+            len(self.watchers.admitted()),
         )
         return consumer
+
+    # -- watchers -------------------------------------------------------------------------
+
+    async def _admit_watchers(self, consumer: AIOKafkaConsumer, *, starting: bool = False) -> None:
+        """
+        Load the position of every watcher that joined since the last pass (see :mod:`.watchers`).
+
+        A partition the watcher has a position on starts (or seeks back) there when the consumer
+        is past it; a partition it has none on is anchored at the consumer's read position, which
+        on a fresh stream is the stream group's commit or ``auto.offset.reset``. When the stream
+        starts (``starting``) and every watcher has a position on a partition, the partition starts
+        at the lowest of them, forward too. Runs between fetches, in the task that yields, so
+        ``since_seq`` is exact.
+        """
+        pending = self.watchers.take_pending()
+        if not pending or self._positions is None or self.group_id is None:
+            self.watchers.pending[:0] = pending
+            return
+        positions = self._positions
+        loaded: list[tuple[WatcherCursor, str, dict[TopicPartition, int]]] = []
+        for cursor in pending:
+            group = cursor.group = watcher_group_id(self.group_id, cursor.digest)
+            try:
+                loaded.append((cursor, group, await positions.fetch(group, self._lanes)))
+            except KafkaError as exc:
+                self.watchers.pending[:0] = pending
+                raise self._error(f"reading the position of watcher {cursor.label}", exc) from None
+        # Start (or seek back) each partition at the lowest position among the joiners.
+        for tp in self._lanes:
+            wanted = [found[tp] for _, _, found in loaded if tp in found]
+            if not wanted:
+                continue
+            lowest = min(wanted)
+            if (starting and len(wanted) == len(loaded)) or lowest < await consumer.position(tp):
+                self.ownership.rewound(tp)
+                consumer.seek(tp, lowest)
+                log.info("Kafka %s/%d: reading from %d, its watchers' lowest", tp.topic, tp.partition, lowest)
+        for cursor, group, found in loaded:
+            anchors: dict[TopicPartition, int] = {}
+            for tp in self._lanes:
+                if tp in found:
+                    cursor.next[tp] = found[tp]
+                else:
+                    cursor.next[tp] = anchors[tp] = await consumer.position(tp)
+            try:
+                await positions.commit(group, anchors)
+            except KafkaError as exc:
+                raise self._error(f"anchoring the position of watcher {cursor.label}", exc) from None
+            committer = OffsetCommitter(
+                commit=functools.partial(positions.commit, group),
+                owns=_always,
+                describe_error=self._error,
+            )
+            committer.start()
+            cursor.committer = committer
+            cursor.since_seq = self._seq
+            log.info(
+                "Kafka watcher %s joined %s at %s (group %r)",
+                cursor.label,
+                ",".join(self.topics),
+                ", ".join(f"{tp.partition}@{cursor.next[tp]}" for tp in self._lanes),
+                cursor.group,
+            )
+
+    def _advance_watchers(self, tp: TopicPartition, items: list[tuple[int, int]]) -> None:
+        """
+        Move every admitted watcher's position over ``items`` (offset, seq) settled terminally,
+        in fan-out order: only a record at exactly the watcher's position that it surely received.
+        """
+        for cursor in self.watchers.admitted():
+            committer = cursor.committer
+            if committer is not None and committer.error is not None:
+                raise committer.error
+            position = start = cursor.next.get(tp)
+            if position is None:
+                continue
+            since = cursor.since_seq or 0
+            for offset, seq in items:
+                if offset == position and seq >= since:
+                    position += 1
+            if position != start and committer is not None:
+                cursor.next[tp] = position
+                committer.queue(tp, position, 0)
 
     def _error(
         self, what: str, exc: BaseException, *, kind: type[KafkaSharedStreamError] = KafkaSharedStreamError
@@ -538,6 +657,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             )
             return
         items: list[tuple[int, Settlement]] = []
+        settled: list[tuple[int, int]] = []
         dead: list[KafkaBrokerPayload] = []
         counts = dict.fromkeys(Settlement, 0)
         nobody = resolved = 0
@@ -553,6 +673,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 self.paused_until = time.monotonic() + ZERO_SUBSCRIBER_BACKOFF
                 nobody += 1
             items.append((item.broker_payload.offset, settlement))
+            if settlement is not Settlement.REDELIVER:
+                settled.append((item.broker_payload.offset, item.broker_payload.seq))
         if dead:
             await self._dead_letter(dead)
             # The send suspended this advance: a rebalance may have revoked the partition and
@@ -571,6 +693,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             log.debug("Kafka advance %s/%d %s -> %s", tp.topic, tp.partition, describe_batch(batch), action)
         if action.commit is not None:
             self.committer.queue(tp, action.commit, epoch)
+        if settled and self.watchers.cursors:
+            self._advance_watchers(tp, settled)
         consumer = self._consumer
         if action.seek is not None and consumer is not None:
             self.ownership.rewound(tp)
@@ -618,6 +742,10 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             group_claims.release(self._claimed_group, self._identity)
             self._claimed_group = None
         await self.committer.stop()
+        for cursor in self.watchers.admitted():
+            if cursor.committer is not None:
+                await cursor.committer.stop()
+        self.watchers.readmit_all()
         dlq, self._dlq = self._dlq, None
         consumer, self._consumer = self._consumer, None
         if dlq is not None:
