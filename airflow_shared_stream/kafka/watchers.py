@@ -37,6 +37,7 @@ from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_shared_stream.common.matching import RawMessage
+from airflow_shared_stream.common.process_scope import scoped
 
 if TYPE_CHECKING:
     from airflow_shared_stream.kafka.committer import OffsetCommitter
@@ -149,12 +150,15 @@ class StreamWatchers:
                 self.pending.append(cursor)
 
 
-_streams: dict[Hashable, StreamWatchers] = {}
-
-
 def watchers_of(stream: Hashable) -> StreamWatchers:
-    """The process's registry entry of ``stream`` (one event loop: no locking needed)."""
-    entry = _streams.get(stream)
+    """
+    The triggerer's registry entry of ``stream`` (one event loop: no locking needed).
+
+    Per triggerer process (:mod:`~airflow_shared_stream.common.process_scope`), so the test
+    harness can play two triggerers in one process.
+    """
+    streams: dict[Hashable, StreamWatchers] = scoped("kafka.stream_watchers", dict)
+    entry = streams.get(stream)
     if entry is None:
-        entry = _streams[stream] = StreamWatchers()
+        entry = streams[stream] = StreamWatchers()
     return entry
