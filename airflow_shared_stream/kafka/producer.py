@@ -49,7 +49,6 @@ require_sdk("aiokafka", "kafka")
 from aiokafka import (  # noqa: E402 - after the check that names the extra
     AIOKafkaConsumer,
     AIOKafkaProducer,
-    ConsumerRebalanceListener,
     TopicPartition,
 )
 from aiokafka.errors import (  # noqa: E402
@@ -185,17 +184,6 @@ def _always(tp: TopicPartition, epoch: int) -> bool:
     return True
 
 
-class _RebalanceListener(ConsumerRebalanceListener):
-    def __init__(self, producer: KafkaSharedStreamProducer) -> None:
-        self._producer = producer
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        await self._producer.on_partitions_revoked(revoked)
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        self._producer.on_partitions_assigned(assigned)
-
-
 class KafkaSharedStreamProducer(SharedStreamProducer):
     """
     One aiokafka consumer shared by every watcher of a stream key (see the module docstring).
@@ -243,7 +231,6 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         """Monotonic time before which nothing is fetched (after a zero-subscriber broadcast)."""
         # Partitions assigned whose start position is not yet known to be committed.
         self._unanchored: set[TopicPartition] = set()
-        self._group_conflict: KafkaGroupConflictError | None = None
         self.watchers = watchers_of(stream_ref(self.topics, kafka_config_id, group_id))
         self._positions: PositionStore | None = None
         self._lanes: list[TopicPartition] = []
@@ -283,8 +270,6 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         while True:
             if self.committer.error is not None:
                 raise self.committer.error
-            if self._group_conflict is not None:
-                raise self._group_conflict
             available = credits.available or await self._wait_for_credit(consumer)
             delay = self.paused_until - time.monotonic()
             if delay > 0:
@@ -572,19 +557,14 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
 
     # -- rebalance ------------------------------------------------------------------------
 
-    def _on_subscription_conflict(self, subscriptions: dict[str, tuple[str, ...]]) -> None:
-        """This consumer leads a group whose members read different topics: fail the stream."""
-        others = sorted({", ".join(topics) for topics in subscriptions.values()} - {", ".join(self.topics)})
-        self._group_conflict = KafkaGroupConflictError(
-            f"consumer group {self.group_id!r} (connection {self.kafka_config_id!r}) has members "
-            f"reading other topics ({'; '.join(others)}) besides this stream ({', '.join(self.topics)}): "
-            "another stream, probably in another triggerer, uses the same group, and Kafka splits the "
-            "partitions of the common topics between them. Give each stream its own group_id"
-        )
-        log.error("%s", self._group_conflict)
-
     async def on_partitions_revoked(self, revoked: Any) -> None:
-        """aiokafka's listener: commit what is settled, then disown what is still in flight."""
+        """
+        Partitions taken away: commit what is settled, then disown what is still in flight.
+
+        The stream's own consumer is manually assigned and never loses a partition; this (and
+        :meth:`on_partitions_assigned`) serve a group-subscribed consumer given to :meth:`attach`
+        by an embedder, as a ``ConsumerRebalanceListener`` would call them.
+        """
         # Commit what is settled while the partitions are still ours: fewer redeliveries.
         try:
             await self.committer.flush(only=set(revoked))
@@ -600,7 +580,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             )
 
     def on_partitions_assigned(self, assigned: Any) -> None:
-        """aiokafka's listener: the new partitions' start positions are anchored before reading."""
+        """Partitions given: their start positions are anchored before reading (see above)."""
         self._unanchored |= set(assigned)
         if assigned:
             log.info(
@@ -742,6 +722,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             group_claims.release(self._claimed_group, self._identity)
             self._claimed_group = None
         await self.committer.stop()
+        # Every watcher's last position reaches the broker before the client goes: the ones that
+        # left (their final send runs in the background) and the ones still here.
+        await self.watchers.closed()
         for cursor in self.watchers.admitted():
             if cursor.committer is not None:
                 await cursor.committer.stop()

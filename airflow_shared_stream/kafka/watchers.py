@@ -135,6 +135,11 @@ class StreamWatchers:
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
 
+    async def closed(self) -> None:
+        """Wait for the final position sends of the watchers that left."""
+        while self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
     def take_pending(self) -> list[WatcherCursor]:
         pending, self.pending = self.pending, []
         return pending
