@@ -205,7 +205,7 @@ async def test_a_member_of_another_stream_in_the_group_takes_nothing_from_the_st
 
 
 async def _until_assigned(consumer) -> None:
-    while not consumer.assignment():
+    while not consumer.assignment():  # noqa: ASYNC110 - aiokafka offers no assignment event
         await asyncio.sleep(0.1)
 
 
