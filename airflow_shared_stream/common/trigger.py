@@ -163,6 +163,10 @@ class SharedStreamTrigger(BaseEventTrigger):
     """Shaping fields where ``None`` means "as the connection says", and so agrees with any value."""
     producer_class: ClassVar[type[SharedStreamProducer]]
     """The producer the triggerer builds for the stream, from :meth:`producer_kwargs`."""
+    every_triggerer_reads_everything: ClassVar[bool] = False
+    """Whether each triggerer running watchers of a stream gets every message (Kafka), or the
+    triggerers compete for them (leased queues). With several triggerers on one stream, a
+    competing one is reported loudly (:mod:`airflow_shared_stream.placement`, docs/ha.rst)."""
 
     def __init__(
         self,

@@ -74,6 +74,7 @@ class KafkaSharedStreamTrigger(SharedStreamTrigger):
     identity_fields: ClassVar[tuple[str, ...]] = ("topics", "kafka_config_id", "group_id")
     shaping_fields: ClassVar[tuple[str, ...]] = ("dead_letter_topic",)
     producer_class = KafkaSharedStreamProducer
+    every_triggerer_reads_everything: ClassVar[bool] = True
 
     def __init__(
         self,
