@@ -133,6 +133,15 @@ def ha(e2e_dir: Path, kafka: KafkaBroker, sqs: SqsServer, postgres: PostgresServ
     kafka.create_topics([TOPIC], partitions=PARTITIONS)
     queue_url = sqs.create_queue(QUEUE)
     statsd = StatsdListener()
+    # Drain the socket all along: a full receive buffer would drop the datagrams the test waits for.
+    draining = threading.Event()
+
+    def drain() -> None:
+        while not draining.wait(0.2):
+            statsd.read()
+
+    drainer = threading.Thread(target=drain, name="statsd-drain", daemon=True)
+    drainer.start()
     home = e2e_dir / "airflow-ha-postgresql"
     dags = home / "dags"
     dags.mkdir(parents=True)
@@ -173,6 +182,8 @@ def ha(e2e_dir: Path, kafka: KafkaBroker, sqs: SqsServer, postgres: PostgresServ
         yield HaStack(airflow=airflow, kafka=kafka, sqs=sqs, queue_url=queue_url, statsd=statsd)
     finally:
         airflow.stop()
+        draining.set()
+        drainer.join()
         statsd.socket.close()
 
 
@@ -225,7 +236,11 @@ def test_sqs_watchers_on_two_triggerers_are_reported_loudly(ha: HaStack) -> None
 
     wait_until(reported, 60, "both triggerers to report the split SQS stream", interval=1)
     gauge = "airflow.shared_stream.sqs.ha-orders.triggerers"
-    wait_until(lambda: any(line.startswith(f"{gauge}:2|g") for line in ha.statsd.read()), 30, gauge)
+    try:
+        wait_until(lambda: f"{gauge}:2|g" in ha.statsd.read(), 30, gauge, interval=0.5)
+    except RuntimeError:
+        ours = sorted({line.split(":")[0] for line in ha.statsd.read() if "shared_stream" in line})
+        raise AssertionError(f"no {gauge}:2|g among {len(ha.statsd.lines)} lines; ours: {ours}") from None
     # Kafka watchers are spread just as much, but every triggerer reads the whole topic: no alarm.
     text = ha.airflow.log_path(FIRST).read_text(errors="replace")
     assert not any("ERROR" in line and TOPIC in line and "triggerers" in line for line in text.splitlines())
