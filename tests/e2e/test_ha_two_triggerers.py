@@ -251,9 +251,12 @@ def test_kafka_watchers_lose_nothing_when_a_triggerer_is_sigkilled(ha: HaStack) 
     events = _events("ha-kafka-2", 40)
     ids = {e["event_id"] for e in events}
 
+    published_at: list[float] = []
+
     def publish() -> None:
         for event in events:
             ha.kafka.produce(TOPIC, [event], key_field="event_id")
+            published_at.append(time.time())
             time.sleep(0.1)
 
     def delivered() -> int:
@@ -267,6 +270,7 @@ def test_kafka_watchers_lose_nothing_when_a_triggerer_is_sigkilled(ha: HaStack) 
         killed_at = time.time()
     finally:
         publisher.join()
+    assert sum(t > killed_at for t in published_at) > 0, "the kill came after the whole stream was published"
     all_watchers = set(KAFKA_WATCHERS) | set(SQS_WATCHERS)
     second = ha.triggerer_jobs()[1]
 
@@ -287,5 +291,9 @@ def test_kafka_watchers_lose_nothing_when_a_triggerer_is_sigkilled(ha: HaStack) 
             everyone_saw_everything, 120, "every Kafka watcher to see every record after failover", interval=1
         )
     finally:
-        print(f"\nKafka, 40 records, triggerer A SIGKILLed at {killed_at:.0f} mid-stream; after failover:")
+        after = sum(t > killed_at for t in published_at)
+        print(f"\nKafka, 40 records, triggerer A SIGKILLed mid-stream ({after} published after the kill):")
         print(ha.share_table(KAFKA_WATCHERS, "value", ids))
+    # The placement check follows the move: the SQS stream now runs on one triggerer.
+    gauge = "airflow.shared_stream.sqs.ha-orders.triggerers:1|g"
+    wait_until(lambda: gauge in ha.statsd.read(), 30, gauge, interval=0.5)
