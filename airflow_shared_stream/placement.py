@@ -130,10 +130,9 @@ def report(placements: Iterable[StreamPlacement], triggerer_id: int) -> None:
             continue
         log.error(
             "Watchers of %s run on %d triggerers: each message of a %s queue goes to ONE triggerer, "
-            "so every watcher sees only part of the stream. Give each triggerer its own copy (an SNS "
-            "topic fanning out to a queue per triggerer, a Pub/Sub subscription or Service Bus topic "
-            "subscription per triggerer group, each group pinned with trigger queues), or run these "
-            "watchers on one triggerer. See docs/ha.rst",
+            "so every watcher sees only part of the stream. Give each watcher its own copy (an SNS "
+            "topic fanning out to a queue per watcher, a Pub/Sub subscription or a Service Bus topic "
+            "subscription per watcher), or run these watchers on one triggerer. See docs/ha.rst",
             placement.describe(),
             len(placement.watchers),
             placement.broker,
