@@ -16,7 +16,8 @@ partition holds back only its own commits.
 Settlement (see :mod:`airflow_shared_stream.common.settlement`):
 
 * ACK: commit the highest offset of the lane below which everything is settled (cumulative),
-  sent by the :mod:`~airflow_shared_stream.kafka.committer` task.
+  to the stream's group and, for each watcher, its own position over the records it received;
+  sent by :mod:`~airflow_shared_stream.kafka.committer` tasks.
 * DEAD_LETTER: produce the record (key, value, headers, plus origin headers) to
   ``dead_letter_topic`` and wait for the broker's acknowledgement, then commit past it. A record
   too large for the dead-letter topic goes as a pointer record. Without a dead-letter topic the
@@ -24,11 +25,11 @@ Settlement (see :mod:`airflow_shared_stream.common.settlement`):
 * REDELIVER: hold the offset as the lane's floor (nothing is committed at or past it) and seek
   the consumer back to it; see :mod:`airflow_shared_stream.kafka.offsets`.
 
-Where it starts: a partition assigned to a group without a commit gets its start position
-committed before its first record is read, so a restart never skips what was produced after the
-stream first started. Liveness: while the window is full the consumer keeps polling with its
-partitions paused, so it never leaves its group for ``max.poll.interval.ms``. Rebalances: see
-:mod:`airflow_shared_stream.kafka.ownership`; a rebalance never fails the stream.
+Where it starts: at the lowest position of the watchers it serves; a partition without any has
+its start committed, for the stream's group and for each watcher, before its first record is
+read, so a restart or a move never skips what was produced after the stream first started. The
+stream's own consumer is never rebalanced; :mod:`~airflow_shared_stream.kafka.ownership` still
+guards a group-subscribed consumer an embedder gives to :meth:`KafkaSharedStreamProducer.attach`.
 """
 
 from __future__ import annotations
