@@ -192,13 +192,18 @@ class PlacementMonitor(threading.Thread):
                 log.warning("Checking where shared-stream watchers run failed: %s", type(exc).__name__)
 
     def _wait_for_triggerer_job(self, timeout: float = 300.0) -> int | None:
-        """The listener fires before the job has a type or an id: wait for both."""
+        """
+        The listener fires before the job has a type or an id: wait for both. Read from the
+        instance's ``__dict__``: an ORM attribute read from this thread must never lazy-load
+        through the session the job's own thread is using.
+        """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not self.stopped.is_set():
-            job_type = getattr(self.job, "job_type", None)
+            state = vars(self.job)
+            job_type = state.get("job_type")
             if job_type is not None and job_type != "TriggererJob":
                 return None
-            job_id = getattr(self.job, "id", None)
+            job_id = state.get("id")
             if job_type == "TriggererJob" and job_id is not None:
                 return int(job_id)
             self.stopped.wait(0.5)
