@@ -101,3 +101,36 @@ async def test_a_watcher_moved_to_another_triggerer_resumes_from_its_own_positio
         assert await kafka.wait_committed(mover_group, topic, all_thirty, PARTITIONS) == all_thirty
         assert moved.error is None
         assert s.error is None
+
+
+async def test_a_brand_new_watcher_starts_at_the_streams_read_position_and_anchors_it(kafka):
+    """
+    Issue 7's rule for a new watcher of a running stream: it starts "now" (where the stream
+    reads), not at the topic's beginning, and that start is committed as its own position before
+    its first record, so a move to another triggerer before then resumes there.
+    """
+    topic = kafka.name("t")
+    await kafka.create_topics(topic, partitions=PARTITIONS)
+    group = kafka.name("g")
+    first = KafkaSharedStreamTrigger(
+        [topic], kafka_config_id=kafka.conn_id, group_id=group, match="value.r > `0`"
+    )
+    late = KafkaSharedStreamTrigger(
+        [topic], kafka_config_id=kafka.conn_id, group_id=group, match="value.r > `-1`"
+    )
+    late_group = watcher_group_id(group, late.watcher_digest())
+    ends = {p: 10 for p in range(PARTITIONS)}
+    async with SharedStreamHarness() as triggerer:
+        a = triggerer.add(first)
+        await _produce_round(kafka, topic, 1)
+        await a.wait_for_events(40)
+        b = triggerer.add(late)
+        # Anchored before any record reached it.
+        assert await kafka.wait_committed(late_group, topic, ends, PARTITIONS) == ends
+        assert b.payloads == []
+        await _produce_round(kafka, topic, 2)
+        await b.wait_for_events(40)
+        await a.wait_for_events(80)
+        assert set(_seen(b)) == _round(2)
+        twenty = {p: 20 for p in range(PARTITIONS)}
+        assert await kafka.wait_committed(late_group, topic, twenty, PARTITIONS) == twenty
