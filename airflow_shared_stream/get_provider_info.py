@@ -12,7 +12,7 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-shared-stream",
         "name": "Shared Stream",
-        "description": "At-least-once shared-stream event triggers for Apache Airflow 3.3+ (Amazon SQS, Apache Kafka)\nand a deferrable Spark submit operator.\n",
+        "description": "At-least-once shared-stream event triggers for Apache Airflow 3.3+ (Amazon SQS, Apache Kafka,\nAzure Service Bus) and a deferrable Spark submit operator.\n",
         "integrations": [
             {
                 "integration-name": "Amazon Simple Queue Service (SQS) shared stream",
@@ -26,6 +26,13 @@ def get_provider_info() -> dict[str, Any]:
                 "external-doc-url": "https://kafka.apache.org/",
                 "tags": [
                     "apache",
+                ],
+            },
+            {
+                "integration-name": "Azure Service Bus shared stream",
+                "external-doc-url": "https://learn.microsoft.com/azure/service-bus-messaging/",
+                "tags": [
+                    "azure",
                 ],
             },
             {
@@ -47,6 +54,12 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "Apache Kafka shared stream",
                 "python-modules": [
                     "airflow_shared_stream.kafka.trigger",
+                ],
+            },
+            {
+                "integration-name": "Azure Service Bus shared stream",
+                "python-modules": [
+                    "airflow_shared_stream.servicebus.trigger",
                 ],
             },
             {
@@ -75,6 +88,12 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "Apache Kafka shared stream",
                 "python-modules": [
                     "airflow_shared_stream.kafka.hook",
+                ],
+            },
+            {
+                "integration-name": "Azure Service Bus shared stream",
+                "python-modules": [
+                    "airflow_shared_stream.servicebus.hook",
                 ],
             },
             {

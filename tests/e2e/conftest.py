@@ -1,5 +1,6 @@
 """
-One real deployment per e2e session: noida-db (Kafka protocol), moto's SQS server, a Spark
+One real deployment per e2e session: noida-db (Kafka protocol), moto's SQS server, the Service
+Bus test server (a protocol-level AMQP fake, tests/support/servicebus_server.py), a Spark
 standalone cluster (master + worker) and Airflow 3.3 serving ``example_dags/``.
 
 Everything starts once (about a minute, most of it the Airflow api-server) and is shared by
@@ -22,6 +23,7 @@ import pytest
 from tests.support.airflow import AirflowDeployment, airflow_deployment
 from tests.support.brokers import KafkaBroker, SqsServer, kafka_broker_process, sqs_server_process
 from tests.support.pipeline import latency_table
+from tests.support.servicebus_server import ServiceBusServer
 from tests.support.spark import SparkCluster, spark_standalone_cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,13 +35,14 @@ KAFKA_DEAD_LETTER_TOPIC = "orders.dlq"
 KAFKA_GROUP_ID = "airflow-orders-pipeline"
 SQS_QUEUE = "orders"
 SQS_DEAD_LETTER_QUEUE = "orders-dlq"
+SERVICEBUS_QUEUE = "orders"
 
 WATCHERS = {
     f"{source}_{name}_watcher"
-    for source in ("kafka", "sqs")
+    for source in ("kafka", "sqs", "servicebus")
     for name in ("orders_created", "orders_cancelled", "large_orders")
 }
-DAG_IDS = {"kafka_orders_pipeline", "sqs_orders_pipeline"}
+DAG_IDS = {"kafka_orders_pipeline", "sqs_orders_pipeline", "servicebus_orders_pipeline"}
 
 LATENCY_RESULTS = REPO / "bench" / "results" / "e2e_latency.md"
 LATENCY_HEADER = """# End-to-end latency of the example pipelines
@@ -67,6 +70,8 @@ class Stack:
     data_dir: Path
     sqs_queue_url: str
     sqs_dead_letter_queue_url: str
+    servicebus: ServiceBusServer
+    servicebus_queue: str = SERVICEBUS_QUEUE
 
 
 @pytest.fixture(scope="session")
@@ -88,6 +93,21 @@ def sqs(e2e_dir: Path) -> Iterator[SqsServer]:
 
 
 @pytest.fixture(scope="session")
+def servicebus() -> Iterator[ServiceBusServer]:
+    """The Service Bus fake on a reactor thread of this process; the triggerer connects over TCP."""
+    server = ServiceBusServer()
+    try:
+        server.start()
+    except Exception as exc:
+        raise RuntimeError(f"the Service Bus test server (proton) could not start: {exc}") from exc
+    try:
+        server.create_queue(SERVICEBUS_QUEUE)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def spark(e2e_dir: Path) -> Iterator[SparkCluster]:
     # 4 scheduling slots on 2 real cores: both Dags can have an application running at once.
     with spark_standalone_cluster(e2e_dir / "spark", worker_cores=4) as cluster:
@@ -95,7 +115,13 @@ def spark(e2e_dir: Path) -> Iterator[SparkCluster]:
 
 
 def stack_env(
-    kafka: KafkaBroker, sqs: SqsServer, spark: SparkCluster, data_dir: Path, queue_url: str, dlq_url: str
+    kafka: KafkaBroker,
+    sqs: SqsServer,
+    spark: SparkCluster,
+    data_dir: Path,
+    queue_url: str,
+    dlq_url: str,
+    servicebus: ServiceBusServer | None = None,
 ) -> dict[str, str]:
     """Connections (``AIRFLOW_CONN_*``) and settings (plain environment variables) of the example Dags."""
     return {
@@ -119,15 +145,25 @@ def stack_env(
         "ORDERS_KAFKA_GROUP_ID": KAFKA_GROUP_ID,
         "ORDERS_SQS_QUEUE_URL": queue_url,
         "ORDERS_SQS_DEAD_LETTER_QUEUE_URL": dlq_url,
+        **(
+            {
+                "AIRFLOW_CONN_AZURE_SERVICE_BUS_DEFAULT": json.dumps(servicebus.connection()),
+                "ORDERS_SERVICEBUS_QUEUE": SERVICEBUS_QUEUE,
+            }
+            if servicebus is not None
+            else {}
+        ),
     }
 
 
 @pytest.fixture(scope="session")
-def stack(e2e_dir: Path, kafka: KafkaBroker, sqs: SqsServer, spark: SparkCluster) -> Iterator[Stack]:
+def stack(
+    e2e_dir: Path, kafka: KafkaBroker, sqs: SqsServer, servicebus: ServiceBusServer, spark: SparkCluster
+) -> Iterator[Stack]:
     data_dir = e2e_dir / "data"
     dlq_url = sqs.create_queue(SQS_DEAD_LETTER_QUEUE)
     queue_url = sqs.create_queue(SQS_QUEUE, dead_letter_queue_url=dlq_url)
-    env = stack_env(kafka, sqs, spark, data_dir, queue_url, dlq_url)
+    env = stack_env(kafka, sqs, spark, data_dir, queue_url, dlq_url, servicebus)
     with airflow_deployment(e2e_dir / "airflow", EXAMPLE_DAGS, env) as airflow:
         airflow.wait_for_dags(DAG_IDS)
         yield Stack(
@@ -138,6 +174,7 @@ def stack(e2e_dir: Path, kafka: KafkaBroker, sqs: SqsServer, spark: SparkCluster
             data_dir=data_dir,
             sqs_queue_url=queue_url,
             sqs_dead_letter_queue_url=dlq_url,
+            servicebus=servicebus,
         )
 
 

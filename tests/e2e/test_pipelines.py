@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 KAFKA_DAG = "kafka_orders_pipeline"
 SQS_DAG = "sqs_orders_pipeline"
+SERVICEBUS_DAG = "servicebus_orders_pipeline"
 
 
 def _assert_outputs(
@@ -166,6 +167,45 @@ def test_sqs_pipeline_survives_triggerer_sigkill(stack: Stack, latency_log: dict
         f"{sum(map(len, want.asset_events.values()))} expected (extra ones are redeliveries)"
     )
     latency_log["SQS (moto): 30 messages at 4/s, triggerer SIGKILLed mid-stream"] = latencies(
+        state, stream.published_at, want.rows
+    )
+
+
+def test_servicebus_pipeline_end_to_end(stack: Stack, latency_log: dict[str, Any]) -> None:
+    """
+    Service Bus end to end against the AMQP test server: a small burst (one or two Dag runs, to
+    keep Spark's share of the suite small), completed only after persistence, malformed messages
+    dead-lettered with the rejecting watcher named.
+    """
+    airflow = stack.airflow
+    airflow.wait_for_watchers({w for w in WATCHERS if w.startswith("servicebus_")})
+    queue = stack.servicebus_queue
+    stream = Stream("servicebus-e2e", lambda batch: stack.servicebus.send(queue, batch))
+    # One batch (one SDK client, one transfer): the burst lands in one or two Dag runs.
+    burst = order_stream(12, tag="servicebus-e2e", seed=13)
+    stream.events.extend(burst)
+    stream.published_at.update({event["event_id"]: time.time() for event in burst})
+    stream.send(burst)
+
+    ids, rows = stream.ids, expectation("servicebus", stream.events).rows
+    state = wait_for_pipeline(
+        airflow, SERVICEBUS_DAG, "servicebus", "body", ids, rows, timeout=900, nudge=stream.nudge
+    )
+    want = expectation("servicebus", stream.events)  # with the nudges, if any were needed
+    _assert_outputs(stack, "servicebus", state, want, stream.ids)
+
+    # Completed only what was persisted: the queue drains; malformed messages were dead-lettered
+    # with the reason and the rejecting watchers.
+    wait_until(lambda: stack.servicebus.messages(queue) == [], 90, "the queue to be empty")
+    letters = stack.servicebus.dead_letters(queue)
+    dead = {json.loads(letter.body).get("event_id") for letter in letters}
+    assert want.rejected
+    assert want.rejected <= dead
+    assert {letter.application_properties["DeadLetterReason"] for letter in letters} == {"rejected"}
+    assert all(
+        "trigger " in letter.application_properties["DeadLetterErrorDescription"] for letter in letters
+    )
+    latency_log["Service Bus (AMQP test server): 12 messages at once"] = latencies(
         state, stream.published_at, want.rows
     )
 

@@ -60,6 +60,8 @@ def test_the_example_dags_read_their_settings_from_the_environment(
         "ORDERS_SQS_DEAD_LETTER_QUEUE_URL": "http://127.0.0.1:9/000000000000/orders-from-env-dlq",
         "SHARED_STREAM_SPARK_CONN_ID": "spark_from_env",
         "SHARED_STREAM_SPARK_DEFERRABLE_CONN_ID": "spark_cluster_from_env",
+        "ORDERS_SERVICEBUS_QUEUE": "orders-from-env",
+        "ORDERS_SERVICEBUS_CONN_ID": "servicebus_from_env",
     }
     for name, value in settings.items():
         monkeypatch.setenv(name, value)
@@ -77,7 +79,12 @@ def test_the_example_dags_read_their_settings_from_the_environment(
     for _, kwargs in sqs.values():
         for name in ("ORDERS_SQS_QUEUE_URL", "ORDERS_SQS_DEAD_LETTER_QUEUE_URL"):
             assert json.dumps(settings[name]) in kwargs, name
-    for dag_id in ("kafka_orders_pipeline", "sqs_orders_pipeline"):
+    servicebus = _watchers(bag, "servicebus_orders_pipeline")
+    assert len(servicebus) == 3
+    for _, kwargs in servicebus.values():
+        for name in ("ORDERS_SERVICEBUS_QUEUE", "ORDERS_SERVICEBUS_CONN_ID"):
+            assert json.dumps(settings[name]) in kwargs, name
+    for dag_id in ("kafka_orders_pipeline", "sqs_orders_pipeline", "servicebus_orders_pipeline"):
         tasks = bag.dags[dag_id].task_dict
         assert tasks["spark_submit"]._conn_id == "spark_from_env"
         assert tasks["spark_submit_deferrable"]._conn_id == "spark_cluster_from_env"
@@ -89,6 +96,6 @@ def test_the_example_dags_parse_with_their_defaults(
     for name in ("ORDERS_KAFKA_TOPIC", "ORDERS_SQS_QUEUE_URL", "SHARED_STREAM_DATA_DIR"):
         monkeypatch.delenv(name, raising=False)
     bag = parse_example_dags()
-    assert {"kafka_orders_pipeline", "sqs_orders_pipeline"} <= bag.dags.keys()
+    assert {"kafka_orders_pipeline", "sqs_orders_pipeline", "servicebus_orders_pipeline"} <= bag.dags.keys()
     for _, kwargs in _watchers(bag, "kafka_orders_pipeline").values():
         assert '"orders"' in kwargs

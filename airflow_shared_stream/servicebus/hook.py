@@ -1,0 +1,193 @@
+"""
+Airflow Connection -> ``azure.servicebus.aio.ServiceBusClient``.
+
+Reads the ``azure_service_bus`` connection exactly as Airflow's Azure provider does, so existing
+``azure_service_bus_default`` connections work unchanged:
+
+* ``schema`` holds a connection string
+  (``Endpoint=sb://<namespace>.servicebus.windows.net/;SharedAccessKeyName=...;SharedAccessKey=...``),
+  including the development emulator's form
+  (``Endpoint=sb://127.0.0.1:<port>;...;UseDevelopmentEmulator=true;``: plain AMQP, no TLS);
+* or ``extra.fully_qualified_namespace`` with ``extra.credential`` (a shared access signature,
+  ``SharedAccessSignature sr=...&sig=...&se=...&skn=...``), or without a credential Azure's
+  default credential chain (``azure-identity``; ``extra.managed_identity_client_id`` and
+  ``extra.workload_identity_tenant_id`` as in the Azure provider).
+
+Extra fields may also be spelled with the provider's old prefix
+(``extra__azure_service_bus__fully_qualified_namespace``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from airflow_shared_stream.servicebus.errors import ServiceBusConfigurationError
+
+_EXTRA_PREFIX = "extra__azure_service_bus__"
+
+
+@dataclass(frozen=True)
+class ServiceBusClientConfig:
+    """
+    How to build the client; secrets are kept out of ``repr`` (and so out of logs).
+
+    ``namespace`` is the host (with its port for the emulator) the entity resolves to: part of
+    what a stream reads, and safe to log.
+    """
+
+    namespace: str
+    connection_string: str | None = field(default=None, repr=False)
+    sas_token: str | None = field(default=None, repr=False)
+    use_default_credential: bool = False
+    managed_identity_client_id: str | None = None
+    workload_identity_tenant_id: str | None = None
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What must never appear in a log line or an error (for the secret scrubber)."""
+        found = [self.connection_string, self.sas_token]
+        if self.connection_string:
+            found.extend(_connection_string_secrets(self.connection_string))
+        return tuple(s for s in found if s)
+
+    def make_client(self, **client_kwargs: Any) -> Any:
+        """A ``ServiceBusClient`` (aio) for this namespace; nothing is connected yet."""
+        from azure.servicebus.aio import ServiceBusClient
+
+        if self.connection_string:
+            return ServiceBusClient.from_connection_string(self.connection_string, **client_kwargs)
+        if self.sas_token:
+            from azure.core.credentials import AzureSasCredential
+
+            return ServiceBusClient(self.namespace, AzureSasCredential(self.sas_token), **client_kwargs)
+        try:
+            from azure.identity.aio import DefaultAzureCredential
+        except ImportError:
+            raise ServiceBusConfigurationError(
+                f"connection for namespace {self.namespace!r} has no connection string and no "
+                "credential, and azure-identity is not installed for Azure's default credential "
+                "chain: pip install azure-identity, or set a connection string"
+            ) from None
+        credential = DefaultAzureCredential(
+            managed_identity_client_id=self.managed_identity_client_id,
+            workload_identity_tenant_id=self.workload_identity_tenant_id,
+        )
+        return ServiceBusClient(self.namespace, credential, **client_kwargs)
+
+
+def parse_connection_string(connection_string: str, conn_id: str) -> str:
+    """
+    Check a Service Bus connection string and return the namespace it resolves to.
+
+    Uses the SDK's own parser, so what passes here is what the client accepts; its error text
+    is replaced, since a malformed string may be quoted in it.
+    """
+    from azure.servicebus import parse_connection_string as sdk_parse
+
+    try:
+        properties = sdk_parse(connection_string)
+    except Exception:
+        raise ServiceBusConfigurationError(
+            f"the connection string of Airflow connection {conn_id!r} is not a Service Bus "
+            "connection string (expected Endpoint=sb://<namespace>/;SharedAccessKeyName=<name>;"
+            "SharedAccessKey=<key>, or SharedAccessSignature=<token>)"
+        ) from None
+    endpoint = urlsplit(properties.endpoint)
+    namespace = endpoint.netloc or properties.fully_qualified_namespace
+    if not namespace:
+        raise ServiceBusConfigurationError(
+            f"the connection string of Airflow connection {conn_id!r} names no namespace endpoint"
+        )
+    return namespace.lower()
+
+
+def _connection_string_secrets(connection_string: str) -> list[str]:
+    secrets = []
+    for part in connection_string.split(";"):
+        name, _, value = part.partition("=")
+        if name.strip().lower() in ("sharedaccesskey", "sharedaccesssignature") and value:
+            secrets.append(value)
+    return secrets
+
+
+class ServiceBusSharedStreamHook(BaseHook):
+    """
+    Resolve an ``azure_service_bus`` Airflow Connection into Service Bus client settings.
+
+    :param azure_service_bus_conn_id: the connection to read (``azure_service_bus_default``).
+    """
+
+    conn_name_attr = "azure_service_bus_conn_id"
+    default_conn_name = "azure_service_bus_default"
+    conn_type = "azure_service_bus"
+    hook_name = "Azure Service Bus (shared stream)"
+
+    def __init__(self, azure_service_bus_conn_id: str = default_conn_name) -> None:
+        super().__init__()
+        self.conn_id = azure_service_bus_conn_id
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": ["port", "host", "login", "password"],
+            "relabeling": {"schema": "Connection String"},
+            "placeholders": {
+                "schema": (
+                    "Endpoint=sb://<namespace>.servicebus.windows.net/;"
+                    "SharedAccessKeyName=<key name>;SharedAccessKey=<key>"
+                ),
+                "extra": '{"fully_qualified_namespace": "<namespace>.servicebus.windows.net"}',
+            },
+        }
+
+    async def aget_client_config(self) -> ServiceBusClientConfig:
+        """Read the connection (through the triggerer's secrets backends) and build the config."""
+        try:
+            conn = await BaseHook.aget_connection(self.conn_id)
+        except AirflowNotFoundException:
+            raise ServiceBusConfigurationError(
+                f"Airflow connection {self.conn_id!r} is not defined"
+            ) from None
+        return self.config_from(conn)
+
+    def config_from(self, conn: Any) -> ServiceBusClientConfig:
+        """Build the config from a Connection object (pure: no I/O)."""
+        extra = conn.extra_dejson or {}
+        connection_string = (conn.schema or "").strip() or _extra(extra, "connection_string")
+        if connection_string:
+            return ServiceBusClientConfig(
+                namespace=parse_connection_string(connection_string, self.conn_id),
+                connection_string=connection_string,
+            )
+        namespace = (_extra(extra, "fully_qualified_namespace") or "").strip()
+        if not namespace:
+            raise ServiceBusConfigurationError(
+                f"Airflow connection {self.conn_id!r} has neither a connection string (in its "
+                "Connection String / schema field) nor extra.fully_qualified_namespace"
+            )
+        if "://" in namespace or "/" in namespace or ";" in namespace:
+            raise ServiceBusConfigurationError(
+                f"extra.fully_qualified_namespace of Airflow connection {self.conn_id!r} must be a host "
+                "name such as <namespace>.servicebus.windows.net, not a URL or a connection string"
+            )
+        credential = _extra(extra, "credential")
+        if credential:
+            return ServiceBusClientConfig(namespace=namespace.lower(), sas_token=credential)
+        return ServiceBusClientConfig(
+            namespace=namespace.lower(),
+            use_default_credential=True,
+            managed_identity_client_id=_extra(extra, "managed_identity_client_id"),
+            workload_identity_tenant_id=_extra(extra, "workload_identity_tenant_id"),
+        )
+
+
+def _extra(extra: dict[str, Any], name: str) -> Any:
+    value = extra.get(name)
+    if value in (None, ""):
+        value = extra.get(_EXTRA_PREFIX + name)
+    return value or None

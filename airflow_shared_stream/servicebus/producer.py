@@ -1,0 +1,546 @@
+"""
+The Service Bus half of a shared stream: one peek-lock receiver per entity, on the leased-queue template.
+
+===========  ===============================================================================
+ACK          ``complete_message``
+REDELIVER    ``abandon_message``: available again at once, its delivery count + 1
+DEAD-LETTER  ``dead_letter_message`` with ``reason`` (``rejected`` or ``unprocessable``) and an
+             ``error_description`` naming the watcher whose ``reject`` refused it, or the cause
+===========  ===============================================================================
+
+Every settlement goes through the receiver that received the message (a peek-lock token is only
+valid there). While a message waits for its trigger events to be persisted, its lock is renewed
+(``renew_message_lock``) by the template's lease keeper, for at most the triggerer's ack
+timeout. A lock that is lost anyway (the renewal came too late, the link dropped) is not an
+error of the stream: Service Bus redelivers the message, so the settlement is logged and counted
+(``lease_losses``) and the stream goes on.
+
+Sessions: on a session-enabled entity (``session_enabled=True``) the producer holds up to
+``max_concurrent_sessions`` session receivers, accepting the next available session whenever it
+has room; each session is an ordered lane (an abandoned message holds back the later ones of its
+session), and a session whose receiver stays empty is released for other consumers. Without
+sessions there is no order to keep: the messages of one receive call share an advance lane.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import logging
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_shared_stream.common import metrics as m
+from airflow_shared_stream.common.errors import SecretScrubber, require_sdk
+from airflow_shared_stream.common.leased_queue import DeadLetter, Delivery, LeasedQueueProducer
+from airflow_shared_stream.common.matching import body_size, build_message
+from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
+from airflow_shared_stream.servicebus.errors import (
+    ServiceBusAccessError,
+    ServiceBusConfigurationError,
+    ServiceBusEndpointError,
+    ServiceBusEntityNotFoundError,
+    ServiceBusSharedStreamError,
+)
+from airflow_shared_stream.servicebus.hook import ServiceBusClientConfig, ServiceBusSharedStreamHook
+
+require_sdk("azure.servicebus", "servicebus")
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LOCK_DURATION_SECONDS = 60.0
+"""Service Bus's default lock duration: renewals run every third of it."""
+
+DEAD_LETTER_DESCRIPTION_LIMIT = 4096
+"""Service Bus limits a dead-letter description; longer ones are cut (with an ellipsis)."""
+
+SDK_LOGGERS = ("azure.servicebus", "azure.core", "azure.identity")
+"""Loggers the secret scrubber is attached to: the SDK logs connection details itself."""
+
+_live_streams: dict[tuple[str, str], str] = {}
+"""(namespace, entity) -> connection id of the producer reading it in this triggerer process."""
+
+
+@dataclass(frozen=True)
+class Entity:
+    """A receivable Service Bus entity: a queue, or a topic's subscription."""
+
+    queue_name: str | None = None
+    topic_name: str | None = None
+    subscription_name: str | None = None
+
+    @classmethod
+    def of(cls, queue_name: str | None, topic_name: str | None, subscription_name: str | None) -> Entity:
+        """Validate "exactly one queue, or a topic with a subscription"; raise naming what is wrong."""
+        for name, value in (
+            ("queue_name", queue_name),
+            ("topic_name", topic_name),
+            ("subscription_name", subscription_name),
+        ):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ServiceBusConfigurationError(f"{name} must be a non-empty string, got {value!r}")
+            if value is not None and ("/" in value.strip("/") or "$" in value):
+                raise ServiceBusConfigurationError(
+                    f"{name} must be an entity name, not a path: {value!r} (dead-letter sub-queues are "
+                    "not streams of their own)"
+                )
+        if queue_name is not None:
+            if topic_name is not None or subscription_name is not None:
+                raise ServiceBusConfigurationError(
+                    "give either queue_name, or topic_name with subscription_name, not both"
+                )
+            return cls(queue_name=queue_name.strip("/"))
+        if topic_name is None or subscription_name is None:
+            raise ServiceBusConfigurationError(
+                "a Service Bus stream reads a queue (queue_name=...) or a topic subscription "
+                "(topic_name=... and subscription_name=...): "
+                + ("subscription_name is missing" if topic_name else "no entity was given")
+            )
+        return cls(topic_name=topic_name.strip("/"), subscription_name=subscription_name.strip("/"))
+
+    @property
+    def path(self) -> str:
+        """The entity path as the service names it (``queue`` or ``topic/Subscriptions/sub``)."""
+        if self.queue_name is not None:
+            return self.queue_name
+        return f"{self.topic_name}/Subscriptions/{self.subscription_name}"
+
+    @property
+    def identity(self) -> str:
+        """Entity names are case-insensitive on Service Bus: the normalised path."""
+        return self.path.lower()
+
+
+@dataclass(eq=False)
+class _SessionReceiver:
+    """One accepted session: its receiver and when it last gave us something."""
+
+    receiver: Any
+    session_id: str
+    idle_receives: int = 0
+    in_flight: set[str] = field(default_factory=set)
+
+
+def _jsonable(value: Any) -> Any:
+    """An SDK property value as JSON: bytes as UTF-8 text (else base64), times as ISO 8601."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        raw = bytes(value)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return base64.b64encode(raw).decode("ascii")
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(_jsonable(k)): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def message_body(message: Any) -> bytes | str | None:
+    """The body as bytes (data sections joined) or, for an AMQP value body, its JSON text."""
+    from azure.servicebus.amqp import AmqpMessageBodyType
+
+    raw = message.raw_amqp_message
+    if raw.body_type == AmqpMessageBodyType.DATA:
+        return b"".join(bytes(section) for section in raw.body)
+    value = raw.body
+    if value is None or isinstance(value, bytes | str):
+        return value
+    import json
+
+    return json.dumps(_jsonable(value if raw.body_type == AmqpMessageBodyType.VALUE else list(value)))
+
+
+def envelope_metadata(message: Any, entity: Entity, namespace: str) -> dict[str, Any]:
+    """The broker half of the envelope every watcher matches on (JSON-able, secret-free)."""
+    return {
+        "message_id": _jsonable(message.message_id),
+        "sequence_number": message.sequence_number,
+        "enqueued_time": _jsonable(message.enqueued_time_utc),
+        "delivery_count": message.delivery_count,
+        "application_properties": _jsonable(dict(message.application_properties or {})),
+        "content_type": _jsonable(message.content_type),
+        "correlation_id": _jsonable(message.correlation_id),
+        "subject": _jsonable(message.subject),
+        "session_id": _jsonable(message.session_id),
+        "entity": entity.path,
+        "namespace": namespace,
+    }
+
+
+class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
+    """
+    Receive from one queue or subscription for every watcher that shares it; settle per the table.
+
+    Built by :meth:`ServiceBusSharedStreamTrigger.create_shared_stream_producer` from the first
+    watcher's arguments; connects only in :meth:`open_stream`. The handle of each delivery is
+    the SDK's ``ServiceBusReceivedMessage``, settled with the receiver that received it.
+    """
+
+    broker = "servicebus"
+
+    def __init__(
+        self,
+        *,
+        queue_name: str | None = None,
+        topic_name: str | None = None,
+        subscription_name: str | None = None,
+        azure_service_bus_conn_id: str = ServiceBusSharedStreamHook.default_conn_name,
+        max_in_flight: int,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        lock_duration_seconds: float = DEFAULT_LOCK_DURATION_SECONDS,
+        max_wait_time: float = 5.0,
+        session_enabled: bool = False,
+        max_concurrent_sessions: int = 8,
+    ) -> None:
+        self._entity = Entity.of(queue_name, topic_name, subscription_name)
+        super().__init__(max_in_flight=max_in_flight, stream_label=self._entity.identity)
+        self._conn_id = azure_service_bus_conn_id
+        self._max_payload_bytes = max_payload_bytes
+        self._lock_duration = float(lock_duration_seconds)
+        self._max_wait_time = float(max_wait_time)
+        self._session_enabled = session_enabled
+        self._max_sessions = max_concurrent_sessions
+        self._scrubber = SecretScrubber()
+        self._config: ServiceBusClientConfig | None = None
+        self._client: Any = None
+        self._receiver: Any = None
+        self._sessions: list[_SessionReceiver] = []
+        self._session_of: dict[str, _SessionReceiver] = {}
+        self._registered: tuple[str, str] | None = None
+        self.lost_locks = 0
+        """Settlements and renewals refused because the lock was gone (the message comes back)."""
+
+    @property
+    def entity(self) -> Entity:
+        return self._entity
+
+    @property
+    def namespace(self) -> str | None:
+        return self._config.namespace if self._config else None
+
+    # -- connection -----------------------------------------------------------------------------
+
+    async def connect(self) -> float:
+        self._config = await ServiceBusSharedStreamHook(self._conn_id).aget_client_config()
+        self._scrubber.add(*self._config.secrets)
+        self._scrubber.install(*SDK_LOGGERS, __name__)
+        self._claim_stream()
+        try:
+            self._client = self._config.make_client(
+                retry_total=2, retry_backoff_factor=0.5, retry_mode="fixed"
+            )
+        except ServiceBusSharedStreamError:
+            raise
+        except Exception as exc:
+            raise self._explain("open a client for", exc) from None
+        if not self._session_enabled:
+            self._receiver = self._new_receiver()
+            # Receiving nothing opens the link: a missing entity or a refused credential fails
+            # here, at stream start, with a clear error, instead of on the first message.
+            await self._call("open the receiver of", self._receiver.peek_messages(max_message_count=1))
+        log.info(
+            "Service Bus shared stream open: namespace=%s entity=%s sessions=%s max_in_flight=%d",
+            self._config.namespace,
+            self._entity.path,
+            self._session_enabled,
+            self._window.max_in_flight,
+        )
+        return self._lock_duration
+
+    def _claim_stream(self) -> None:
+        """
+        Refuse a second producer for the same entity of the same namespace in this process.
+
+        The stream key holds the connection id (the namespace is only known once the connection
+        is read), so two watchers of one entity through two connections to the same namespace get
+        two streams; competing consumers would silently split its messages between them. Both
+        connections are resolved by now: the second one fails loudly instead.
+        """
+        assert self._config is not None
+        key = (self._config.namespace, self._entity.identity)
+        owner = _live_streams.get(key)
+        if owner is not None and owner != self._conn_id:
+            raise ServiceBusConfigurationError(
+                f"Service Bus entity {self._entity.path!r} of namespace {self._config.namespace!r} is "
+                f"already streamed through connection {owner!r}; watchers of one entity must use "
+                f"the same connection (this one uses {self._conn_id!r}), or they would split its "
+                "messages between two consumers"
+            )
+        _live_streams[key] = self._conn_id
+        self._registered = key
+
+    def _new_receiver(self, **kwargs: Any) -> Any:
+        from azure.servicebus import ServiceBusReceiveMode
+
+        common = {"receive_mode": ServiceBusReceiveMode.PEEK_LOCK, "prefetch_count": 0, **kwargs}
+        if self._entity.queue_name is not None:
+            return self._client.get_queue_receiver(self._entity.queue_name, **common)
+        return self._client.get_subscription_receiver(
+            self._entity.topic_name, self._entity.subscription_name, **common
+        )
+
+    async def disconnect(self) -> None:
+        for session in self._sessions:
+            await _close_quietly(session.receiver)
+        self._sessions.clear()
+        self._session_of.clear()
+        if self._receiver is not None:
+            await _close_quietly(self._receiver)
+            self._receiver = None
+        if self._client is not None:
+            await _close_quietly(self._client)
+            self._client = None
+        if self._registered is not None and _live_streams.get(self._registered) == self._conn_id:
+            del _live_streams[self._registered]
+        self._registered = None
+
+    # -- receiving ------------------------------------------------------------------------------
+
+    async def receive(self, max_messages: int) -> Sequence[Delivery[Any]]:
+        if not self._session_enabled:
+            messages = await self._call(
+                "receive from",
+                self._receiver.receive_messages(
+                    max_message_count=max_messages, max_wait_time=self._max_wait_time
+                ),
+            )
+            return [self._delivery(message, self._receiver, lane=None) for message in messages]
+        return await self._receive_sessions(max_messages)
+
+    async def _receive_sessions(self, max_messages: int) -> list[Delivery[Any]]:
+        await self._accept_sessions()
+        if not self._sessions:
+            return []
+        deliveries: list[Delivery[Any]] = []
+        per_session = max(1, max_messages // len(self._sessions))
+        for session in list(self._sessions):
+            want = min(per_session, max_messages - len(deliveries))
+            if want <= 0:
+                break
+            try:
+                messages = await session.receiver.receive_messages(
+                    max_message_count=want, max_wait_time=min(1.0, self._max_wait_time)
+                )
+            except Exception as exc:
+                if _is_lock_lost(exc):
+                    self._count_lost(f"session {session.session_id!r}", exc)
+                    await self._release_session(session)
+                    continue
+                if _is_timeout(exc):
+                    # The SDK re-attached a dropped session link and found no session: drop it.
+                    log.debug("Session receiver of %s found no session; releasing it", self._entity.path)
+                    await self._release_session(session)
+                    continue
+                raise self._explain("receive from", exc) from None
+            session.idle_receives = 0 if messages else session.idle_receives + 1
+            for message in messages:
+                delivery = self._delivery(message, session.receiver, lane=("session", session.session_id))
+                session.in_flight.add(str(delivery.lease))
+                deliveries.append(delivery)
+            if session.idle_receives >= 3 and not session.in_flight:
+                await self._release_session(session)
+        return deliveries
+
+    async def _accept_sessions(self) -> None:
+        """Accept the next available sessions while there is room (a short wait each)."""
+        from azure.servicebus import NEXT_AVAILABLE_SESSION
+
+        while len(self._sessions) < self._max_sessions:
+            receiver = self._new_receiver(session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1)
+            try:
+                await receiver.__aenter__()
+            except Exception as exc:
+                await _close_quietly(receiver)
+                if _is_timeout(exc):  # no session free right now
+                    if not self._sessions:
+                        await asyncio.sleep(min(1.0, self._max_wait_time))
+                    return
+                raise self._explain("accept a session of", exc) from None
+            session = _SessionReceiver(receiver, receiver.session.session_id)
+            self._sessions.append(session)
+            log.debug("Accepted session %r of %s", session.session_id, self._entity.path)
+
+    async def _release_session(self, session: _SessionReceiver) -> None:
+        if session in self._sessions:
+            self._sessions.remove(session)
+        await _close_quietly(session.receiver)
+
+    def _delivery(self, message: Any, receiver: Any, *, lane: Any) -> Delivery[Any]:
+        assert self._config is not None
+        body = message_body(message)
+        raw = build_message(
+            body,
+            metadata=envelope_metadata(message, self._entity, self._config.namespace),
+            label=f"{self._entity.path}#{message.sequence_number}",
+            max_payload_bytes=self._max_payload_bytes,
+        )
+        handle = _Received(message, receiver)
+        return Delivery(
+            message=raw,
+            handle=handle,
+            lease=str(message.lock_token),
+            lane=lane,
+            size=body_size(body),
+            message_id=str(message.message_id),
+        )
+
+    # -- settlement -----------------------------------------------------------------------------
+
+    async def ack(self, deliveries: Sequence[Delivery[Any]]) -> None:
+        for delivery in deliveries:
+            await self._settle_one("complete", delivery, lambda r, msg: r.complete_message(msg))
+
+    async def redeliver(self, deliveries: Sequence[Delivery[Any]]) -> None:
+        for delivery in deliveries:
+            await self._settle_one("abandon", delivery, lambda r, msg: r.abandon_message(msg))
+
+    async def dead_letter(self, letters: Sequence[DeadLetter[Any]]) -> None:
+        for letter in letters:
+            description = _cut(letter.description, DEAD_LETTER_DESCRIPTION_LIMIT)
+            await self._settle_one(
+                "dead-letter",
+                letter.delivery,
+                lambda r, msg, reason=letter.reason, text=description: r.dead_letter_message(
+                    msg, reason=reason, error_description=text
+                ),
+            )
+            log.info(
+                "Dead-lettered %s (%s): %s", letter.delivery.message.label, letter.reason, letter.description
+            )
+
+    async def _settle_one(self, action: str, delivery: Delivery[Any], call: Any) -> None:
+        received: _Received = delivery.handle
+        try:
+            await call(received.receiver, received.message)
+        except Exception as exc:
+            if _is_lock_lost(exc):
+                self._count_lost(f"{action} of {delivery.message.label}", exc)
+                return
+            raise self._explain(f"{action} a message of", exc) from None
+        finally:
+            self._forget_in_session(delivery)
+
+    def _forget_in_session(self, delivery: Delivery[Any]) -> None:
+        for session in self._sessions:
+            session.in_flight.discard(str(delivery.lease))
+
+    async def extend_leases(
+        self, deliveries: Sequence[Delivery[Any]], seconds: float
+    ) -> Collection[Delivery[Any]]:
+        lost: list[Delivery[Any]] = []
+        renewed_sessions: set[int] = set()
+        for delivery in deliveries:
+            received: _Received = delivery.handle
+            try:
+                if self._session_enabled:
+                    # A session message's lock is its session's lock: renew each session once.
+                    if id(received.receiver) not in renewed_sessions:
+                        renewed_sessions.add(id(received.receiver))
+                        await received.receiver.session.renew_lock()
+                else:
+                    await received.receiver.renew_message_lock(received.message)
+            except Exception as exc:
+                if _is_lock_lost(exc):
+                    # Returned as lost: the lease keeper counts it (lease_losses) and stops renewing.
+                    self._count_lost(f"lock renewal of {delivery.message.label}", exc, metric=False)
+                    lost.append(delivery)
+                    continue
+                raise self._explain("renew a lock on", exc) from None
+        return lost
+
+    def _count_lost(self, what: str, exc: BaseException, *, metric: bool = True) -> None:
+        self.lost_locks += 1
+        if metric:
+            self.metrics.incr(m.LEASE_LOSSES)
+        log.warning(
+            "Lock lost on %s (%s); Service Bus will redeliver the message",
+            what,
+            self._scrubber.describe(exc),
+        )
+
+    # -- errors ---------------------------------------------------------------------------------
+
+    async def _call(self, action: str, awaitable: Any) -> Any:
+        try:
+            return await awaitable
+        except ServiceBusSharedStreamError:
+            raise
+        except Exception as exc:
+            raise self._explain(action, exc) from None
+
+    def _explain(self, action: str, exc: BaseException) -> ServiceBusSharedStreamError:
+        """Turn an SDK error into one naming the problem, the entity and the connection; no secret."""
+        from azure.servicebus.exceptions import (
+            MessagingEntityNotFoundError,
+            ServiceBusAuthenticationError,
+            ServiceBusAuthorizationError,
+            ServiceBusCommunicationError,
+            ServiceBusConnectionError,
+        )
+
+        where = f"Service Bus entity {self._entity.path!r} of namespace {self.namespace!r}"
+        detail = self._scrubber.describe(exc)
+        if (
+            isinstance(exc, MessagingEntityNotFoundError)
+            or "not-found" in detail
+            or "could not be found" in detail
+        ):
+            return ServiceBusEntityNotFoundError(
+                f"{where} does not exist (connection {self._conn_id!r}): {detail}"
+            )
+        if isinstance(exc, ServiceBusAuthenticationError | ServiceBusAuthorizationError) or "401" in detail:
+            return ServiceBusAccessError(
+                f"Service Bus refused the credential of connection {self._conn_id!r} "
+                f"to {action} {where}: {detail}"
+            )
+        if isinstance(exc, ServiceBusCommunicationError | ServiceBusConnectionError | OSError):
+            return ServiceBusEndpointError(
+                f"could not {action} {where} through connection {self._conn_id!r}: the namespace did "
+                f"not answer as Service Bus ({detail})"
+            )
+        if isinstance(exc, ValueError):
+            return ServiceBusConfigurationError(
+                f"connection {self._conn_id!r} cannot {action} {where}: {detail}"
+            )
+        return ServiceBusSharedStreamError(f"could not {action} {where}: {detail}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Received:
+    """A received message and the receiver that must settle it."""
+
+    message: Any
+    receiver: Any
+
+
+def _is_lock_lost(exc: BaseException) -> bool:
+    from azure.servicebus.exceptions import MessageLockLostError, SessionLockLostError
+
+    if isinstance(exc, MessageLockLostError | SessionLockLostError):
+        return True
+    return "lock-lost" in str(exc) or "lock has expired" in str(exc)
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    from azure.servicebus.exceptions import OperationTimeoutError
+
+    return isinstance(exc, OperationTimeoutError)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+async def _close_quietly(closable: Any) -> None:
+    try:
+        await closable.close()
+    except Exception as exc:  # closing is best effort; the lock runs out on the broker
+        log.debug("Closing %s failed: %s", type(closable).__name__, type(exc).__name__)

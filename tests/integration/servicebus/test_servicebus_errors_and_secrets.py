@@ -1,0 +1,95 @@
+"""Bad input fails the watcher with an error naming the problem, and never quotes a secret."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from airflow_shared_stream.servicebus import (
+    ServiceBusAccessError,
+    ServiceBusConfigurationError,
+    ServiceBusEndpointError,
+    ServiceBusEntityNotFoundError,
+    ServiceBusSharedStreamTrigger,
+)
+from tests.integration.servicebus.conftest import KEY_NAME, SAS_KEY
+from tests.support.processes import free_port
+
+pytestmark = pytest.mark.integration
+
+WRONG_KEY = "d3Jvbmcta2V5LWFsc28tc2VjcmV0LTQ0"
+
+
+def use_connection(monkeypatch, conn: dict) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_AZURE_SERVICE_BUS_DEFAULT", json.dumps(conn))
+
+
+async def failure(harness, trigger) -> BaseException:
+    watcher = harness.add(trigger)
+    return await watcher.wait_for_error(timeout=60)
+
+
+def assert_no_secret(error: BaseException, caplog, *secrets: str) -> None:
+    text = f"{error} {error!r} " + " ".join(r.getMessage() for r in caplog.records)
+    for secret in secrets:
+        assert secret not in text
+
+
+async def test_missing_entity(servicebus, servicebus_connection, harness, caplog):
+    error = await failure(harness, ServiceBusSharedStreamTrigger("no-such-queue"))
+    assert isinstance(error, ServiceBusEntityNotFoundError)
+    assert "no-such-queue" in str(error)
+    assert "does not exist" in str(error)
+    assert_no_secret(error, caplog, SAS_KEY)
+
+
+async def test_bad_connection_string(servicebus, monkeypatch, harness, caplog):
+    bad = f"Endpoint=nonsense;SharedAccessKey={SAS_KEY}"
+    use_connection(monkeypatch, {"conn_type": "azure_service_bus", "schema": bad})
+    error = await failure(harness, ServiceBusSharedStreamTrigger(servicebus.create_queue()))
+    assert isinstance(error, ServiceBusConfigurationError)
+    assert "not a Service Bus connection string" in str(error)
+    assert_no_secret(error, caplog, SAS_KEY, bad)
+
+
+async def test_unauthorized(servicebus, monkeypatch, harness, caplog):
+    caplog.set_level(logging.DEBUG)
+    use_connection(monkeypatch, servicebus.connection(key_name=KEY_NAME, key=WRONG_KEY))
+    error = await failure(harness, ServiceBusSharedStreamTrigger(servicebus.create_queue()))
+    assert isinstance(error, ServiceBusAccessError)
+    assert "refused the credential of connection 'azure_service_bus_default'" in str(error)
+    assert_no_secret(error, caplog, WRONG_KEY)
+
+
+async def test_unreachable_namespace(monkeypatch, harness, caplog):
+    conn = {
+        "conn_type": "azure_service_bus",
+        "schema": f"Endpoint=sb://127.0.0.1:{free_port()};SharedAccessKeyName=k;"
+        f"SharedAccessKey={SAS_KEY};UseDevelopmentEmulator=true;",
+    }
+    use_connection(monkeypatch, conn)
+    error = await failure(harness, ServiceBusSharedStreamTrigger("orders"))
+    assert isinstance(error, ServiceBusEndpointError)
+    assert "did not answer as Service Bus" in str(error)
+    assert_no_secret(error, caplog, SAS_KEY)
+
+
+async def test_serialize_holds_no_secret(servicebus, servicebus_connection):
+    trigger = ServiceBusSharedStreamTrigger(servicebus.create_queue())
+    assert SAS_KEY not in json.dumps(trigger.serialize())
+
+
+async def test_two_connections_to_one_entity_fail_instead_of_splitting(servicebus, monkeypatch, harness):
+    queue = servicebus.create_queue()
+    conn = json.dumps(servicebus.connection(key_name=KEY_NAME, key=SAS_KEY))
+    monkeypatch.setenv("AIRFLOW_CONN_SB_ONE", conn)
+    monkeypatch.setenv("AIRFLOW_CONN_SB_TWO", conn)
+    first = harness.add(ServiceBusSharedStreamTrigger(queue, azure_service_bus_conn_id="sb_one"))
+    servicebus.send(queue, [{"n": 1}])
+    await first.wait_for_events(1)
+    second = harness.add(ServiceBusSharedStreamTrigger(queue, azure_service_bus_conn_id="sb_two"))
+    error = await second.wait_for_error(timeout=30)
+    assert isinstance(error, ServiceBusConfigurationError)
+    assert "already streamed through connection 'sb_one'" in str(error)
