@@ -185,6 +185,8 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
     """
 
     broker = "servicebus"
+    ack_linger_seconds = 0.0
+    """``complete_message`` settles one message per call: there is no batch to wait for."""
 
     def __init__(
         self,
