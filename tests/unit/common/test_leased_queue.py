@@ -116,7 +116,9 @@ async def test_unordered_messages_share_the_lane_of_their_receive_call_and_are_n
     m1, m2 = await take(producer, 2)
     assert producer.get_advance_lane(m1) == producer.get_advance_lane(m2)
     await producer.advance(items([m1, m2], FAILED, ACKED))
-    assert producer.calls == [("ack", ["m2"]), ("redeliver", ["m1"])]
+    # Unordered: the ACK is coalesced (sent here because nothing else is in flight), so it may
+    # follow the redelivery; what matters is that m2 is not held back behind m1.
+    assert sorted(producer.calls) == [("ack", ["m2"]), ("redeliver", ["m1"])]
 
 
 async def test_settlement_is_chunked_and_dead_letters_carry_their_reason():
