@@ -251,6 +251,15 @@ class Sqs:
                 "extra": {"region_name": "us-east-1", "endpoint_url": self.proxy.endpoint_url},
             }
         )
+        # Imports and botocore's service model are loaded once here, so the first cell's
+        # "memory per watcher" is not the library's own footprint.
+        import aiobotocore.session  # noqa: F401
+
+        import airflow_shared_stream.sqs.trigger  # noqa: F401
+
+        with contextlib.suppress(ImportError):
+            import airflow.providers.amazon.aws.triggers.sqs  # noqa: F401
+        self._direct_endpoint = f"http://127.0.0.1:{port}"
         # The benchmark's own set-up calls go straight to moto, not through the proxy.
         self.direct = boto3.client(
             "sqs",
@@ -263,6 +272,9 @@ class Sqs:
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
+
+    async def warm(self) -> None:
+        await _warm_sqs_client(self._direct_endpoint)
 
     def queue(self, messages: int) -> str:
         url = self.direct.create_queue(QueueName=f"watchers-{uuid.uuid4().hex[:10]}")["QueueUrl"]
@@ -353,6 +365,19 @@ class Sqs:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def _warm_sqs_client(endpoint: str) -> None:
+    from aiobotocore.session import get_session
+
+    async with get_session().create_client(
+        "sqs",
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="b",
+        aws_secret_access_key="b",
+    ) as sqs:
+        await sqs.list_queues()
+
+
 # -- Kafka ------------------------------------------------------------------------------------
 
 
@@ -386,6 +411,9 @@ class Kafka:
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
+
+    async def warm(self) -> None:
+        pass
 
     async def run(self, variant: str, watchers: int, messages: int, partitions: int = 1) -> Cell:
         from bench import kafka_throughput as kt
@@ -431,6 +459,7 @@ async def bench(args: argparse.Namespace) -> dict[str, list[Cell]]:
     for broker_name in args.broker:
         broker: Any = Sqs(args) if broker_name == "sqs" else Kafka(args)
         with broker:
+            await broker.warm()
             plans = [(n, 1) for n in args.watchers]
             if broker_name == "kafka" and args.kafka_partitions > 1:
                 plans += [(n, args.kafka_partitions) for n in args.watchers if n <= 10]
