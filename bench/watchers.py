@@ -425,7 +425,7 @@ class Kafka:
         topic = f"watchers-{uuid.uuid4().hex[:8]}"
         await kt.prepare_topic(self.bootstrap, topic, messages)
         if variant == "ceiling":
-            await run_ceiling(cell, budget, sync)
+            await run_ceiling(cell, budget, sync, bulk=True)
         elif variant == "bare":
             meter = Meter(None)
             meter.start()
@@ -440,13 +440,32 @@ class Kafka:
         return cell
 
 
-async def run_ceiling(cell: Cell, budget: float, sync: float) -> None:
+class BulkInMemoryProducer(InMemoryProducer):
+    """The in-memory ceiling shaped like a Kafka fetch: one receive takes every free credit."""
+
+    receive_limit = None
+    settle_batch_limit = None
+
+
+class BulkInMemoryTrigger(InMemoryTrigger):
+    producer_class = BulkInMemoryProducer
+
+
+async def run_ceiling(cell: Cell, budget: float, sync: float, *, bulk: bool = False) -> None:
+    """
+    The manager's ceiling: the leased-queue template over an in-memory queue.
+
+    ``bulk`` for Kafka: a Kafka fetch returns up to the credit window at once, where a leased
+    queue receives at most ten per call; with ten the in-memory "ceiling" would sit below
+    the Kafka producer it bounds.
+    """
     stream = f"ceiling-{uuid.uuid4().hex[:8]}"
     queue = InMemoryProducer.queue(stream)
     for n in range(cell.messages):
         queue.publish({"n": n, "kind": "order", "pad": "x" * 60})
+    trigger = BulkInMemoryTrigger if bulk else InMemoryTrigger
     try:
-        await drive_shared(lambda: InMemoryTrigger(stream), cell, Meter(None), budget, sync)
+        await drive_shared(lambda: trigger(stream), cell, Meter(None), budget, sync)
     finally:
         InMemoryProducer.queues.pop(stream, None)
 
