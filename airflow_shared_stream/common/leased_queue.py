@@ -592,7 +592,6 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             self._lag_task.cancel()
             await asyncio.gather(self._lag_task, return_exceptions=True)
             self._lag_task = None
-        await self._acks.stop()
         if self._leases is not None and len(self._acks):
             # Advanced by the manager, so done: send them rather than let them come back.
             try:
@@ -603,6 +602,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
                     len(self._acks),
                     type(exc).__name__,
                 )
+        await self._acks.stop()  # after the flush: a round sleeping on its linger has nothing left
         if self._leases is not None:
             await self._leases.stop()
         await self.disconnect()
