@@ -187,3 +187,18 @@ async def test_the_window_bounds_what_is_received():
     await asyncio.wait_for(blocked, 1.0)
     await stream.aclose()
     await producer.aclose()
+
+
+async def test_an_unordered_ack_waits_for_a_batch_keeps_its_lease_and_is_sent_on_close():
+    producer = RecordedBroker([("m0", None, "x"), ("m1", None, "x"), ("f0", "F", "x")])
+    m0, _m1, f0 = await take(producer, 3)
+    await producer.advance(items([m0], ACKED))
+    assert producer.calls == [], "one ACK waits for a batch while m1 and f0 are in flight"
+    assert producer._leases is not None
+    assert "m0" in producer._leases, "the lease of a message waiting for its ACK is kept"
+    await producer.advance(items([f0], ACKED))
+    assert producer.calls == [("ack", ["f0"])], "an ordered lane is acked at once"
+    await producer.aclose()
+    assert ("ack", ["m0"]) in producer.calls, "aclose sends the queued ACKs"
+    assert producer.calls.index(("ack", ["m0"])) < producer.calls.index(("disconnect", []))
+    assert all("m1" not in handles for _, handles in producer.calls), "m1 was never advanced"
