@@ -506,7 +506,7 @@ async def bench(args: argparse.Namespace) -> dict[str, list[Cell]]:
 
 def default_messages(broker: str, watchers: int) -> int:
     if broker == "sqs":  # moto answers ~30 receive-and-delete rounds of 10 a second here
-        return {1: 600, 10: 400, 100: 200, 1000: 100}.get(watchers, 200)
+        return {1: 600, 10: 400, 100: 100, 1000: 50}.get(watchers, 100)
     return {1: 20_000, 10: 10_000, 100: 2_000, 1000: 300}.get(watchers, 2_000)
 
 
