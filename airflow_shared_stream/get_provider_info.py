@@ -29,6 +29,13 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             },
             {
+                "integration-name": "Google Cloud Pub/Sub shared stream",
+                "external-doc-url": "https://cloud.google.com/pubsub/",
+                "tags": [
+                    "gcp",
+                ],
+            },
+            {
                 "integration-name": "Azure Service Bus shared stream",
                 "external-doc-url": "https://learn.microsoft.com/azure/service-bus-messaging/",
                 "tags": [
@@ -54,6 +61,12 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "Apache Kafka shared stream",
                 "python-modules": [
                     "airflow_shared_stream.kafka.trigger",
+                ],
+            },
+            {
+                "integration-name": "Google Cloud Pub/Sub shared stream",
+                "python-modules": [
+                    "airflow_shared_stream.pubsub.trigger",
                 ],
             },
             {
@@ -91,6 +104,12 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             },
             {
+                "integration-name": "Google Cloud Pub/Sub shared stream",
+                "python-modules": [
+                    "airflow_shared_stream.pubsub.hook",
+                ],
+            },
+            {
                 "integration-name": "Azure Service Bus shared stream",
                 "python-modules": [
                     "airflow_shared_stream.servicebus.hook",
@@ -103,4 +122,18 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             },
         ],
+        "config": {
+            "shared_stream": {
+                "description": "Settings of the airflow-shared-stream provider.",
+                "options": {
+                    "requeue_stranded_asset_events": {
+                        "description": "Stop Airflow 3.3 from leaving the last asset events of a burst in no Dag run until the\nnext event (apache/airflow#56050). When True, two listeners of this provider keep an\nasset's run-queue row at its newest watcher event (triggerer) and re-queue asset\nevents newer than a Dag's last asset-triggered run (scheduler). Set it for the\ntriggerer and the scheduler. Does nothing on an Airflow whose run queue references\nits asset events (apache/airflow#70972). See docs/pipelines.rst.\n",
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "True",
+                        "default": "False",
+                    },
+                },
+            },
+        },
     }

@@ -5,15 +5,21 @@ Run through ``scripts/demo.sh`` (which builds ``.venv/`` first). It starts, on f
 ports and in a fresh work directory:
 
 * a broker: noida-db speaking the Kafka protocol (default), moto's SQS server (``--broker sqs``),
+  Google's Pub/Sub emulator (``--broker pubsub``),
   or the Service Bus test server, a protocol-level AMQP fake (``--broker servicebus``);
 * a Spark standalone cluster (master with a JWS-protected REST API, one worker);
 * Airflow 3.3 (dag-processor, scheduler, triggerer, api-server) serving that broker's example
-  pipeline from ``example_dags/``;
+  pipeline from ``example_dags/``, on SQLite (default) or a throwaway PostgreSQL 15 cluster
+  (``--database postgres``), with ``[shared_stream] requeue_stranded_asset_events`` on;
 
-then publishes a realistic stream of order events, shows the pipeline's progress, prints a
-summary (events, asset events, Dag runs, Spark applications, rows written, latencies) and where
-to open the Airflow UI, and stops every process it started, also on Ctrl-C or failure
-(``--keep`` leaves everything running until Ctrl-C).
+then publishes a realistic stream of order events (and nothing after it), shows the pipeline's
+progress, prints a summary (events, asset events, Dag runs, Spark applications, rows written,
+latencies) and where to open the Airflow UI, and stops every process it started, also on Ctrl-C
+or failure (``--keep`` leaves everything running until Ctrl-C).
+
+It checks its own result: the exit status is 1, with what is missing, when the rows written
+differ from the rows expected, a Dag run failed, a message was consumed by no run, or the broker
+did not advance to its end.
 """
 
 from __future__ import annotations
@@ -43,22 +49,29 @@ from tests.support.pipeline import (  # noqa: E402
     SPARK_TASKS,
     PipelineState,
     latencies,
+    latency_table,
     parquet_event_ids,
     summarize_runs,
     wait_for_pipeline,
 )
+from tests.support.postgres import postgres_server  # noqa: E402
+from tests.support.pubsub_emulator import pubsub_emulator_process  # noqa: E402
 from tests.support.servicebus_server import ServiceBusServer  # noqa: E402
 from tests.support.spark import spark_standalone_cluster  # noqa: E402
+
+MITIGATION_ENV = "AIRFLOW__SHARED_STREAM__REQUEUE_STRANDED_ASSET_EVENTS"
 
 BROKERS = {
     # broker -> (Dag file, Dag id, envelope key of the message body)
     "kafka": ("kafka_orders_pipeline.py", "kafka_orders_pipeline", "value"),
     "sqs": ("sqs_orders_pipeline.py", "sqs_orders_pipeline", "body"),
+    "pubsub": ("pubsub_orders_pipeline.py", "pubsub_orders_pipeline", "body"),
     "servicebus": ("servicebus_orders_pipeline.py", "servicebus_orders_pipeline", "body"),
 }
 BROKER_NAMES = {
     "kafka": "noida-db, Kafka protocol",
     "sqs": "moto, SQS",
+    "pubsub": "Google's Pub/Sub emulator",
     "servicebus": "the Service Bus test server: a protocol-level AMQP fake",
 }
 SHARED_DAG_FILES = ("order_pipeline.py", ".airflowignore", "spark_jobs")
@@ -75,6 +88,17 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--events", type=int, default=40, help="order events to publish (default 40)")
     parser.add_argument("--rate", type=float, default=10.0, help="events per second (default 10)")
+    parser.add_argument(
+        "--database",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="Airflow's metadata database (default sqlite; postgres: a throwaway PostgreSQL 15 cluster)",
+    )
+    parser.add_argument(
+        "--core-scheduling",
+        action="store_true",
+        help="turn [shared_stream] requeue_stranded_asset_events off, to see Airflow 3.3's stranded events",
+    )
     parser.add_argument("--keep", action="store_true", help="leave everything running after the summary")
     parser.add_argument("--work-dir", type=Path, help="default: a fresh directory under the system temp dir")
     parser.add_argument("--timeout", type=float, default=1500, help="seconds to wait for the pipeline")
@@ -101,7 +125,6 @@ class Publisher(threading.Thread):
         self.published: list[dict[str, Any]] = []
         self.published_at: dict[str, float] = {}
         self.error: BaseException | None = None
-        self._extra = 0
 
     def run(self) -> None:
         try:
@@ -115,18 +138,6 @@ class Publisher(threading.Thread):
         self.published_at[event["event_id"]] = time.time()
         self.send([event])
         self.published.append(event)
-
-    def next_message(self) -> set[str]:
-        """The stream's next message, for asset events that wait for one (see ``pipeline.stranded``)."""
-        self._extra += 1
-        event = {
-            **order_stream(1, tag=f"demo-next{self._extra}", seed=1000 + self._extra)[0],
-            "type": "order_created",
-            "amount": 99.0,
-        }
-        event["order_id"] = event.get("order_id") or f"o-next-{self._extra}"
-        self._send(event)
-        return {event["event_id"]}
 
 
 def _progress_printer(publisher: Publisher, total: int) -> Any:
@@ -178,11 +189,32 @@ def main(argv: list[str] | None = None) -> int:
             def send(batch: list[dict[str, Any]]) -> None:
                 kafka.produce("orders", batch, key_field="customer_id")
 
-            def broker_state() -> str:
+            def broker_state() -> tuple[str, bool]:
                 end = kafka.end_offsets("orders")
                 committed = kafka.committed("airflow-orders-pipeline", "orders")
                 dead = len(kafka.read_all("orders.dlq", timeout=2))
-                return f"topic orders end offsets {end}, group committed {committed}; {dead} on orders.dlq"
+                text = f"topic orders end offsets {end}, group committed {committed}; {dead} on orders.dlq"
+                return text, committed == end
+        elif args.broker == "pubsub":
+            (work / "pubsub").mkdir()
+            pubsub = stack.enter_context(pubsub_emulator_process(work / "pubsub"))
+            topic = pubsub.create_topic("orders")
+            dead_letter_topic = pubsub.create_topic("orders-dlq")
+            subscription = pubsub.create_subscription(topic, "orders-airflow", ack_deadline_seconds=20)
+            dead_letter_reader = pubsub.create_subscription(dead_letter_topic, "orders-dlq-reader")
+            env.update(pubsub.env())
+            env["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = json.dumps(pubsub.connection())
+            env["ORDERS_PUBSUB_SUBSCRIPTION"] = "orders-airflow"
+            env["ORDERS_PUBSUB_DEAD_LETTER_TOPIC"] = "orders-dlq"
+
+            def send(batch: list[dict[str, Any]]) -> None:
+                pubsub.publish(topic, batch)
+
+            def broker_state() -> tuple[str, bool]:
+                left = len(pubsub.pull(subscription, ack=False))
+                dead = len(pubsub.drain(dead_letter_reader, quiet_for=0.5))
+                text = f"subscription orders-airflow: {left} not acknowledged; {dead} on orders-dlq"
+                return text, left == 0
         elif args.broker == "servicebus":
             servicebus = stack.enter_context(ServiceBusServer())
             servicebus.create_queue("orders")
@@ -192,10 +224,10 @@ def main(argv: list[str] | None = None) -> int:
             def send(batch: list[dict[str, Any]]) -> None:
                 servicebus.send("orders", batch)
 
-            def broker_state() -> str:
+            def broker_state() -> tuple[str, bool]:
                 waiting = len(servicebus.messages("orders"))
                 dead = len(servicebus.dead_letters("orders"))
-                return f"queue orders holds {waiting}; {dead} on orders/$DeadLetterQueue"
+                return f"queue orders holds {waiting}; {dead} on orders/$DeadLetterQueue", waiting == 0
         else:
             sqs = stack.enter_context(sqs_server_process())
             dlq_url = sqs.create_queue("orders-dlq")
@@ -207,10 +239,10 @@ def main(argv: list[str] | None = None) -> int:
             def send(batch: list[dict[str, Any]]) -> None:
                 sqs.send(queue_url, batch)
 
-            def broker_state() -> str:
+            def broker_state() -> tuple[str, bool]:
                 depth = sqs.depth(queue_url)
                 dead = sqs.depth(dlq_url).visible
-                return f"queue orders {depth}; {dead} on orders-dlq"
+                return f"queue orders {depth}; {dead} on orders-dlq", sum(depth) == 0
 
         say("starting Spark standalone (master with JWS-protected REST API, one worker)")
         spark = stack.enter_context(spark_standalone_cluster(work / "spark", worker_cores=4))
@@ -220,9 +252,20 @@ def main(argv: list[str] | None = None) -> int:
         env["AIRFLOW_CONN_SPARK_CLUSTER"] = spark.connection_json()
         env["SHARED_STREAM_SPARK_DEFERRABLE_CONN_ID"] = "spark_cluster"
 
-        say("starting Airflow 3.3: db migrate, dag-processor, scheduler, triggerer, api-server (~1 min)")
+        database_url = None
+        if args.database == "postgres":
+            say("starting PostgreSQL 15 (a throwaway cluster for Airflow's metadata database)")
+            database_url = stack.enter_context(postgres_server()).url()
+        env[MITIGATION_ENV] = str(not args.core_scheduling)
+        say(
+            "starting Airflow 3.3: db migrate, dag-processor, scheduler, triggerer, api-server (~1 min); "
+            f"{args.database}, requeue_stranded_asset_events={not args.core_scheduling}"
+        )
         airflow = AirflowDeployment(
-            home=work / "airflow", dags_folder=_dags_folder(work, args.broker), env=env
+            home=work / "airflow",
+            dags_folder=_dags_folder(work, args.broker),
+            env=env,
+            database_url=database_url,
         )
         stack.callback(airflow.stop)
         airflow.start()
@@ -237,23 +280,31 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         publisher.start()
         ids = {e["event_id"] for e in events}
-        rows = expectation(args.broker, events).rows
-        state = wait_for_pipeline(
-            airflow,
-            dag_id,
-            args.broker,
-            body_key,
-            ids,
-            rows,
-            timeout=args.timeout,
-            nudge=lambda: set() if publisher.is_alive() else publisher.next_message(),
-            progress=_progress_printer(publisher, len(events)),
-        )
+        rows = set(expectation(args.broker, events).rows)
+        problems: list[str] = []
+        try:
+            state = wait_for_pipeline(
+                airflow,
+                dag_id,
+                args.broker,
+                body_key,
+                ids,
+                rows,
+                timeout=args.timeout,
+                progress=_progress_printer(publisher, len(events)),
+            )
+        except AssertionError as exc:
+            problems.append(str(exc))
+            from tests.support.pipeline import snapshot
+
+            state = snapshot(airflow, dag_id, args.broker, body_key, ids)
         publisher.join()
         if publisher.error is not None:
             raise publisher.error
         elapsed = time.monotonic() - started
-        _summary(args, airflow, state, publisher, data_dir, broker_state(), elapsed)
+        broker, advanced = _broker_settled(broker_state)
+        problems += _check(args, state, publisher, data_dir, advanced, broker)
+        _summary(args, airflow, state, publisher, data_dir, broker, elapsed)
         if args.keep:
             say(f"--keep: everything keeps running. Airflow UI {airflow.api_url}. Ctrl-C stops it all.")
             with contextlib.suppress(KeyboardInterrupt):
@@ -262,7 +313,50 @@ def main(argv: list[str] | None = None) -> int:
         say("stopping every process the demo started")
     if not args.keep and args.work_dir is None:
         shutil.rmtree(work, ignore_errors=True)
+    if problems:
+        say("FAILED: " + " | ".join(problems))
+        return 1
+    say("OK: every message reached its rows, every Dag run succeeded, the broker is at its end")
     return 0
+
+
+def _broker_settled(broker_state: Any, timeout: float = 60.0) -> tuple[str, bool]:
+    """The broker's state once it has advanced to its end (or after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    text, advanced = broker_state()
+    while not advanced and time.monotonic() < deadline:
+        time.sleep(2)
+        text, advanced = broker_state()
+    return text, advanced
+
+
+def _check(
+    args: argparse.Namespace,
+    state: PipelineState,
+    publisher: Publisher,
+    data_dir: Path,
+    advanced: bool,
+    broker: str,
+) -> list[str]:
+    """What is wrong with the result, in words; empty when all is well."""
+    want = expectation(args.broker, publisher.published)
+    problems = []
+    for task in SPARK_TASKS:
+        found = parquet_event_ids(data_dir / args.broker / task / "orders")
+        missing, extra = want.rows - set(found), set(found) - want.rows
+        duplicates = len(found) - len(set(found))
+        if missing or extra or duplicates:
+            problems.append(
+                f"{task} wrote {len(found)} rows for {len(want.rows)} expected: "
+                f"{len(missing)} missing {sorted(missing)[:5]}, {len(extra)} unexpected, "
+                f"{duplicates} duplicated"
+            )
+    failed = [r.run_id for r in state.runs if r.state != "success"]
+    if failed:
+        problems.append(f"{len(failed)} Dag runs did not succeed: {failed[:5]}")
+    if not advanced:
+        problems.append(f"the broker did not advance to its end: {broker}")
+    return problems
 
 
 def _summary(
@@ -289,8 +383,14 @@ def _summary(
         found = parquet_event_ids(table)
         print(f"  rows written       {task}: {len(found)} rows ({len(set(found))} distinct) in {table}")
     print(f"  expected rows      {len(want.rows)} (valid, matched, de-duplicated)")
-    for name, latency in latencies(state, publisher.published_at, want.rows & state.event_ids).items():
-        print(f"  latency            message -> {name}: {latency}")
+    measured = want.rows & state.run_of_event.keys()
+    print(
+        f"  latency            (seconds from publishing; {args.database}; wait = run created - could start)"
+    )
+    table = latency_table(
+        {f"{args.broker}, {args.database}": latencies(state, publisher.published_at, measured)}
+    )
+    print("\n".join(f"    {line}" for line in table.splitlines()))
     print(f"  broker             {broker}")
     print(f"  Airflow UI         {airflow.api_url}/dags/{BROKERS[args.broker][1]}  (no login needed)")
     print("=" * 78 + "\n", flush=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+import uuid
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -29,11 +30,15 @@ from airflow.sdk import conf
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException, AirflowTaskTimeout
 
 from airflow_shared_stream.spark.hook import (
+    SUBMISSION_TAG_PROPERTY,
     SparkRestClient,
     SparkRestConfig,
+    SparkRestError,
     SparkRestHook,
+    TransientSparkRestError,
     UnknownSubmissionError,
     build_create_request,
+    find_driver_by_tag,
     rest_submission_supported,
 )
 from airflow_shared_stream.spark.triggers import DEFAULT_MAX_TRANSIENT_ERRORS, SparkApplicationTrigger
@@ -75,7 +80,9 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
     is the trigger's poll interval and ``execution_timeout`` is enforced by the trigger, which
     kills the driver when it passes. Connection extras used by the REST path:
     ``rest-port``, ``rest-scheme``, ``pyspark-driver-python`` (the parent-death launcher),
-    ``pyspark-python``, ``master-ui-url``; the password is the JWS token (docs/spark.rst).
+    ``pyspark-python``, ``master-ui-url`` (the shared status poller, failed drivers' messages,
+    finding the driver of a create whose answer was lost); the password is the JWS token,
+    sent only to the REST server (docs/spark.rst).
     """
 
     def __init__(
@@ -136,15 +143,26 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
                 "use deferrable=False"
             )
 
+    @property
+    def _pending_key(self) -> str:
+        """Task-state key of a create request sent but not (yet) answered: ``{"tag", "since"}``."""
+        return f"{self.external_id_key}_pending"
+
+    def _store(self, context: Context) -> Any:
+        return context.get("task_state_store") if self.durable else None
+
     def _reattach(self, client: SparkRestClient, context: Context) -> tuple[str | None, bool]:
         """
         What a retry does with the driver id an earlier attempt stored: ``(id to wait on, finished)``.
 
         Still running: wait on it (no second copy of the job). Finished: nothing to do. Failed,
-        killed, or unknown to the master (restarted): ``(None, False)``, submit anew.
+        killed, or unknown to the master (restarted): ``(None, False)``, submit anew. An earlier
+        create that was never answered is looked up by its tag first (:meth:`_resolve_pending`).
         """
-        store = context.get("task_state_store") if self.durable else None
+        store = self._store(context)
         stored = store.get(self.external_id_key) if store is not None else None
+        if not stored and store is not None:
+            stored = self._resolve_pending(store)
         if not stored:
             return None, False
         try:
@@ -160,6 +178,60 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
             return str(stored), True
         self.log.warning("Stored Spark driver %s ended %s: submitting anew", stored, status.state)
         return None, False
+
+    def _resolve_pending(self, store: Any) -> str | None:
+        """
+        Find the driver of a create request whose answer was lost (timeout, reset, crash).
+
+        The master may have started the driver although the client never heard back; submitting
+        again would run the application twice. The tag the request carried identifies it.
+        Returns the driver id (also stored under ``spark_job_id``), or ``None`` when the master
+        has no driver with the tag (the request never got there): then submitting is safe.
+        """
+        pending = store.get(self._pending_key)
+        if not isinstance(pending, dict) or not pending.get("tag"):
+            return None
+        cfg = self._rest_config
+        assert cfg is not None
+        if not cfg.master_ui_url:
+            self.log.warning(
+                "An earlier create request of this task was not answered and the connection has no "
+                "master-ui-url to look its driver up: submitting anew, the application may run twice"
+            )
+            store.delete(self._pending_key)
+            return None
+        found = self._find_tagged(cfg, str(pending["tag"]), float(pending.get("since") or 0))
+        if found is None:
+            self.log.info("The unanswered create request of an earlier attempt started no driver")
+        else:
+            self.log.info("Found driver %s of an earlier attempt's unanswered create request", found)
+            store.set(self.external_id_key, found)
+        store.delete(self._pending_key)
+        return found
+
+    def _find_tagged(self, cfg: SparkRestConfig, tag: str, since: float, wait: float = 60.0) -> str | None:
+        """:func:`find_driver_by_tag`, waiting (bounded) for candidates that have not launched yet."""
+        until = time.monotonic() + wait
+        while True:
+            lookup = find_driver_by_tag(cfg, tag, since)
+            if lookup.driver_id or not lookup.undecided:
+                return lookup.driver_id
+            if time.monotonic() >= until:
+                raise AirflowException(
+                    f"Cannot tell whether Spark driver(s) {', '.join(lookup.undecided)} were started by an "
+                    "earlier, unanswered create request of this task (not launched yet, or worker UI "
+                    "unreachable); not submitting again. The task will retry."
+                )
+            time.sleep(2.0)
+
+    def _lookup_after_lost_answer(self, cfg: SparkRestConfig, tag: str, since: float) -> str | None:
+        if not cfg.master_ui_url:
+            return None
+        try:
+            return self._find_tagged(cfg, tag, since)
+        except (SparkRestError, AirflowException) as exc:
+            self.log.warning("Could not look up the driver of the unanswered create request: %s", exc)
+            return None
 
     def _submit(self, client: SparkRestClient, context: Context) -> str:
         spark_conf = dict(self.conf or {})
@@ -195,11 +267,31 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
             driver_python=cfg.driver_python,
             python=cfg.python,
         )
-        submission_id = client.create(body)
+        # The tag makes the create idempotent: if the answer is lost, the driver it started can
+        # still be found (by this attempt, or by a retry via the pending marker).
+        tag = uuid.uuid4().hex
+        body["sparkProperties"][SUBMISSION_TAG_PROPERTY] = tag
+        store = self._store(context)
+        if store is not None:
+            store.set(self._pending_key, {"tag": tag, "since": time.time()})
+        since = time.time()
+        try:
+            submission_id = client.create(body)
+        except TransientSparkRestError:
+            # Timeout, reset or 5xx: the master may have accepted it all the same.
+            found = self._lookup_after_lost_answer(cfg, tag, since)
+            if found is None:
+                raise  # the pending marker stays: a retry looks again before submitting
+            self.log.warning("The create request was not answered, but the master started driver %s", found)
+            submission_id = found
+        except SparkRestError:
+            if store is not None:  # a definite refusal: nothing was started
+                store.delete(self._pending_key)
+            raise
         self.log.info("Submitted Spark application %s as driver %s", self.name, submission_id)
-        store = context.get("task_state_store") if self.durable else None
         if store is not None:
             store.set(self.external_id_key, submission_id)
+            store.delete(self._pending_key)
         return submission_id
 
     def _deadline(self, context: Context) -> float | None:

@@ -3,8 +3,13 @@
 
 Why a trigger: a Spark application runs for minutes to hours. ``SparkSubmitOperator`` holds a
 worker slot (and a ``spark-submit`` JVM) all that time; the deferrable operator submits over
-the master's REST API, hands the submission id to this trigger and frees the slot. The
-trigger polls ``GET /v1/submissions/status/<id>`` with httpx in the triggerer's event loop.
+the master's REST API, hands the submission id to this trigger and frees the slot.
+
+How it waits: by default through the master's shared poller
+(:mod:`airflow_shared_stream.spark.poller`): one driver listing per interval for every trigger
+waiting on that master, REST status only for drivers the listing does not settle. Without the
+master's web UI in the connection (``master-ui-url``), or with ``shared_poller=False``, it polls
+``GET /v1/submissions/status/<id>`` for its own driver (the per-trigger path).
 
 What it promises, each because a naive poller got it wrong:
 
@@ -12,9 +17,10 @@ What it promises, each because a naive poller got it wrong:
   an error event at once, not a poll that never returns; a run of transient errors (master
   unreachable, HTTP 5xx, master recovering) longer than ``max_transient_errors`` is an error.
 * **It owns the deadline.** A deferred task is not covered by ``execution_timeout``, so the
-  operator passes the attempt's deadline; past it the trigger kills the driver and reports
-  ``timeout``. Killing matters: failing the task while Spark keeps running would let a retry
-  run two copies of the job side by side.
+  operator passes the attempt's deadline; past it the trigger asks for the driver's status once
+  more (a driver that finished since the last poll is reported as what it is, not as a
+  timeout), then kills it and reports ``timeout``. Killing matters: failing the task while
+  Spark keeps running would let a retry run two copies of the job side by side.
 * **on_kill kills.** When a user marks the deferred task failed/success or clears it, Airflow
   calls :meth:`on_kill` and the driver is killed. A triggerer restart does not (the trigger
   moves, the application keeps running).
@@ -25,13 +31,16 @@ What it promises, each because a naive poller got it wrong:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_shared_stream.spark import poller
 from airflow_shared_stream.spark.hook import (
+    ACTIVE_STATES,
     AsyncSparkRestClient,
     DriverStatus,
     SparkRestConfig,
@@ -60,6 +69,9 @@ class SparkApplicationTrigger(BaseTrigger):
     :param poll_interval: seconds between status requests.
     :param deadline: Unix time after which the driver is killed, or ``None`` for no deadline.
     :param max_transient_errors: consecutive transient failures tolerated before giving up.
+    :param shared_poller: wait through the master's shared poller (one listing request per
+        interval for all triggers on that master) when the connection has ``master-ui-url``;
+        ``False`` polls this driver's REST status alone.
     """
 
     def __init__(
@@ -70,6 +82,7 @@ class SparkApplicationTrigger(BaseTrigger):
         poll_interval: float = 5.0,
         deadline: float | None = None,
         max_transient_errors: int = DEFAULT_MAX_TRANSIENT_ERRORS,
+        shared_poller: bool = True,
     ) -> None:
         super().__init__()
         if poll_interval <= 0:
@@ -81,6 +94,7 @@ class SparkApplicationTrigger(BaseTrigger):
         self.poll_interval = float(poll_interval)
         self.deadline = None if deadline is None else float(deadline)
         self.max_transient_errors = int(max_transient_errors)
+        self.shared_poller = bool(shared_poller)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -91,6 +105,7 @@ class SparkApplicationTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
                 "max_transient_errors": self.max_transient_errors,
+                "shared_poller": self.shared_poller,
             },
         )
 
@@ -114,16 +129,45 @@ class SparkApplicationTrigger(BaseTrigger):
             # Connection lookup errors name the conn id only; never the password.
             yield self._event("error", None, f"cannot read connection {self.conn_id!r}: {type(exc).__name__}")
             return
-        async with AsyncSparkRestClient(cfg) as client:
-            event = await self._poll(client)
+        if self.shared_poller and cfg.master_ui_url:
+            event = await self._wait_shared(cfg)
+        else:
+            async with AsyncSparkRestClient(cfg) as client:
+                event = await self._poll(client)
         yield event
+
+    async def _wait_shared(self, cfg: SparkRestConfig) -> TriggerEvent:
+        """Wait on the master's shared poller; this trigger keeps its deadline and error rules."""
+        watch = poller.watch(
+            cfg,
+            self.submission_id,
+            poll_interval=self.poll_interval,
+            max_transient_errors=self.max_transient_errors,
+        )
+        try:
+            timeout = None if self.deadline is None else max(0.0, self.deadline - time.time())
+            try:
+                # shield: a timeout must not cancel the outcome other code may still resolve.
+                status = await asyncio.wait_for(asyncio.shield(watch.outcome), timeout)
+            except asyncio.TimeoutError:
+                watch.close()
+                async with AsyncSparkRestClient(cfg) as client:
+                    return await self._deadline_event(client, watch.state)
+            except SparkRestError as exc:
+                return self._event("error", watch.state, str(exc))
+        finally:
+            watch.close()
+        if status.succeeded:
+            return self._event("success", status.state, f"Spark driver {self.submission_id} finished")
+        async with AsyncSparkRestClient(cfg) as client:
+            return self._event("failed", status.state, await self._failure_message(client, status))
 
     async def _poll(self, client: AsyncSparkRestClient) -> TriggerEvent:
         errors = 0
         last_state: str | None = None
         while True:
             if self.deadline is not None and time.time() >= self.deadline:
-                return await self._kill_for_deadline(client, last_state)
+                return await self._deadline_event(client, last_state)
             try:
                 status = await client.status(self.submission_id)
             except UnknownSubmissionError as exc:
@@ -149,11 +193,14 @@ class SparkApplicationTrigger(BaseTrigger):
             if status.state != last_state:
                 self.log.info("Spark driver %s is %s", self.submission_id, status.state)
                 last_state = status.state
-            if status.succeeded:
-                return self._event("success", status.state, f"Spark driver {self.submission_id} finished")
             if not status.active:
-                return self._event("failed", status.state, await self._failure_message(client, status))
+                return await self._final_event(client, status)
             await self._sleep(self.poll_interval)
+
+    async def _final_event(self, client: AsyncSparkRestClient, status: DriverStatus) -> TriggerEvent:
+        if status.succeeded:
+            return self._event("success", status.state, f"Spark driver {self.submission_id} finished")
+        return self._event("failed", status.state, await self._failure_message(client, status))
 
     async def _sleep(self, seconds: float) -> None:
         if self.deadline is not None:
@@ -161,13 +208,35 @@ class SparkApplicationTrigger(BaseTrigger):
         await asyncio.sleep(seconds)
 
     async def _failure_message(self, client: AsyncSparkRestClient, status: DriverStatus) -> str:
+        if status.message is None and status.state == "ERROR":
+            # The listing has no message; for ERROR the REST status carries the exception.
+            with contextlib.suppress(SparkRestError):
+                status = await client.status(self.submission_id)
         detail = status.message or await client.driver_failure_summary(status)
         text = f"Spark driver {self.submission_id} ended {status.state}"
         return f"{text}: {detail}" if detail else text
 
-    async def _kill_for_deadline(self, client: AsyncSparkRestClient, last_state: str | None) -> TriggerEvent:
+    async def _deadline_event(self, client: AsyncSparkRestClient, last_state: str | None) -> TriggerEvent:
+        """
+        The deadline passed: report a driver that already ended as what it ended; kill one that runs.
+
+        The last poll may be up to one interval old, so the driver may have finished in between:
+        one more status request decides. A driver that finishes between that request and the
+        kill is caught by the kill confirmation (the kill is refused, the state is FINISHED).
+        """
+        try:
+            status = await client.status(self.submission_id)
+        except SparkRestError:
+            status = None  # cannot tell: killing is the safe side (the kill is refused if it ended)
+        if status is not None and not status.active:
+            return await self._final_event(client, status)
         self.log.warning("Deadline passed for Spark driver %s: killing it", self.submission_id)
         state = await self._kill_and_confirm(client) or last_state
+        if state is not None and state != "KILLED" and state not in ACTIVE_STATES:
+            # It ended on its own before the kill landed.
+            return await self._final_event(
+                client, DriverStatus(submission_id=self.submission_id, state=state)
+            )
         return self._event(
             "timeout", state, f"Spark driver {self.submission_id} killed: the task's execution_timeout passed"
         )

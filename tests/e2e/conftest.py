@@ -1,15 +1,21 @@
 """
-One real deployment per e2e session: noida-db (Kafka protocol), moto's SQS server, the Service
+The e2e rig: noida-db (Kafka protocol), moto's SQS server, Google's Pub/Sub emulator, the Service
 Bus test server (a protocol-level AMQP fake, tests/support/servicebus_server.py), a Spark
-standalone cluster (master + worker) and Airflow 3.3 serving ``example_dags/``.
+standalone cluster (master + worker) and a PostgreSQL 15 cluster, started once per session (each
+only when a test module needs it); and one Airflow 3.3 deployment per test module, serving only
+that module's Dags, on the metadata database the module chooses.
 
-Everything starts once (about a minute, most of it the Airflow api-server) and is shared by
-every e2e test; each test uses its own topic/queue-independent assertions (event ids) so they
-do not depend on order. Anything that cannot start fails the session loudly, never skips.
+Which pipeline runs on which database (each pipeline once, to keep the suite's time): the Kafka
+pipeline and the Pub/Sub pipeline on PostgreSQL (production's database, row locks, ``ON
+CONFLICT``), the SQS and Service Bus pipelines on SQLite (the embedded default, ``merge``), all
+with ``[shared_stream] requeue_stranded_asset_events`` on. A new broker's pipeline picks one with
+``airflow_stack(..., database="postgresql")`` (see :func:`airflow_stack`). Module scope keeps one
+Airflow (~1 GB) alive at a time. Anything that cannot start fails loudly, never skips.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sysconfig
@@ -23,6 +29,8 @@ import pytest
 from tests.support.airflow import AirflowDeployment, airflow_deployment
 from tests.support.brokers import KafkaBroker, SqsServer, kafka_broker_process, sqs_server_process
 from tests.support.pipeline import latency_table
+from tests.support.postgres import PostgresServer, postgres_server
+from tests.support.pubsub_emulator import PubSubEmulator, pubsub_emulator_process
 from tests.support.servicebus_server import ServiceBusServer
 from tests.support.spark import SparkCluster, spark_standalone_cluster
 
@@ -35,26 +43,39 @@ KAFKA_DEAD_LETTER_TOPIC = "orders.dlq"
 KAFKA_GROUP_ID = "airflow-orders-pipeline"
 SQS_QUEUE = "orders"
 SQS_DEAD_LETTER_QUEUE = "orders-dlq"
+PUBSUB_TOPIC = "orders"
+PUBSUB_SUBSCRIPTION = "orders-airflow"
+PUBSUB_DEAD_LETTER_TOPIC = "orders-dlq"
+PUBSUB_DEAD_LETTER_READER = "orders-dlq-reader"
+
 SERVICEBUS_QUEUE = "orders"
 
 WATCHERS = {
     f"{source}_{name}_watcher"
-    for source in ("kafka", "sqs", "servicebus")
+    for source in ("kafka", "sqs", "pubsub", "servicebus")
     for name in ("orders_created", "orders_cancelled", "large_orders")
 }
-DAG_IDS = {"kafka_orders_pipeline", "sqs_orders_pipeline", "servicebus_orders_pipeline"}
+DAG_FILES = {
+    "kafka": "kafka_orders_pipeline.py",
+    "sqs": "sqs_orders_pipeline.py",
+    "pubsub": "pubsub_orders_pipeline.py",
+    "servicebus": "servicebus_orders_pipeline.py",
+}
+SHARED_DAG_FILES = ("order_pipeline.py", ".airflowignore", "spark_jobs")
+MITIGATION_ENV = "AIRFLOW__SHARED_STREAM__REQUEUE_STRANDED_ASSET_EVENTS"
 
 LATENCY_RESULTS = REPO / "bench" / "results" / "e2e_latency.md"
 LATENCY_HEADER = """# End-to-end latency of the example pipelines
 
 Recorded by `RECORD_E2E_LATENCY=1 .venv/bin/python -m pytest tests/e2e` on a 2-core, 24 GB
-machine: real broker, Spark standalone (master + 1 worker, 2 cores), Airflow 3.3.2 with SQLite
-and LocalExecutor (parallelism 4), all on one host. Each cell is p50 / max over the messages that
-became Parquet rows, measured from the publisher's send time to: the first asset event
-(persisted), the creation and the start of the Dag run that consumed it, and the end of each
-Spark task of that run.
-The Dags run one at a time (`max_active_runs=1`) and the two Spark tasks one after the other,
-so a message that arrives while a run is busy waits for the next one.
+machine: real broker, Spark standalone (master + 1 worker), Airflow 3.3.2 with LocalExecutor
+(parallelism 4), all on one host; the metadata database is named in each row, and
+`[shared_stream] requeue_stranded_asset_events` is on. Each cell is p50 / p95 / max over the
+messages that became Parquet rows, measured from the publisher's send time to: the first asset
+event (persisted), the moment the Dag could start a run for it (its asset event exists and the
+Dag is below `max_active_runs`), the creation and the start of the Dag run that consumed it, and
+the end of each Spark task of that run. `scheduler wait` is run created minus could start: the
+wait the scheduler adds, apart from the one the Dag's own `max_active_runs=1` imposes.
 
 """
 
@@ -70,7 +91,8 @@ class Stack:
     data_dir: Path
     sqs_queue_url: str
     sqs_dead_letter_queue_url: str
-    servicebus: ServiceBusServer
+    pubsub: PubSubEmulator | None = None
+    servicebus: ServiceBusServer | None = None
     servicebus_queue: str = SERVICEBUS_QUEUE
 
 
@@ -90,6 +112,17 @@ def kafka(e2e_dir: Path) -> Iterator[KafkaBroker]:
 def sqs(e2e_dir: Path) -> Iterator[SqsServer]:
     with sqs_server_process() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def pubsub(e2e_dir: Path) -> Iterator[PubSubEmulator]:
+    (e2e_dir / "pubsub").mkdir()
+    with pubsub_emulator_process(e2e_dir / "pubsub") as emulator:
+        topic = emulator.create_topic(PUBSUB_TOPIC)
+        dead_letter_topic = emulator.create_topic(PUBSUB_DEAD_LETTER_TOPIC)
+        emulator.create_subscription(topic, PUBSUB_SUBSCRIPTION, ack_deadline_seconds=20)
+        emulator.create_subscription(dead_letter_topic, PUBSUB_DEAD_LETTER_READER)
+        yield emulator
 
 
 @pytest.fixture(scope="session")
@@ -122,6 +155,7 @@ def stack_env(
     queue_url: str,
     dlq_url: str,
     servicebus: ServiceBusServer | None = None,
+    pubsub: PubSubEmulator | None = None,
 ) -> dict[str, str]:
     """Connections (``AIRFLOW_CONN_*``) and settings (plain environment variables) of the example Dags."""
     return {
@@ -145,6 +179,18 @@ def stack_env(
         "ORDERS_KAFKA_GROUP_ID": KAFKA_GROUP_ID,
         "ORDERS_SQS_QUEUE_URL": queue_url,
         "ORDERS_SQS_DEAD_LETTER_QUEUE_URL": dlq_url,
+        # Pub/Sub: the emulator for every Google client in the deployment, and the connection
+        # naming its project.
+        **(
+            {
+                **pubsub.env(),
+                "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(pubsub.connection()),
+                "ORDERS_PUBSUB_SUBSCRIPTION": PUBSUB_SUBSCRIPTION,
+                "ORDERS_PUBSUB_DEAD_LETTER_TOPIC": PUBSUB_DEAD_LETTER_TOPIC,
+            }
+            if pubsub is not None
+            else {}
+        ),
         **(
             {
                 "AIRFLOW_CONN_AZURE_SERVICE_BUS_DEFAULT": json.dumps(servicebus.connection()),
@@ -157,19 +203,57 @@ def stack_env(
 
 
 @pytest.fixture(scope="session")
-def stack(
-    e2e_dir: Path, kafka: KafkaBroker, sqs: SqsServer, servicebus: ServiceBusServer, spark: SparkCluster
+def postgres() -> Iterator[PostgresServer]:
+    with postgres_server() as server:
+        yield server
+
+
+def dags_folder(root: Path, brokers: tuple[str, ...]) -> Path:
+    """Only these brokers' Dags: two deployments must never run the same watchers."""
+    folder = root / "dags"
+    folder.mkdir(parents=True)
+    for name in (*(DAG_FILES[b] for b in brokers), *SHARED_DAG_FILES):
+        (folder / name).symlink_to(EXAMPLE_DAGS / name)
+    return folder
+
+
+@contextlib.contextmanager
+def airflow_stack(
+    request: pytest.FixtureRequest,
+    e2e_dir: Path,
+    brokers: tuple[str, ...],
+    *,
+    database: str,
+    mitigation: bool = True,
 ) -> Iterator[Stack]:
+    """
+    An Airflow deployment serving ``brokers``' example pipelines on ``database``
+    (``"sqlite"`` or ``"postgresql"``: a fresh database on the session's PostgreSQL cluster).
+    """
+    name = f"airflow-{'-'.join(brokers)}-{database}"
+    kafka: KafkaBroker = request.getfixturevalue("kafka")
+    sqs: SqsServer = request.getfixturevalue("sqs")
+    spark: SparkCluster = request.getfixturevalue("spark")
+    database_url = None
+    if database == "postgresql":
+        database_url = request.getfixturevalue("postgres").create_database(name.replace("-", "_"))
     data_dir = e2e_dir / "data"
     dlq_url = sqs.create_queue(SQS_DEAD_LETTER_QUEUE)
     queue_url = sqs.create_queue(SQS_QUEUE, dead_letter_queue_url=dlq_url)
-    env = stack_env(kafka, sqs, spark, data_dir, queue_url, dlq_url, servicebus)
-    with airflow_deployment(e2e_dir / "airflow", EXAMPLE_DAGS, env) as airflow:
-        airflow.wait_for_dags(DAG_IDS)
+    servicebus: ServiceBusServer | None = (
+        request.getfixturevalue("servicebus") if "servicebus" in brokers else None
+    )
+    pubsub: PubSubEmulator | None = request.getfixturevalue("pubsub") if "pubsub" in brokers else None
+    env = stack_env(kafka, sqs, spark, data_dir, queue_url, dlq_url, servicebus, pubsub)
+    env[MITIGATION_ENV] = str(mitigation)
+    home = e2e_dir / name
+    with airflow_deployment(home, dags_folder(home, brokers), env, database_url=database_url) as airflow:
+        airflow.wait_for_dags({f"{b}_orders_pipeline" for b in brokers})
         yield Stack(
             airflow=airflow,
             kafka=kafka,
             sqs=sqs,
+            pubsub=pubsub,
             spark=spark,
             data_dir=data_dir,
             sqs_queue_url=queue_url,
@@ -194,4 +278,7 @@ def latency_log() -> Iterator[dict[str, Any]]:
     print("\n" + table)
     if os.environ.get("RECORD_E2E_LATENCY") == "1":
         LATENCY_RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        LATENCY_RESULTS.write_text(LATENCY_HEADER + table + "\n")
+        from bench.machine import describe
+
+        machine = describe(["apache-airflow", "aiokafka", "aiobotocore", "psycopg2-binary", "pyspark"])
+        LATENCY_RESULTS.write_text(LATENCY_HEADER + machine + "\n\n" + table + "\n")

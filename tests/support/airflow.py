@@ -1,13 +1,15 @@
 """
 Run a real Airflow 3.3 deployment (dag-processor, scheduler, triggerer, api-server) for tests.
 
-Everything lives in a temporary ``AIRFLOW_HOME`` with a SQLite metadata database; every port is
-picked at run time; every process is stopped by PID (its process group) when the deployment
-stops. The e2e suite starts one deployment per session and the demo reuses the same class, so
-what the demo shows is what the tests assert.
+Everything lives in a temporary ``AIRFLOW_HOME``; the metadata database is SQLite in that home
+(the default) or any SQLAlchemy URL, e.g. a throwaway PostgreSQL cluster from
+``tests/support/postgres.py`` (``database_url=``). Every port is picked at run time; every
+process is stopped by PID (its process group) when the deployment stops. The e2e suite and the
+demo use the same class, so what the demo shows is what the tests assert.
 
-Reading state goes straight to the metadata database (read-only SQLite connections): it is
-what the scheduler itself sees, it needs no API token, and it is cheap to poll.
+Reading state goes straight to the metadata database (read-only SQLite connections, or one
+psycopg2 connection per read on PostgreSQL): it is what the scheduler itself sees, it needs no
+API token, and it is cheap to poll.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class DagRunRow:
     start_date: datetime | None
     end_date: datetime | None
     asset_event_ids: tuple[int, ...]
+    run_after: datetime | None = None
+    """For an asset-triggered run, the close of its event window (its newest queue row's time)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +76,11 @@ class TaskInstanceRow:
     operator: str | None
 
 
-def _ts(value: str | None) -> datetime | None:
-    """SQLite stores Airflow's UTC timestamps as naive ISO strings."""
+def _ts(value: str | datetime | None) -> datetime | None:
+    """SQLite stores Airflow's UTC timestamps as naive ISO strings; PostgreSQL returns datetimes."""
     if value is None:
         return None
-    parsed = datetime.fromisoformat(value)
+    parsed = value if isinstance(value, datetime) else datetime.fromisoformat(value)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
@@ -93,12 +97,15 @@ class AirflowDeployment:
     :param env: extra environment for every component: ``AIRFLOW_CONN_*`` connections,
         settings the Dags read, ``AIRFLOW__SECTION__KEY`` overrides.
     :param parallelism: ``[core] parallelism``; low on 2-core machines so Spark keeps its CPU.
+    :param database_url: the metadata database (``[database] sql_alchemy_conn``); ``None`` is
+        SQLite in ``home``. ``postgresql+psycopg2://...`` URLs are read with psycopg2.
     """
 
     home: Path
     dags_folder: Path
     env: Mapping[str, str] = field(default_factory=dict)
     parallelism: int = 4
+    database_url: str | None = None
     api_port: int = field(default_factory=free_port)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False)
     _environment: dict[str, str] | None = field(default=None, init=False, repr=False)
@@ -106,6 +113,15 @@ class AirflowDeployment:
     @property
     def db_path(self) -> Path:
         return self.home / "airflow.db"
+
+    @property
+    def sql_alchemy_conn(self) -> str:
+        return self.database_url or f"sqlite:///{self.db_path}"
+
+    @property
+    def database(self) -> str:
+        """``sqlite`` or ``postgresql``: for logs, result tables and the demo's summary."""
+        return self.sql_alchemy_conn.split(":", 1)[0].split("+", 1)[0]
 
     @property
     def api_url(self) -> str:
@@ -130,7 +146,7 @@ class AirflowDeployment:
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.api_url}/execution/",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.db_path}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.sql_alchemy_conn,
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.api_port),
             "AIRFLOW__API__BASE_URL": self.api_url,
@@ -228,12 +244,24 @@ class AirflowDeployment:
     # ----------------------------------------------------------------- metadata DB
 
     @contextlib.contextmanager
-    def db(self) -> Iterator[sqlite3.Connection]:
+    def db(self) -> Iterator[_Reader]:
         """A read-only connection to the metadata database, closed after the block."""
+        if self.database == "postgresql":
+            import psycopg2
+            import psycopg2.extras
+
+            url = self.sql_alchemy_conn.replace("postgresql+psycopg2://", "postgresql://", 1)
+            pg = psycopg2.connect(url, cursor_factory=psycopg2.extras.RealDictCursor)
+            pg.set_session(readonly=True, autocommit=True)
+            try:
+                yield _Reader(pg, placeholder="%s")
+            finally:
+                pg.close()
+            return
         conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=30)
         conn.row_factory = sqlite3.Row
         try:
-            yield conn
+            yield _Reader(conn, placeholder="?")
         finally:
             conn.close()
 
@@ -244,7 +272,7 @@ class AirflowDeployment:
 
     def parsed_dag_ids(self) -> set[str]:
         with self.db() as conn:
-            rows = conn.execute("SELECT dag_id FROM dag WHERE is_stale = 0").fetchall()
+            rows = conn.execute("SELECT dag_id FROM dag WHERE NOT is_stale").fetchall()
         return {r["dag_id"] for r in rows}
 
     def wait_for_dags(self, dag_ids: set[str], timeout: float = 180.0) -> None:
@@ -312,8 +340,8 @@ class AirflowDeployment:
     def dag_runs(self, dag_id: str) -> list[DagRunRow]:
         with self.db() as conn:
             runs = conn.execute(
-                "SELECT id, dag_id, run_id, state, run_type, created_at, queued_at, start_date, end_date "
-                "FROM dag_run WHERE dag_id = ? ORDER BY id",
+                "SELECT id, dag_id, run_id, state, run_type, created_at, queued_at, start_date, end_date, "
+                "run_after FROM dag_run WHERE dag_id = ? ORDER BY id",
                 (dag_id,),
             ).fetchall()
             links = conn.execute(
@@ -335,9 +363,15 @@ class AirflowDeployment:
                 start_date=_ts(r["start_date"]),
                 end_date=_ts(r["end_date"]),
                 asset_event_ids=tuple(sorted(events.get(r["id"], []))),
+                run_after=_ts(r["run_after"]),
             )
             for r in runs
         ]
+
+    def max_active_runs(self, dag_id: str) -> int:
+        with self.db() as conn:
+            row = conn.execute("SELECT max_active_runs FROM dag WHERE dag_id = ?", (dag_id,)).fetchone()
+        return int(row["max_active_runs"]) if row and row["max_active_runs"] is not None else 16
 
     def queued_assets(self, dag_id: str) -> int:
         """Rows of the asset-triggered run queue (ADRQ) for ``dag_id``: a run is about to be created."""
@@ -374,6 +408,21 @@ class AirflowDeployment:
         return "\n".join(p.read_text(errors="replace") for p in sorted(root.rglob("*.log")))
 
 
+class _Reader:
+    """``execute(sql, params).fetchall()`` over SQLite or psycopg2; queries are written with ``?``."""
+
+    def __init__(self, conn: Any, placeholder: str) -> None:
+        self._conn = conn
+        self._placeholder = placeholder
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        if self._placeholder == "?":
+            return self._conn.execute(sql, params)
+        cursor = self._conn.cursor()
+        cursor.execute(sql.replace("?", "%s"), params)
+        return cursor
+
+
 @contextlib.contextmanager
 def airflow_deployment(
     home: Path,
@@ -381,10 +430,15 @@ def airflow_deployment(
     env: Mapping[str, str] | None = None,
     *,
     parallelism: int = 4,
+    database_url: str | None = None,
 ) -> Iterator[AirflowDeployment]:
     """Start a deployment for the block; stop every process it started, also on failure."""
     deployment = AirflowDeployment(
-        home=home, dags_folder=dags_folder, env=dict(env or {}), parallelism=parallelism
+        home=home,
+        dags_folder=dags_folder,
+        env=dict(env or {}),
+        parallelism=parallelism,
+        database_url=database_url,
     )
     try:
         deployment.start()

@@ -1,9 +1,10 @@
-"""A real HTTP proxy on loopback that fails the first N requests with 503, then forwards."""
+"""A real HTTP proxy on loopback: fails the first N requests with 503, then forwards (optionally slowly)."""
 
 from __future__ import annotations
 
 import http.client
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from tests.support.processes import free_port
@@ -17,9 +18,13 @@ class FlakyProxy:
     ``Authorization``, are passed through untouched).
     """
 
-    def __init__(self, target_port: int, fail_first: int) -> None:
+    def __init__(
+        self, target_port: int, fail_first: int = 0, slow_answers: dict[str, float] | None = None
+    ) -> None:
         self.target_port = target_port
         self.fail_first = fail_first
+        self.slow_answers = dict(slow_answers or {})
+        """Path prefix -> seconds to hold the answer AFTER the target handled the request."""
         self.failed = 0
         self.forwarded = 0
         self.port = free_port()
@@ -46,6 +51,10 @@ class FlakyProxy:
                 conn.request(self.command, self.path, body=body, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
+                delay = next((s for p, s in proxy.slow_answers.items() if self.path.startswith(p)), 0.0)
+                if delay:
+                    # The target has acted; the client times out before it hears about it.
+                    time.sleep(delay)
                 self.send_response(resp.status)
                 for key, value in resp.getheaders():
                     if key.lower() not in ("transfer-encoding", "connection", "content-length"):

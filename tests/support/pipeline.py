@@ -42,6 +42,9 @@ class PipelineState:
     task_end: dict[tuple[str, str], datetime] = field(default_factory=dict)
     """(run_id, task_id) -> end of a successful task."""
     failed_tasks: list[tuple[str, str, str]] = field(default_factory=list)
+    all_runs: list[DagRunRow] = field(default_factory=list)
+    """Every run of the Dag (also those that consumed none of the events): they hold its slots."""
+    max_active_runs: int = 16
 
     @property
     def event_ids(self) -> set[str]:
@@ -72,7 +75,9 @@ def snapshot(
         state.asset_events.setdefault(event.asset_name, []).append(event_id)
         state.first_asset_event.setdefault(event_id, event)
         by_event_row[event.id] = event_id
-    for run in airflow.dag_runs(dag_id):
+    state.max_active_runs = airflow.max_active_runs(dag_id)
+    state.all_runs = airflow.dag_runs(dag_id)
+    for run in state.all_runs:
         consumed = [by_event_row[i] for i in run.asset_event_ids if i in by_event_row]
         if not consumed:
             continue
@@ -115,18 +120,16 @@ def wait_for_pipeline(
     ids: set[str],
     expected_ids: set[str],
     timeout: float,
-    nudge: Callable[[], set[str]] | None = None,
     progress: Callable[[PipelineState], None] | None = None,
 ) -> PipelineState:
     """
     Poll until :meth:`PipelineState.finished`; fail early, with the task log, if a task failed.
 
-    ``nudge`` publishes one more (valid, matching) message and returns its event id: called when
-    :func:`stranded` says events wait for a next message, as a live stream would send. Its id is
-    added to ``ids`` and ``expected_ids`` (both mutated, so the caller sees them).
+    Nothing is published to help: a message whose asset events no run consumes within
+    ``timeout`` fails the wait, and the message says whether Airflow left them stranded
+    (:func:`stranded`) or was still working on them.
     """
     deadline = time.monotonic() + timeout
-    stranded_since: float | None = None
     while True:
         airflow.check_alive()
         state = snapshot(airflow, dag_id, source, body_key, ids)
@@ -140,24 +143,29 @@ def wait_for_pipeline(
             )
         if state.finished(expected_ids):
             return state
-        if nudge is not None and expected_ids <= state.event_ids and stranded(airflow, dag_id, state):
-            # Give the scheduler a few loops to prove it will not pick them up by itself.
-            stranded_since = stranded_since or time.monotonic()
-            if time.monotonic() - stranded_since > 5:
-                added = nudge()
-                ids |= added
-                expected_ids |= added
-                stranded_since = None
-        else:
-            stranded_since = None
         if time.monotonic() > deadline:
-            missing = sorted(expected_ids - state.run_of_event.keys())
-            raise AssertionError(
-                f"{dag_id} did not finish within {timeout}s: {len(missing)} events not consumed by a run "
-                f"({missing[:5]}...); runs: {[(r.run_id, r.state) for r in state.runs]}; "
-                f"tasks done: {sorted(state.task_end)}"
-            )
+            raise AssertionError(describe_unfinished(airflow, dag_id, state, expected_ids, timeout))
         time.sleep(1.0)
+
+
+def describe_unfinished(
+    airflow: AirflowDeployment, dag_id: str, state: PipelineState, expected_ids: set[str], timeout: float
+) -> str:
+    """What is missing, in words: for the failure of a test and the demo's exit status."""
+    no_event = sorted(expected_ids - state.event_ids)
+    unconsumed = sorted((expected_ids & state.event_ids) - state.run_of_event.keys())
+    parts = [f"{dag_id} did not finish within {timeout:.0f}s"]
+    if no_event:
+        parts.append(f"{len(no_event)} messages have no asset event ({no_event[:5]})")
+    if unconsumed:
+        why = (
+            "stranded: every run is done and nothing is queued (apache/airflow#56050)"
+            if stranded(airflow, dag_id, state)
+            else "not consumed yet"
+        )
+        parts.append(f"{len(unconsumed)} asset events consumed by no run, {why} ({unconsumed[:5]})")
+    parts.append(f"runs: {[(r.run_id, r.state) for r in state.runs]}; tasks done: {len(state.task_end)}")
+    return "; ".join(parts)
 
 
 def parquet_event_ids(table_dir: Path) -> list[str]:
@@ -186,11 +194,53 @@ class Latency:
         return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
     @property
+    def p99(self) -> float:
+        ordered = sorted(self.samples)
+        return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+
+    @property
     def max(self) -> float:
         return max(self.samples)
 
     def __str__(self) -> str:
-        return f"p50 {self.p50:.1f} s, p95 {self.p95:.1f} s, max {self.max:.1f} s (n={len(self.samples)})"
+        return (
+            f"p50 {self.p50:.1f} s, p95 {self.p95:.1f} s, p99 {self.p99:.1f} s, max {self.max:.1f} s "
+            f"(n={len(self.samples)})"
+        )
+
+
+def slot_taken_at(run: DagRunRow) -> datetime | None:
+    """
+    When ``run`` took one of the Dag's ``max_active_runs`` slots.
+
+    At its creation, or, for an asset-triggered run, when its event window closed (its
+    ``run_after``, the newest queue row's time) if that came first: an event persisted between
+    the two is the next run's to consume, and with one slot that run can only follow this one.
+    """
+    if run.run_type == "asset_triggered" and run.run_after is not None and run.created_at is not None:
+        return min(run.run_after, run.created_at)
+    return run.created_at
+
+
+def could_start_at(event_time: datetime, runs: Iterable[DagRunRow], max_active_runs: int) -> datetime:
+    """
+    The first moment at or after ``event_time`` when the Dag was below ``max_active_runs``.
+
+    A run holds a slot from :func:`slot_taken_at` (queued runs count, as in the scheduler's
+    check) to its end. Before that moment the wait is the Dag's own (``max_active_runs``);
+    after it, a run that consumes the event is the scheduler's to create.
+    """
+    never = datetime.max.replace(tzinfo=timezone.utc)
+    ends = sorted(
+        r.end_date or never
+        for r in runs
+        if (taken := slot_taken_at(r)) is not None
+        and taken < event_time
+        and (r.end_date is None or r.end_date > event_time)
+    )
+    if len(ends) < max_active_runs:
+        return event_time
+    return ends[len(ends) - max_active_runs]
 
 
 def latencies(
@@ -200,17 +250,29 @@ def latencies(
     Message-to-milestone latencies of ``expected_ids``.
 
     ``published_at`` holds wall-clock publish times (``time.time()``). Milestones: the first
-    asset event, the creation and the start of the Dag run that consumed it (a created run waits
-    while an earlier one runs: ``max_active_runs``), and the end of each Spark task of that run.
+    asset event; the moment the Dag could start a run for it (:func:`could_start_at`); the
+    creation and the start of the Dag run that consumed it (a created run waits while an earlier
+    one runs: ``max_active_runs``); the end of each Spark task of that run. ``scheduler_wait``
+    is not from the message: it is run created minus could start, the delay the scheduler adds.
     """
-    out: dict[str, list[float]] = {"asset_event": [], "dag_run_created": [], "dag_run_started": []}
+    out: dict[str, list[float]] = {
+        "asset_event": [],
+        "could_start": [],
+        "dag_run_created": [],
+        "dag_run_started": [],
+        "scheduler_wait": [],
+    }
     out.update({f"{t}_finished": [] for t in SPARK_TASKS})
     for event_id in expected_ids:
         sent = published_at[event_id]
-        out["asset_event"].append(_epoch(state.first_asset_event[event_id].timestamp) - sent)
+        event_time = state.first_asset_event[event_id].timestamp
+        out["asset_event"].append(_epoch(event_time) - sent)
+        could_start = could_start_at(event_time, state.all_runs or state.runs, state.max_active_runs)
+        out["could_start"].append(_epoch(could_start) - sent)
         run = state.run_of_event[event_id]
         if run.created_at is not None:
             out["dag_run_created"].append(_epoch(run.created_at) - sent)
+            out["scheduler_wait"].append(_epoch(run.created_at) - _epoch(could_start))
         if run.start_date is not None:
             out["dag_run_started"].append(_epoch(run.start_date) - sent)
         for task in SPARK_TASKS:
@@ -224,14 +286,25 @@ def _epoch(value: datetime) -> float:
     return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
 
 
+LATENCY_COLUMNS = (
+    ("asset_event", "message -> asset event"),
+    ("could_start", "message -> Dag could start a run"),
+    ("dag_run_created", "message -> run created"),
+    ("dag_run_started", "message -> run started"),
+    *((f"{t}_finished", f"message -> {t} done") for t in SPARK_TASKS),
+    ("scheduler_wait", "scheduler wait (run created - could start)"),
+)
+
+
 def latency_table(rows: dict[str, dict[str, Latency]]) -> str:
-    """A Markdown table: one row per scenario, one column per milestone (p50 / max)."""
-    columns = ["asset_event", "dag_run_created", "dag_run_started", *(f"{t}_finished" for t in SPARK_TASKS)]
-    header = "| scenario | " + " | ".join(f"message -> {c} (p50 / max)" for c in columns) + " |"
-    lines = [header, "|" + " --- |" * (len(columns) + 1)]
+    """A Markdown table: one row per scenario and milestone, p50 / p95 / max in seconds."""
+    lines = ["| scenario | milestone | p50 | p95 | max | n |", "| --- | --- | --- | --- | --- | --- |"]
     for scenario, values in rows.items():
-        cells = [f"{values[c].p50:.1f} / {values[c].max:.1f} s" if c in values else "-" for c in columns]
-        lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
+        for key, label in LATENCY_COLUMNS:
+            if key in values:
+                v = values[key]
+                cells = f"{v.p50:.1f} s | {v.p95:.1f} s | {v.max:.1f} s | {len(v.samples)}"
+                lines.append(f"| {scenario} | {label} | {cells} |")
     return "\n".join(lines)
 
 

@@ -16,11 +16,13 @@ import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout, TaskDeferred
 
+from airflow_shared_stream.spark import poller
 from airflow_shared_stream.spark.operators import DeferrableSparkSubmitOperator
 from airflow_shared_stream.spark.triggers import SparkApplicationTrigger
 from tests.integration.spark.conftest import APPS
 from tests.support.flaky_proxy import FlakyProxy
 from tests.support.spark import MemoryTaskStateStore, SparkCluster
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -317,3 +319,114 @@ def test_not_deferrable_path_is_spark_submit_operator(spark_local_conn_id, tmp_p
         ("2026-11-20", "order", 2, 12.5),
         ("2026-11-21", "refund", 1, 3.0),
     ]
+
+
+async def test_driver_finishing_just_before_the_deadline_is_a_success(spark_cluster, spark_conn_id, tmp_path):
+    """The deadline check must not report a timeout for a driver that already FINISHED."""
+    marker = tmp_path / "hello.txt"
+    op = _operator(spark_conn_id, application=str(APPS / "hello.py"), application_args=[str(marker)])
+    submitted = _defer(op, {"task_state_store": MemoryTaskStateStore()})
+    # One status request at once (driver still starting), the next one only at the deadline:
+    # by then the driver has finished, and it finished before the deadline.
+    deadline = time.time() + 25
+    trigger = SparkApplicationTrigger(
+        submission_id=submitted.submission_id, conn_id=spark_conn_id, poll_interval=600, deadline=deadline
+    )
+    run = asyncio.ensure_future(_first_event(trigger, timeout=90))
+    await asyncio.to_thread(_wait_for_file, marker, 24)
+    finished = await eventually(
+        lambda: _drivers(spark_cluster)[submitted.submission_id],
+        lambda state: state == "FINISHED",
+        timeout=max(0.1, deadline - time.time() - 1),
+        what="the driver to finish before the deadline",
+    )
+    assert finished == "FINISHED"
+    assert time.time() < deadline
+    event = await run
+    assert event["status"] == "success", event
+    assert event["driver_state"] == "FINISHED"
+    op.execute_complete({}, event)
+
+
+@pytest.mark.parametrize("found_by", ["the same attempt", "the retry"])
+async def test_create_that_times_out_after_the_master_accepted_it_is_not_submitted_twice(
+    spark_cluster, spark_conn_id, tmp_path, monkeypatch, found_by
+):
+    """
+    An unanswered create's driver is found, not submitted again.
+
+    With the master's web UI in the connection the attempt itself finds it; without, the
+    attempt fails and the retry (whose connection has it) finds it from the pending marker.
+    """
+    store = MemoryTaskStateStore()
+    pid_file = tmp_path / "driver.pid"
+    kwargs = {
+        "application": str(APPS / "sleeper.py"),
+        "application_args": [str(pid_file), "15"],
+        "name": f"idempotent-{tmp_path.name}",
+    }
+    before = set(_drivers(spark_cluster))
+    with FlakyProxy(spark_cluster.rest_port, slow_answers={"/v1/submissions/create": 8}) as proxy:
+        ui = {"master-ui-url": f"http://127.0.0.1:{spark_cluster.master_ui_port}"}
+        conn = spark_cluster.connection(
+            **{"rest-port": proxy.port, "rest-timeout": 3, **(ui if found_by == "the same attempt" else {})}
+        )
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_IT_SLOW", json.dumps(conn))
+        first_attempt = _operator("spark_it_slow", **kwargs)
+        failure = ""
+        try:
+            first = _defer(first_attempt, {"task_state_store": store})
+        except Exception as exc:  # the attempt may fail: the task is then retried
+            failure, first = str(exc), None
+    assert spark_cluster.token not in failure
+    if found_by == "the same attempt":
+        assert first is not None, failure
+    else:
+        assert first is None
+        assert store.get("spark_job_id_pending"), "the unanswered create left no marker"
+    created = set(_drivers(spark_cluster)) - before
+    assert len(created) == 1, f"the master should have started exactly one driver: {created}"
+    (driver_id,) = created
+
+    # The retry: a new worker process, the same task state, the master answering normally.
+    retry = _defer(_operator(spark_conn_id, **kwargs), {"task_state_store": store})
+    assert retry.submission_id == driver_id
+    if first is not None:
+        assert first.submission_id == driver_id
+    assert not store.get("spark_job_id_pending")
+    assert set(_drivers(spark_cluster)) - before == {driver_id}, "the retry submitted the application twice"
+    event = await _first_event(retry)
+    assert event["status"] == "success", event
+
+
+async def test_triggers_on_one_master_share_one_poller(spark_cluster, spark_conn_id, tmp_path):
+    """A finishing, a failing and an unknown driver, waited on together through one listing loop."""
+    store = MemoryTaskStateStore
+    ok = _defer(
+        _operator(spark_conn_id, application=str(APPS / "hello.py"), application_args=[str(tmp_path / "h")]),
+        {"task_state_store": store()},
+    )
+    bad = _defer(
+        _operator(spark_conn_id, application=str(APPS / "fails.py"), application_args=["5"]),
+        {"task_state_store": store()},
+    )
+    unknown = SparkApplicationTrigger(submission_id="driver-20000101000000-0042", conn_id=spark_conn_id)
+    runs = [asyncio.ensure_future(_first_event(t)) for t in (ok, bad, unknown)]
+    seen: dict[int, poller.SparkMasterPoller] = {}
+    most_watching = 0
+    while not all(r.done() for r in runs):
+        for p in poller._POLLERS.values():
+            seen[id(p)] = p
+            most_watching = max(most_watching, p.watching)
+        await asyncio.sleep(0.02)
+    assert len(seen) == 1, "the three triggers should share one poller"
+    assert most_watching == 3
+    (shared,) = seen.values()
+    events = await asyncio.gather(*runs)
+    assert [e["status"] for e in events] == ["success", "failed", "error"], events
+    assert "input batch 5 is corrupt" in events[1]["message"]
+    assert "does not know submission driver-20000101000000-0042" in events[2]["message"]
+    # Status requests went only to what the listing could not settle: the unknown id.
+    assert shared.status_requests >= 1
+    assert shared.listings >= 1
+    assert not poller._POLLERS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import httpx
@@ -177,3 +178,35 @@ def test_failure_summary_prefers_the_python_exception():
         == "org.apache.spark.SparkUserAppException: User application exited with 1"
     )
     assert summarize_driver_output("all fine\n", "done\n") is None
+
+
+def test_master_state_lists_active_and_completed_drivers():
+    from airflow_shared_stream.spark.hook import parse_master_state
+
+    state = parse_master_state(
+        {
+            "status": "ALIVE",
+            "workers": [{"id": "w1", "webuiaddress": "http://h:8081"}],
+            "activedrivers": [{"id": "d2", "state": "RUNNING", "worker": "w1", "starttime": "1700000000000"}],
+            "completeddrivers": [{"id": "d1", "state": "FAILED", "worker": "w1", "starttime": "bad"}],
+        }
+    )
+    assert state.alive
+    assert {d.driver_id: d.state for d in state.drivers.values()} == {"d1": "FAILED", "d2": "RUNNING"}
+    assert state.drivers["d2"].start_time_ms == 1_700_000_000_000
+    assert state.drivers["d1"].start_time_ms == 0
+    assert state.worker_ui == {"w1": "http://h:8081"}
+    assert not parse_master_state({"status": "RECOVERING", "activedrivers": []}).alive
+    with pytest.raises(Exception, match="without a driver listing"):
+        parse_master_state({"status": "ALIVE"})
+
+
+def test_submission_tag_is_found_only_as_a_whole_property():
+    from airflow_shared_stream.spark.hook import SUBMISSION_TAG_PROPERTY, tag_in_launch_command
+
+    head = f'Launch Command: "java" "-cp" "x" "-D{SUBMISSION_TAG_PROPERTY}=abc123" "-Dspark.app.name=a"\n==='
+    assert tag_in_launch_command(head, "abc123")
+    assert not tag_in_launch_command(head, "abc12")
+    assert not tag_in_launch_command(head, "bc123")
+    # The property name must survive Spark's default redaction of launch commands.
+    assert not re.search(r"(?i)secret|password|token|access[.]?key", SUBMISSION_TAG_PROPERTY)

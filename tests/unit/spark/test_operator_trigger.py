@@ -29,6 +29,7 @@ def test_trigger_serializes_without_secrets_and_round_trips():
         "poll_interval": 2.0,
         "deadline": 10.5,
         "max_transient_errors": 5,
+        "shared_poller": True,
     }
     assert SparkApplicationTrigger(**kwargs).serialize() == (classpath, kwargs)
 

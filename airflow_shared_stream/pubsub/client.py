@@ -1,0 +1,242 @@
+"""
+The Pub/Sub calls the shared stream makes, on google-cloud-pubsub's asyncio (GAPIC) clients.
+
+One place builds the clients (inside the running event loop: gRPC's asyncio channels bind to the
+loop they are created on), bounds every call with a retry deadline, and turns
+``google.api_core`` errors into ones that name the problem, the resource and the connection id
+and nothing else: the service's own message is scrubbed of the connection's key material
+before it is quoted.
+
+Why unary ``pull`` and not ``streaming_pull``: see bench/results/pubsub_pull.md. In short, the
+shared stream's credit window decides how many messages may be outstanding, and a unary pull asks
+for exactly the free credits; a streaming pull's flow control is the server's to honour (the
+emulator pushed four times the window), and messages a cancelled stream had received stayed
+leased far past their ack deadline on the emulator.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_shared_stream.common.errors import SecretScrubber
+from airflow_shared_stream.pubsub.errors import (
+    PubSubAccessError,
+    PubSubConfigurationError,
+    PubSubEndpointError,
+    PubSubNotFoundError,
+    PubSubSharedStreamError,
+)
+from airflow_shared_stream.pubsub.hook import PubSubClientSettings
+
+log = logging.getLogger(__name__)
+
+ACK_IDS_PER_CALL = 1000
+"""Ack ids per ``acknowledge`` / ``modify_ack_deadline`` call (the request limit is 512 KiB)."""
+PULL_LIMIT = 1000
+"""Most messages one ``pull`` may ask for."""
+MAX_ACK_DEADLINE_SECONDS = 600
+"""Pub/Sub's longest ack deadline."""
+
+
+class PubSubClient:
+    """
+    Subscriber (and, for dead-letter copies, publisher) client of one shared stream.
+
+    :param settings: from :meth:`~airflow_shared_stream.pubsub.hook.PubSubHook.aget_client_settings`.
+    :param gcp_conn_id: named in error messages (never the credentials).
+    :param rpc_timeout: the longest one call (with its retries) may take before it fails; an
+        endpoint that does not answer fails the stream after this long with a clear error.
+    """
+
+    def __init__(
+        self, settings: PubSubClientSettings, *, gcp_conn_id: str, rpc_timeout: float = 30.0
+    ) -> None:
+        self._settings = settings
+        self._gcp_conn_id = gcp_conn_id
+        self._rpc_timeout = rpc_timeout
+        self._subscriber: Any = None
+        self._publisher: Any = None
+        self.scrubber = SecretScrubber(settings.secrets)
+        """Key material of the connection, kept out of error messages and of Google's SDK logs."""
+
+    @property
+    def endpoint(self) -> str:
+        return self._settings.emulator_host or "pubsub.googleapis.com"
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Create the subscriber client. Call from the event loop that will use it."""
+        self.scrubber.install("google.api_core", "google.auth", "google.pubsub_v1", "grpc")
+        from google.pubsub_v1 import SubscriberAsyncClient
+        from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcAsyncIOTransport
+
+        if self._settings.emulator_host:
+            import grpc
+
+            channel = grpc.aio.insecure_channel(self._settings.emulator_host)
+            self._subscriber = SubscriberAsyncClient(
+                transport=SubscriberGrpcAsyncIOTransport(channel=channel)
+            )
+        else:
+            self._subscriber = SubscriberAsyncClient(credentials=self._settings.credentials)
+
+    def _publisher_client(self) -> Any:
+        if self._publisher is None:
+            from google.pubsub_v1 import PublisherAsyncClient
+            from google.pubsub_v1.services.publisher.transports import PublisherGrpcAsyncIOTransport
+
+            if self._settings.emulator_host:
+                import grpc
+
+                channel = grpc.aio.insecure_channel(self._settings.emulator_host)
+                self._publisher = PublisherAsyncClient(
+                    transport=PublisherGrpcAsyncIOTransport(channel=channel)
+                )
+            else:
+                self._publisher = PublisherAsyncClient(credentials=self._settings.credentials)
+        return self._publisher
+
+    async def close(self) -> None:
+        for client in (self._subscriber, self._publisher):
+            if client is not None:
+                try:
+                    await client.transport.close()
+                except Exception as exc:  # best effort: the stream is going away anyway
+                    log.debug("Closing a Pub/Sub client failed: %s", type(exc).__name__)
+        self._subscriber = self._publisher = None
+
+    # -- calls ----------------------------------------------------------------------------------
+
+    def _retry(self) -> Any:
+        from google.api_core import exceptions, retry_async
+
+        return retry_async.AsyncRetry(
+            initial=0.2,
+            maximum=5.0,
+            multiplier=2.0,
+            predicate=retry_async.if_exception_type(
+                exceptions.ServiceUnavailable,
+                exceptions.Aborted,
+                exceptions.InternalServerError,
+                exceptions.Unknown,
+            ),
+            timeout=self._rpc_timeout,
+        )
+
+    async def get_subscription(self, subscription: str) -> Any:
+        try:
+            return await self._subscriber.get_subscription(
+                subscription=subscription, retry=self._retry(), timeout=self._rpc_timeout
+            )
+        except Exception as exc:
+            raise self.explain(exc, "GetSubscription", subscription) from None
+
+    async def get_topic(self, topic: str) -> Any:
+        try:
+            return await self._publisher_client().get_topic(
+                topic=topic, retry=self._retry(), timeout=self._rpc_timeout
+            )
+        except Exception as exc:
+            raise self.explain(exc, "GetTopic", topic) from None
+
+    async def pull(self, subscription: str, max_messages: int, wait_seconds: float) -> Sequence[Any]:
+        """
+        One unary pull for at most ``max_messages``; an empty list if none came in ``wait_seconds``.
+
+        Pub/Sub holds a pull open until messages are available or the call's deadline passes, so
+        ``wait_seconds`` is a long-poll wait, not a sleep.
+        """
+        from google.api_core import exceptions
+
+        try:
+            response = await self._subscriber.pull(
+                subscription=subscription,
+                max_messages=min(max_messages, PULL_LIMIT),
+                retry=None,
+                timeout=wait_seconds,
+            )
+        except exceptions.DeadlineExceeded:
+            return []
+        except Exception as exc:
+            raise self.explain(exc, "Pull", subscription) from None
+        return list(response.received_messages)
+
+    async def acknowledge(self, subscription: str, ack_ids: Sequence[str]) -> None:
+        for start in range(0, len(ack_ids), ACK_IDS_PER_CALL):
+            chunk = list(ack_ids[start : start + ACK_IDS_PER_CALL])
+            try:
+                await self._subscriber.acknowledge(
+                    subscription=subscription, ack_ids=chunk, retry=self._retry(), timeout=self._rpc_timeout
+                )
+            except Exception as exc:
+                raise self.explain(exc, "Acknowledge", subscription) from None
+
+    async def modify_ack_deadline(self, subscription: str, ack_ids: Sequence[str], seconds: int) -> None:
+        """Set the ack deadline of ``ack_ids`` to ``seconds`` from now (0: redeliver at once)."""
+        seconds = max(0, min(MAX_ACK_DEADLINE_SECONDS, int(seconds)))
+        for start in range(0, len(ack_ids), ACK_IDS_PER_CALL):
+            chunk = list(ack_ids[start : start + ACK_IDS_PER_CALL])
+            try:
+                await self._subscriber.modify_ack_deadline(
+                    subscription=subscription,
+                    ack_ids=chunk,
+                    ack_deadline_seconds=seconds,
+                    retry=self._retry(),
+                    timeout=self._rpc_timeout,
+                )
+            except Exception as exc:
+                raise self.explain(exc, "ModifyAckDeadline", subscription) from None
+
+    async def publish(self, topic: str, messages: Sequence[Any]) -> list[str]:
+        """Publish ``PubsubMessage`` objects in one request; return their message ids."""
+        try:
+            response = await self._publisher_client().publish(
+                topic=topic, messages=list(messages), retry=self._retry(), timeout=self._rpc_timeout
+            )
+        except Exception as exc:
+            raise self.explain(exc, "Publish", topic) from None
+        return list(response.message_ids)
+
+    # -- errors ---------------------------------------------------------------------------------
+
+    def explain(self, exc: BaseException, operation: str, resource: str) -> PubSubSharedStreamError:
+        """Turn a google.api_core / google.auth error into one of ours; never quotes a credential."""
+        from google.api_core import exceptions
+        from google.auth.exceptions import GoogleAuthError
+
+        where = (
+            f"Pub/Sub {operation} on {resource} (connection {self._gcp_conn_id!r}, endpoint {self.endpoint})"
+        )
+        if isinstance(exc, exceptions.RetryError):
+            exc = exc.cause or exc
+        if isinstance(exc, exceptions.NotFound):
+            kind = "topic" if "/topics/" in resource else "subscription"
+            return PubSubNotFoundError(
+                f"{where} failed: the {kind} does not exist, or the connection's credentials cannot see it"
+            )
+        if isinstance(exc, exceptions.PermissionDenied | exceptions.Unauthenticated | GoogleAuthError):
+            return PubSubAccessError(
+                f"{where} failed: Pub/Sub refused the connection's credentials ({type(exc).__name__}); "
+                "check the key and its roles (roles/pubsub.subscriber, and roles/pubsub.publisher "
+                "on a dead_letter_topic)"
+            )
+        if isinstance(
+            exc, exceptions.ServiceUnavailable | exceptions.DeadlineExceeded | exceptions.RetryError
+        ):
+            hint = " Is the emulator running?" if self._settings.emulator_host else ""
+            return PubSubEndpointError(
+                f"{where} failed: the endpoint did not answer within {self._rpc_timeout:.0f}s "
+                f"({type(exc).__name__}).{hint}"
+            )
+        if isinstance(exc, exceptions.InvalidArgument | exceptions.FailedPrecondition):
+            message = self.scrubber.scrub(str(getattr(exc, "message", "") or exc))
+            return PubSubConfigurationError(f"{where} was refused: {message}")
+        if isinstance(exc, exceptions.GoogleAPICallError):
+            message = self.scrubber.scrub(str(getattr(exc, "message", "") or exc))
+            return PubSubSharedStreamError(f"{where} failed: {type(exc).__name__}: {message}")
+        return PubSubSharedStreamError(
+            f"{where} failed: {type(exc).__name__}: {self.scrubber.scrub(str(exc))}"
+        )

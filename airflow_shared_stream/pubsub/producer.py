@@ -1,0 +1,365 @@
+"""
+The Pub/Sub half of a shared stream: one subscriber per subscription, on the leased-queue template.
+
+========  ================================================================================
+ACK       ``acknowledge`` (up to 1000 ack ids per call)
+REDELIVER ``modify_ack_deadline`` 0: Pub/Sub hands the message out again at once
+DEAD      with ``dead_letter_topic``: ``publish`` a copy there (data, attributes, ordering
+LETTER    key, plus ``dead_letter_reason``, ``dead_letter_description`` and the origin as
+          attributes), then ``acknowledge``. Without it: nack (``modify_ack_deadline`` 0), so
+          the subscription's own dead-letter policy moves it after its
+          ``max_delivery_attempts``; a subscription without a policy redelivers it forever
+========  ================================================================================
+
+While a message waits for its trigger events to be persisted, its ack deadline is extended with
+``modify_ack_deadline`` (:class:`~airflow_shared_stream.common.leases.LeaseKeeper`, to the
+subscription's ``ack_deadline_seconds`` each time, for at most the triggerer's ack timeout), so
+Pub/Sub does not hand it out again while it is still outstanding.
+
+Receiving: unary ``pull`` for exactly the free credits of the window (bench/results/pubsub_pull.md
+says why not ``streaming_pull``). Lanes: on a subscription with message ordering, each
+``ordering_key`` is an ordered lane (a redelivered message redelivers the later in-flight
+messages of its key too, which is also what Pub/Sub itself does); messages without a key, and
+every message of a subscription without ordering, share an advance lane per pull.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from airflow_shared_stream.common.errors import require_sdk
+from airflow_shared_stream.common.leased_queue import DeadLetter, Delivery, LeasedQueueProducer
+from airflow_shared_stream.common.matching import build_message
+from airflow_shared_stream.common.metrics import stream_label
+from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
+from airflow_shared_stream.pubsub.client import ACK_IDS_PER_CALL, PULL_LIMIT, PubSubClient
+from airflow_shared_stream.pubsub.errors import PubSubConfigurationError
+from airflow_shared_stream.pubsub.hook import PubSubHook, ResourceName
+
+require_sdk("google.pubsub_v1", "pubsub")
+
+log = logging.getLogger(__name__)
+
+PULL_WAIT_SECONDS = 10.0
+"""Long-poll wait of one pull: Pub/Sub answers as soon as messages are there."""
+CLOSE_NACK_SECONDS = 5.0
+"""How long closing the stream may spend giving unsettled messages back."""
+PUBLISH_LIMIT = 1000
+"""Most messages in one ``publish`` request."""
+PUBLISH_BYTES = 9 * 1024 * 1024
+"""Bytes of dead-letter copies per ``publish`` request (Pub/Sub's limit is 10 MB per request)."""
+
+DEAD_LETTER_REASON = "dead_letter_reason"
+DEAD_LETTER_DESCRIPTION = "dead_letter_description"
+DEAD_LETTER_ORIGIN_SUBSCRIPTION = "dead_letter_origin_subscription"
+DEAD_LETTER_ORIGIN_MESSAGE_ID = "dead_letter_origin_message_id"
+DEAD_LETTER_ORIGIN_PUBLISH_TIME = "dead_letter_origin_publish_time"
+_ATTRIBUTE_VALUE_LIMIT = 1024
+"""Pub/Sub's limit on an attribute value, in bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class PubSubMessageHandle:
+    """What the settlement calls need for one pulled message."""
+
+    ack_id: str
+    message_id: str
+    data: bytes
+    attributes: dict[str, str]
+    ordering_key: str
+    publish_time: str
+
+
+class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
+    """
+    Pull from one subscription for every watcher that shares it, and settle per the table.
+
+    Built by :meth:`PubSubSharedStreamTrigger.create_shared_stream_producer` from the first
+    watcher's arguments; connects (and creates its asyncio clients) only in :meth:`open_stream`,
+    on the triggerer's event loop.
+    """
+
+    broker = "pubsub"
+    client_class: ClassVar[type[PubSubClient]] = PubSubClient
+    """The client the stream talks through (tests swap in one that records what the broker accepted)."""
+    receive_limit = PULL_LIMIT
+    settle_batch_limit = ACK_IDS_PER_CALL
+    dead_letter_batch_limit = PUBLISH_LIMIT
+    dead_letter_batch_bytes = PUBLISH_BYTES
+
+    def __init__(
+        self,
+        *,
+        subscription: str,
+        project_id: str | None,
+        gcp_conn_id: str,
+        dead_letter_topic: str | None,
+        max_in_flight: int,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        rpc_timeout: float = 30.0,
+        pull_wait_seconds: float = PULL_WAIT_SECONDS,
+    ) -> None:
+        self._subscription_name = ResourceName.parse(subscription, "subscriptions", "subscription")
+        self._dead_letter_name = (
+            ResourceName.parse(dead_letter_topic, "topics", "dead_letter_topic")
+            if dead_letter_topic
+            else None
+        )
+        super().__init__(max_in_flight=max_in_flight, stream_label=stream_label(self._subscription_name.id))
+        self._project_id = project_id
+        self._gcp_conn_id = gcp_conn_id
+        self._max_payload_bytes = max_payload_bytes
+        self._rpc_timeout = rpc_timeout
+        self._pull_wait_seconds = pull_wait_seconds
+        self._client: PubSubClient | None = None
+        self.subscription: str | None = None
+        """The subscription's full path, once connected."""
+        self.dead_letter_topic: str | None = None
+        """The dead-letter topic's full path, once connected (``None``: nack to the policy)."""
+        self._ordered = False
+        self._policy_topic: str | None = None
+        self._policy_attempts = 0
+
+    # -- connection ---------------------------------------------------------------------------
+
+    async def connect(self) -> float:
+        settings = await PubSubHook(self._gcp_conn_id).aget_client_settings()
+        # The rule the trigger's stream key follows: project_id, else the full path's project,
+        # else the project the connection names.
+        project = self._project_id or (None if self._subscription_name.project else settings.project)
+        self.subscription = self._subscription_name.resolve(project)
+        if self._dead_letter_name is not None:
+            self.dead_letter_topic = self._dead_letter_name.resolve(
+                self._dead_letter_name.project or self.subscription.split("/")[1]
+            )
+        self._client = self.client_class(
+            settings, gcp_conn_id=self._gcp_conn_id, rpc_timeout=self._rpc_timeout
+        )
+        self._client.open()
+        subscription = await self._client.get_subscription(self.subscription)
+        if subscription.push_config.push_endpoint:
+            raise PubSubConfigurationError(
+                f"subscription {self.subscription} is a push subscription (it pushes to an endpoint); "
+                "the shared stream pulls: give it a pull subscription"
+            )
+        if self.dead_letter_topic is not None:
+            if self.dead_letter_topic == subscription.topic:
+                raise PubSubConfigurationError(
+                    f"dead_letter_topic {self.dead_letter_topic} is the topic subscription "
+                    f"{self.subscription} reads: rejected messages would come straight back"
+                )
+            await self._client.get_topic(self.dead_letter_topic)
+        self._ordered = bool(subscription.enable_message_ordering)
+        policy = subscription.dead_letter_policy
+        self._policy_topic = policy.dead_letter_topic or None
+        self._policy_attempts = policy.max_delivery_attempts or (5 if self._policy_topic else 0)
+        lease_seconds = max(10, int(subscription.ack_deadline_seconds or 10))
+        log.info(
+            "Pub/Sub shared stream open: subscription=%s endpoint=%s credentials=%s ordered=%s "
+            "ack_deadline=%ss dead_letter_topic=%s subscription_dead_letter_policy=%s max_in_flight=%d",
+            self.subscription,
+            self._client.endpoint,
+            settings.credentials_source,
+            self._ordered,
+            lease_seconds,
+            self.dead_letter_topic,
+            self._policy_topic,
+            self._window.max_in_flight,
+        )
+        if self.dead_letter_topic is None and self._policy_topic is None:
+            log.warning(
+                "Subscription %s has no dead_letter_topic and no dead-letter policy: rejected messages "
+                "are nacked and Pub/Sub redelivers them, again and again. Give the trigger a "
+                "dead_letter_topic or the subscription a dead-letter policy.",
+                self.subscription,
+            )
+        return lease_seconds
+
+    async def aclose(self) -> None:
+        """
+        Give every unsettled message back to Pub/Sub at once, then close.
+
+        A group closes when its last watcher leaves or fails, or the triggerer stops. Its
+        unsettled messages would otherwise stay leased until their ack deadline (which the lease
+        keeper may have pushed out), delaying the next triggerer's delivery; a nack makes them
+        available now. Nothing is lost either way: none of them was acknowledged.
+        """
+        held = self.held_deliveries()
+        if held and self._client is not None and self._leases is not None:
+            try:
+                async with self._leases.settling(d.lease for d in held):
+                    await asyncio.wait_for(self.redeliver(held), timeout=CLOSE_NACK_SECONDS)
+            except Exception as exc:  # best effort: their deadlines run out instead
+                log.warning(
+                    "Could not give %d unsettled message(s) of %s back on close (%s); Pub/Sub "
+                    "redelivers them when their ack deadline passes",
+                    len(held),
+                    self.subscription,
+                    type(exc).__name__,
+                )
+        await super().aclose()
+
+    async def disconnect(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    @property
+    def client(self) -> PubSubClient:
+        if self._client is None:
+            raise RuntimeError("the Pub/Sub shared stream is not connected")
+        return self._client
+
+    # -- receiving ----------------------------------------------------------------------------
+
+    async def receive(self, max_messages: int) -> Sequence[Delivery[PubSubMessageHandle]]:
+        assert self.subscription is not None
+        received = await self.client.pull(self.subscription, max_messages, self._pull_wait_seconds)
+        return [self._delivery(r) for r in received]
+
+    def _delivery(self, received: Any) -> Delivery[PubSubMessageHandle]:
+        message = received.message
+        publish_time = _timestamp(message.publish_time)
+        attributes = dict(message.attributes)
+        data = bytes(message.data)
+        raw = build_message(
+            data,
+            metadata={
+                "message_id": message.message_id,
+                "publish_time": publish_time,
+                "attributes": attributes,
+                "ordering_key": message.ordering_key or None,
+                # Pub/Sub counts delivery attempts only on subscriptions with a dead-letter policy.
+                "delivery_attempt": received.delivery_attempt or None,
+                "subscription": self.subscription,
+            },
+            label=f"{self._subscription_name.id}/{message.message_id}",
+            max_payload_bytes=self._max_payload_bytes,
+        )
+        handle = PubSubMessageHandle(
+            ack_id=received.ack_id,
+            message_id=message.message_id,
+            data=data,
+            attributes=attributes,
+            ordering_key=message.ordering_key,
+            publish_time=publish_time,
+        )
+        return Delivery(
+            message=raw,
+            handle=handle,
+            lease=handle.ack_id,
+            lane=message.ordering_key if self._ordered and message.ordering_key else None,
+            size=len(data),
+            message_id=handle.message_id,
+        )
+
+    # -- settlement ---------------------------------------------------------------------------
+
+    async def ack(self, deliveries: Sequence[Delivery[PubSubMessageHandle]]) -> None:
+        assert self.subscription is not None
+        await self.client.acknowledge(self.subscription, [d.handle.ack_id for d in deliveries])
+
+    async def redeliver(self, deliveries: Sequence[Delivery[PubSubMessageHandle]]) -> None:
+        assert self.subscription is not None
+        await self.client.modify_ack_deadline(self.subscription, [d.handle.ack_id for d in deliveries], 0)
+
+    async def extend_leases(
+        self, deliveries: Sequence[Delivery[PubSubMessageHandle]], seconds: float
+    ) -> Collection[Delivery[PubSubMessageHandle]]:
+        assert self.subscription is not None
+        # Unary ModifyAckDeadline reports no per-message failure (an expired ack id is ignored;
+        # the message simply comes back), so nothing is reported lost here.
+        await self.client.modify_ack_deadline(
+            self.subscription, [d.handle.ack_id for d in deliveries], int(seconds)
+        )
+        return ()
+
+    def dead_letter_size(self, letter: DeadLetter[PubSubMessageHandle]) -> int:
+        handle = letter.delivery.handle
+        attributes = sum(len(k) + len(v) for k, v in handle.attributes.items())
+        return len(handle.data) + attributes + len(handle.ordering_key) + 2 * _ATTRIBUTE_VALUE_LIMIT
+
+    async def dead_letter(self, letters: Sequence[DeadLetter[PubSubMessageHandle]]) -> None:
+        assert self.subscription is not None
+        if self.dead_letter_topic is None:
+            await self._nack_to_policy(letters)
+            return
+        from google.pubsub_v1 import PubsubMessage
+
+        copies = [
+            PubsubMessage(
+                data=letter.delivery.handle.data,
+                attributes=self._dead_letter_attributes(letter),
+                ordering_key=letter.delivery.handle.ordering_key,
+            )
+            for letter in letters
+        ]
+        # Publish first and acknowledge only what Pub/Sub has accepted: a failed publish raises,
+        # the batch is not acknowledged, and the messages come back.
+        await self.client.publish(self.dead_letter_topic, copies)
+        await self.client.acknowledge(
+            self.subscription, [letter.delivery.handle.ack_id for letter in letters]
+        )
+        log.info(
+            "Dead-lettered %d message(s) of %s to %s: %s",
+            len(letters),
+            self.subscription,
+            self.dead_letter_topic,
+            ", ".join(letter.delivery.message_id for letter in letters),
+        )
+
+    def _dead_letter_attributes(self, letter: DeadLetter[PubSubMessageHandle]) -> dict[str, str]:
+        handle = letter.delivery.handle
+        ours = {
+            DEAD_LETTER_REASON: letter.reason,
+            DEAD_LETTER_DESCRIPTION: _truncate(letter.description or "-", _ATTRIBUTE_VALUE_LIMIT),
+            DEAD_LETTER_ORIGIN_SUBSCRIPTION: self.subscription or "",
+            DEAD_LETTER_ORIGIN_MESSAGE_ID: handle.message_id,
+            DEAD_LETTER_ORIGIN_PUBLISH_TIME: handle.publish_time,
+        }
+        return {**handle.attributes, **ours}
+
+    async def _nack_to_policy(self, letters: Sequence[DeadLetter[PubSubMessageHandle]]) -> None:
+        assert self.subscription is not None
+        await self.client.modify_ack_deadline(
+            self.subscription, [letter.delivery.handle.ack_id for letter in letters], 0
+        )
+        for letter in letters:
+            if self._policy_topic is not None:
+                log.warning(
+                    "Rejected message %s of %s nacked: the subscription's dead-letter policy moves it to %s "
+                    "after %d delivery attempts: %s",
+                    letter.delivery.message_id,
+                    self.subscription,
+                    self._policy_topic,
+                    self._policy_attempts,
+                    letter.description,
+                )
+            else:
+                log.warning(
+                    "Rejected message %s of %s nacked, and the subscription has no dead-letter policy: "
+                    "Pub/Sub will redeliver it (give the trigger a dead_letter_topic or the subscription "
+                    "a dead-letter policy): %s",
+                    letter.delivery.message_id,
+                    self.subscription,
+                    letter.description,
+                )
+
+
+def _timestamp(value: Any) -> str:
+    """RFC 3339 in UTC with the nanoseconds Pub/Sub keeps (``2026-11-22T04:30:00.123456789Z``)."""
+    rfc3339 = getattr(value, "rfc3339", None)
+    if callable(rfc3339):
+        return rfc3339()
+    return value.isoformat() if value is not None else ""
+
+
+def _truncate(text: str, limit: int) -> str:
+    encoded = text.encode("utf-8")
+    if len(encoded) <= limit:
+        return text
+    return encoded[: limit - 3].decode("utf-8", errors="ignore") + "..."

@@ -1,0 +1,130 @@
+"""``PubSubSharedStreamTrigger``: watch a Pub/Sub subscription from any number of AssetWatchers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable
+from typing import Any, ClassVar
+
+from airflow_shared_stream.common.trigger import (
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    SharedStreamTrigger,
+)
+from airflow_shared_stream.pubsub.errors import PubSubConfigurationError, PubSubSharedStreamError
+from airflow_shared_stream.pubsub.hook import PubSubHook, ResourceName, validate_project_id
+from airflow_shared_stream.pubsub.producer import PubSubSharedStreamProducer
+
+log = logging.getLogger(__name__)
+
+
+class PubSubSharedStreamTrigger(SharedStreamTrigger):
+    """
+    Fire an asset event for each Pub/Sub message this watcher's ``match`` selects, at least once.
+
+    Every trigger on the same subscription shares one subscriber in the triggerer; each sees
+    every message. The stream is the subscription's full path, and nothing else: a short name and
+    ``projects/<p>/subscriptions/<s>`` of one subscription are one stream, whatever the tuning
+    arguments. A message is acknowledged only after every watcher online when it arrived has
+    moved past it and its asset events are persisted; a watcher that fails makes it come back
+    (``modify_ack_deadline`` 0); a ``reject`` dead-letters it. The trigger event payload is the
+    message envelope::
+
+        {"message_id": ..., "publish_time": "2026-11-22T04:30:00.123456Z",
+         "body": <the message data: a JSON value, text, or base64 with "body_encoding": "base64">,
+         "attributes": {...}, "ordering_key": ... or None, "delivery_attempt": ... or None,
+         "subscription": "projects/<p>/subscriptions/<s>"}
+
+    :param subscription: a subscription id, or ``projects/<project>/subscriptions/<id>``.
+    :param project_id: the project of a short subscription name; defaults to the project the
+        connection names (``extra.project``, else its key's ``project_id``).
+    :param gcp_conn_id: ``google_cloud_platform`` connection with the credentials
+        (``google_cloud_default``); application default credentials if it has no key.
+    :param match: JMESPath over the envelope; truthy fires an event. ``None`` matches everything.
+    :param reject: JMESPath over the envelope; truthy dead-letters the message.
+    :param dead_letter_topic: a topic id (in the subscription's project) or full path. Rejected
+        messages are published there, with ``dead_letter_reason``, ``dead_letter_description``
+        and ``dead_letter_origin_*`` attributes, then acknowledged. Without it they are nacked,
+        so the subscription's own dead-letter policy takes them; a subscription without a policy
+        redelivers them (a warning says so).
+    :param max_in_flight: most messages pulled and not yet settled.
+    :param max_payload_bytes: largest message data turned into an event; larger ones are
+        dead-lettered.
+
+    ``gcp_conn_id``, ``dead_letter_topic``, ``max_in_flight`` and ``max_payload_bytes`` shape the
+    one subscriber: every watcher of a subscription must give the same values (a watcher that
+    disagrees fails at start, naming the argument). ``match`` and ``reject`` are each watcher's own.
+    """
+
+    broker = "pubsub"
+    identity_fields = ("subscription", "project_id")
+    shaping_fields = ("gcp_conn_id", "dead_letter_topic")
+    producer_class: ClassVar[type[PubSubSharedStreamProducer]] = PubSubSharedStreamProducer
+    """The producer the triggerer builds for this trigger's stream (a subclass may swap it)."""
+
+    def __init__(
+        self,
+        subscription: str,
+        *,
+        project_id: str | None = None,
+        gcp_conn_id: str = PubSubHook.default_conn_name,
+        match: str | None = None,
+        reject: str | None = None,
+        dead_letter_topic: str | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
+        super().__init__(
+            match=match, reject=reject, max_in_flight=max_in_flight, max_payload_bytes=max_payload_bytes
+        )
+        self._subscription = ResourceName.parse(subscription, "subscriptions", "subscription")
+        validate_project_id(project_id)
+        if project_id is not None and self._subscription.project not in (None, project_id):
+            self._subscription.resolve(project_id)  # raises, naming both projects
+        self._dead_letter = (
+            ResourceName.parse(dead_letter_topic, "topics", "dead_letter_topic")
+            if dead_letter_topic
+            else None
+        )
+        if not gcp_conn_id or not isinstance(gcp_conn_id, str):
+            raise PubSubConfigurationError("gcp_conn_id must name an Airflow connection")
+        self.subscription = subscription
+        self.project_id = project_id
+        self.gcp_conn_id = gcp_conn_id
+        self.dead_letter_topic = dead_letter_topic
+        self._resolved_project: str | None = None
+
+    def project(self) -> str | None:
+        """
+        The subscription's project: ``project_id``, the full path's, or the connection's.
+
+        Read from the connection at most once per trigger, and only in the triggerer (the stream
+        key is computed there), never while a Dag file is parsed. ``None`` if nothing names one.
+        """
+        if self._resolved_project is None:
+            project = self.project_id or self._subscription.project
+            if project is None:
+                try:
+                    project = PubSubHook(self.gcp_conn_id).connection_project()
+                except PubSubSharedStreamError as exc:
+                    log.warning("Cannot resolve the project of subscription %r: %s", self.subscription, exc)
+                    return None
+            self._resolved_project = project
+        return self._resolved_project
+
+    def stream_identity(self) -> tuple[Hashable, ...]:
+        project = self.project()
+        if project is None:
+            # Unresolvable here: keep a key of its own, and let the producer fail the stream with
+            # the error that says what is missing (it resolves by the same rule).
+            return ("unresolved", self.gcp_conn_id, self._subscription.id)
+        return (self._subscription.resolve(project),)
+
+    def normalized_shape(self) -> dict[str, Any]:
+        shape = super().normalized_shape()
+        if self._dead_letter is not None:
+            project = self._dead_letter.project or self.project()
+            shape["dead_letter_topic"] = (
+                self._dead_letter.resolve(project) if project is not None else self.dead_letter_topic
+            )
+        return shape

@@ -1,0 +1,224 @@
+"""
+Google's Pub/Sub emulator on loopback, for the integration suite, the e2e suite and the demo.
+
+The emulator ships with the Google Cloud CLI (Debian package ``google-cloud-cli-pubsub-emulator``);
+it cannot be installed from PyPI, so a machine without it FAILS the tests that need it with a
+message saying what to install (never a skip). Its launcher script execs java, so the PID we
+hold is the JVM's and stopping by PID stops the emulator.
+
+Helpers are synchronous (the generated GAPIC clients on an insecure channel to the emulator),
+because the e2e suite and the demo drive a whole deployment from plain, blocking code. They do
+not read or set ``PUBSUB_EMULATOR_HOST``: the code under test is pointed at the emulator through
+:meth:`PubSubEmulator.env`, so the helpers can never hide a producer that ignores it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.support.processes import free_port, running, tail
+
+EMULATOR = Path("/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator")
+PROJECT = "shared-stream-test"
+READY_LINE = "Server started"
+
+
+class EmulatorMissingError(RuntimeError):
+    """The Pub/Sub emulator is not installed on this machine."""
+
+
+@dataclass(frozen=True)
+class PubSubEmulator:
+    """A running Pub/Sub emulator on 127.0.0.1, with synchronous admin/publish/pull helpers."""
+
+    port: int
+    log_path: Path
+    project: str = PROJECT
+
+    @property
+    def host(self) -> str:
+        """``host:port``, the value of ``PUBSUB_EMULATOR_HOST``."""
+        return f"127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """Environment that points Google's client libraries (and so our producer) at the emulator."""
+        return {"PUBSUB_EMULATOR_HOST": self.host}
+
+    def connection(self, **extra: Any) -> dict[str, Any]:
+        """A ``google_cloud_platform`` connection (JSON form) naming this emulator's project."""
+        return {"conn_type": "google_cloud_platform", "extra": {"project": self.project, **extra}}
+
+    # -- clients -------------------------------------------------------------------------------
+
+    @functools.cached_property
+    def publisher(self) -> Any:
+        import grpc
+        from google.pubsub_v1 import PublisherClient
+        from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
+
+        return PublisherClient(transport=PublisherGrpcTransport(channel=grpc.insecure_channel(self.host)))
+
+    @functools.cached_property
+    def subscriber(self) -> Any:
+        import grpc
+        from google.pubsub_v1 import SubscriberClient
+        from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
+
+        return SubscriberClient(transport=SubscriberGrpcTransport(channel=grpc.insecure_channel(self.host)))
+
+    # -- admin ---------------------------------------------------------------------------------
+
+    def topic_path(self, name: str) -> str:
+        return f"projects/{self.project}/topics/{name}"
+
+    def subscription_path(self, name: str) -> str:
+        return f"projects/{self.project}/subscriptions/{name}"
+
+    def create_topic(self, name: str | None = None) -> str:
+        """Create a topic (a fresh unique name by default); return its full path."""
+        path = self.topic_path(name or f"t-{uuid.uuid4().hex[:12]}")
+        self.publisher.create_topic(name=path)
+        return path
+
+    def create_subscription(
+        self,
+        topic: str,
+        name: str | None = None,
+        *,
+        ack_deadline_seconds: int = 10,
+        ordering: bool = False,
+        dead_letter_topic: str | None = None,
+        max_delivery_attempts: int = 5,
+    ) -> str:
+        """Create a pull subscription on ``topic``; return its full path."""
+        from google.pubsub_v1 import DeadLetterPolicy, Subscription
+
+        path = self.subscription_path(name or f"s-{uuid.uuid4().hex[:12]}")
+        subscription = Subscription(
+            name=path,
+            topic=topic,
+            ack_deadline_seconds=ack_deadline_seconds,
+            enable_message_ordering=ordering,
+        )
+        if dead_letter_topic is not None:
+            subscription.dead_letter_policy = DeadLetterPolicy(
+                dead_letter_topic=dead_letter_topic, max_delivery_attempts=max_delivery_attempts
+            )
+        self.subscriber.create_subscription(request=subscription)
+        return path
+
+    def topic_with_subscription(self, **subscription_options: Any) -> tuple[str, str]:
+        """A fresh topic and one subscription on it: ``(topic path, subscription path)``."""
+        topic = self.create_topic()
+        return topic, self.create_subscription(topic, **subscription_options)
+
+    # -- data ----------------------------------------------------------------------------------
+
+    def publish(
+        self,
+        topic: str,
+        payloads: Iterable[Any],
+        *,
+        ordering_key: str | None = None,
+        attributes: dict[str, str] | None = None,
+    ) -> list[str]:
+        """
+        Publish payloads in order (one request of up to 100); return their message ids.
+
+        A ``bytes`` payload is sent as is, a ``str`` as UTF-8, anything else as JSON.
+        """
+        from google.pubsub_v1 import PubsubMessage
+
+        ids: list[str] = []
+        batch = list(payloads)
+        for start in range(0, len(batch), 100):
+            messages = [
+                PubsubMessage(
+                    data=_encode(payload),
+                    attributes=attributes or {},
+                    ordering_key=ordering_key or "",
+                )
+                for payload in batch[start : start + 100]
+            ]
+            ids.extend(self.publisher.publish(topic=topic, messages=messages).message_ids)
+        return ids
+
+    def pull(self, subscription: str, *, ack: bool = True, max_messages: int = 100) -> list[Any]:
+        """One pull (returns what is there now, possibly nothing); acknowledge it unless told not to."""
+        from google.api_core import exceptions
+
+        try:
+            response = self.subscriber.pull(subscription=subscription, max_messages=max_messages, timeout=2.0)
+        except exceptions.DeadlineExceeded:
+            return []
+        received = list(response.received_messages)
+        if ack and received:
+            self.subscriber.acknowledge(subscription=subscription, ack_ids=[m.ack_id for m in received])
+        return received
+
+    def drain(self, subscription: str, *, quiet_for: float = 1.0) -> list[Any]:
+        """Pull and acknowledge until nothing arrives for ``quiet_for`` seconds; return the messages."""
+        received: list[Any] = []
+        quiet_since = time.monotonic()
+        while time.monotonic() - quiet_since < quiet_for:
+            batch = self.pull(subscription)
+            if batch:
+                received.extend(batch)
+                quiet_since = time.monotonic()
+        return received
+
+
+def _encode(payload: Any) -> bytes:
+    if isinstance(payload, bytes):
+        return payload
+    if isinstance(payload, str):
+        return payload.encode("utf-8")
+    return json.dumps(payload).encode("utf-8")
+
+
+def emulator_argv(port: int) -> list[str]:
+    if not EMULATOR.exists():
+        raise EmulatorMissingError(
+            f"the Google Cloud Pub/Sub emulator is not installed ({EMULATOR} is missing): install the "
+            "Debian package google-cloud-cli-pubsub-emulator (docs/testing.rst). The Pub/Sub tests "
+            "need it and fail rather than skip without it."
+        )
+    return [str(EMULATOR), "--host=127.0.0.1", f"--port={port}"]
+
+
+@contextlib.contextmanager
+def pubsub_emulator_process(data_dir: Path, *, timeout: float = 60.0) -> Iterator[PubSubEmulator]:
+    """
+    Run the emulator on a free loopback port for the block; stop it by PID afterwards.
+
+    Ready when its log says "Server started" (about 3 s here; more under load). A start that
+    fails or times out raises with the tail of the emulator's log.
+    """
+    port = free_port()
+    log_path = data_dir / "pubsub-emulator.log"
+    with running(emulator_argv(port), log_path=log_path, cwd=data_dir) as proc:
+        deadline = time.monotonic() + timeout
+        while READY_LINE not in _read(log_path):
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"the Pub/Sub emulator exited with {proc.returncode} before it was ready:\n"
+                    f"{tail(log_path)}"
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Pub/Sub emulator was not ready within {timeout}s:\n{tail(log_path)}")
+            time.sleep(0.1)
+        yield PubSubEmulator(port=port, log_path=log_path)
+
+
+def _read(path: Path) -> str:
+    with contextlib.suppress(OSError):
+        return path.read_text(errors="replace")
+    return ""
