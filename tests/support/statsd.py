@@ -34,6 +34,17 @@ class StatsdListener:
     def has(self, name: str) -> bool:
         return any(line.split(":")[0] == name for line in self.read())
 
+    def assert_stream_counts(
+        self, prefix: str, *, received: int, fanned_out: int, dead_lettered: int, redelivered: int
+    ) -> None:
+        """The per-stream counters every broker sends, and the in-flight gauge and advance timer."""
+        assert self.counter(f"{prefix}.received") == received
+        assert self.counter(f"{prefix}.fanned_out") == fanned_out
+        assert self.counter(f"{prefix}.dead_lettered") == dead_lettered
+        assert self.counter(f"{prefix}.redelivered") == redelivered
+        assert self.has(f"{prefix}.in_flight")
+        assert self.has(f"{prefix}.advance_latency")
+
 
 @pytest.fixture
 def statsd(monkeypatch: pytest.MonkeyPatch) -> Iterator[StatsdListener]:

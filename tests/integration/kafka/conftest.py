@@ -134,6 +134,26 @@ class KafkaSandbox:
         finally:
             await consumer.stop()
 
+    async def wait_committed(
+        self,
+        group_id: str,
+        topic: str,
+        expected: dict[int, int | None],
+        partitions: int = 1,
+        timeout: float = 20.0,
+    ) -> dict[int, int | None] | None:
+        """Poll the group's committed offsets until they equal ``expected``; return the last seen."""
+        import asyncio
+
+        deadline = asyncio.get_running_loop().time() + timeout
+        seen = None
+        while asyncio.get_running_loop().time() < deadline:
+            seen = await self.committed(group_id, topic, partitions)
+            if seen == expected:
+                return seen
+            await asyncio.sleep(0.2)
+        return seen
+
     async def read_all(self, topic: str, expected: int, timeout_ms: int = 10_000) -> list:
         """Every record of ``topic`` (group-less), waiting until ``expected`` arrived."""
         consumer = AIOKafkaConsumer(

@@ -13,18 +13,6 @@ from airflow_shared_stream.testing import SharedStreamHarness
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
-async def wait_committed(kafka, group, topic, expected, partitions=1, timeout=15.0):
-    """Poll the group's committed offsets until they equal ``expected``; return the last seen."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    seen = None
-    while asyncio.get_running_loop().time() < deadline:
-        seen = await kafka.committed(group, topic, partitions)
-        if seen == expected:
-            return seen
-        await asyncio.sleep(0.2)
-    return seen
-
-
 async def test_fan_out_one_consumer_many_matches(kafka):
     topic = kafka.name("orders")
     await kafka.create_topics(topic)
@@ -52,7 +40,7 @@ async def test_fan_out_one_consumer_many_matches(kafka):
         assert first["key"] == "k"
         assert first["headers"] == {"source": "web", "bin": "base64:/wA="}
         json.dumps(everything.payloads)  # payloads must be JSON-able
-        assert await wait_committed(kafka, group, topic, {0: 20}) == {0: 20}
+        assert await kafka.wait_committed(group, topic, {0: 20}) == {0: 20}
 
 
 async def test_commit_only_after_persistence_confirmed(kafka):
@@ -66,7 +54,7 @@ async def test_commit_only_after_persistence_confirmed(kafka):
         await asyncio.sleep(1.0)
         assert await kafka.committed(group, topic) == {0: 0}, "committed past the start before persistence"
         h.confirm()
-        assert await wait_committed(kafka, group, topic, {0: 5}) == {0: 5}
+        assert await kafka.wait_committed(group, topic, {0: 5}) == {0: 5}
 
 
 async def test_slow_partition_does_not_delay_commits_on_another(kafka):
@@ -82,9 +70,9 @@ async def test_slow_partition_does_not_delay_commits_on_another(kafka):
         seqs = list(h._unconfirmed)
         partitions = [p["partition"] for p in w.payloads]
         h.confirm(seq for seq, p in zip(seqs, partitions, strict=True) if p == 1)
-        assert await wait_committed(kafka, group, topic, {0: 0, 1: 5}, partitions=2) == {0: 0, 1: 5}
+        assert await kafka.wait_committed(group, topic, {0: 0, 1: 5}, partitions=2) == {0: 0, 1: 5}
         h.confirm()
-        assert await wait_committed(kafka, group, topic, {0: 5, 1: 5}, partitions=2) == {0: 5, 1: 5}
+        assert await kafka.wait_committed(group, topic, {0: 5, 1: 5}, partitions=2) == {0: 5, 1: 5}
 
 
 async def test_reject_and_unprocessable_go_to_dead_letter_topic(kafka):
@@ -105,7 +93,7 @@ async def test_reject_and_unprocessable_go_to_dead_letter_topic(kafka):
         w = h.add(trigger)
         await w.wait_for_events(3)
         assert [p["value"] for p in w.payloads] == [{"ok": 1}, {"ok": 2}, {"ok": 3}]
-        assert await wait_committed(kafka, group, topic, {0: 6}) == {0: 6}
+        assert await kafka.wait_committed(group, topic, {0: 6}) == {0: 6}
     dead = await kafka.read_all(dlq, expected=3)
     assert [r.value for r in dead] == [b'{"bad": true}', b"\xff\xfe not utf-8", b"x" * 3000]
     assert dead[0].key == b"k"
@@ -138,7 +126,7 @@ async def test_ack_timeout_redelivers_to_healthy_subscriber_via_seek(kafka):
         assert await kafka.committed(group, topic) == {0: 0}  # the start position only
         await healthy.wait_for_events(6, timeout=20)
         assert [p["offset"] for p in healthy.payloads] == [0, 1, 2, 0, 1, 2]
-        assert await wait_committed(kafka, group, topic, {0: 3}) == {0: 3}
+        assert await kafka.wait_committed(group, topic, {0: 3}) == {0: 3}
 
 
 async def test_zero_subscriber_broadcast_is_read_again(kafka):
@@ -159,7 +147,7 @@ async def test_zero_subscriber_broadcast_is_read_again(kafka):
         assert [raw.envelope["value"] for raw, _ in again] == ["a", "b", "c"]
         assert await kafka.committed(group, topic) == {0: 0}  # the start position only
         await producer.advance([AdvanceItem(payload, AdvanceOutcome(1, 0, 0)) for _, payload in again])
-        assert await wait_committed(kafka, group, topic, {0: 3}) == {0: 3}
+        assert await kafka.wait_committed(group, topic, {0: 3}) == {0: 3}
     finally:
         await stream.aclose()
         await producer.aclose()
@@ -175,14 +163,14 @@ async def test_restart_resumes_from_committed_offsets(kafka):
         w = h.add(trigger)
         await w.wait_for_events(10)
         h.confirm(list(h._unconfirmed)[:4])  # only the first four were persisted
-        assert await wait_committed(kafka, group, topic, {0: 4}) == {0: 4}
+        assert await kafka.wait_committed(group, topic, {0: 4}) == {0: 4}
     # The triggerer restarts: a new consumer of the same group picks up where the commit is.
     await kafka.produce(topic, ["m10", "m11"])
     async with SharedStreamHarness(confirm_after=0.0) as h:
         w = h.add(trigger)
         await w.wait_for_events(8)
         assert [p["value"] for p in w.payloads] == [f"m{i}" for i in range(4, 12)]
-        assert await wait_committed(kafka, group, topic, {0: 12}) == {0: 12}
+        assert await kafka.wait_committed(group, topic, {0: 12}) == {0: 12}
 
 
 async def test_rebalance_with_second_consumer_loses_nothing(kafka):
@@ -204,7 +192,7 @@ async def test_rebalance_with_second_consumer_loses_nothing(kafka):
         await produce_round(1)
         await a.wait_for_events(40)
         all_ten = {p: 10 for p in range(partitions)}
-        assert await wait_committed(kafka, group, topic, all_ten, partitions) == all_ten
+        assert await kafka.wait_committed(group, topic, all_ten, partitions) == all_ten
 
         # Round 2 is read but not yet persisted when the second consumer joins, so partitions are
         # revoked from the first one while they have outstanding events. (Confirmations are held
@@ -223,7 +211,7 @@ async def test_rebalance_with_second_consumer_loses_nothing(kafka):
             first.persisting = True
             await produce_round(3)
             all_thirty = {p: 30 for p in range(partitions)}
-            committed = await wait_committed(kafka, group, topic, all_thirty, partitions, timeout=30)
+            committed = await kafka.wait_committed(group, topic, all_thirty, partitions, timeout=30)
             assert committed == all_thirty
             assert a.error is None
             assert b.error is None
