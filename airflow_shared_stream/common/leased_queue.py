@@ -583,10 +583,24 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         """Messages received and not yet settled (for tests and for shutdown)."""
         return list(self._leased.values())
 
+    async def release_unsettled(self, deliveries: Sequence[Delivery[Handle]]) -> None:
+        """
+        Give messages nobody settled back to the broker as the stream closes (default: nothing).
+
+        Called by :meth:`aclose` after the queued ACKs were sent, with only the messages that
+        were never advanced to an ACK, inside the lease keeper's ``settling`` (no renewal races
+        it). Without it their leases run out and the broker redelivers them; a broker whose
+        leases may be long (Pub/Sub) gives them back at once instead. Best effort: raise, and
+        the lease runs out as without it.
+        """
+
     async def aclose(self) -> None:
         """
-        Stop renewing and close the client. Unsettled messages are not touched: their leases
-        run out and the broker redelivers them (to the next triggerer, after a restart).
+        Send the queued ACKs, give back what was not settled, stop renewing, close the client.
+
+        Order matters: a queued ACK is a message the manager advanced (every watcher's event is
+        persisted), so it is sent first and is never among the messages given back; giving it
+        back before its ACK would hand a finished message to the next stream.
         """
         if self._lag_task is not None:
             self._lag_task.cancel()
@@ -604,6 +618,20 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
                 )
         await self._acks.stop()  # after the flush: a round sleeping on its linger has nothing left
         if self._leases is not None:
+            still_acking = {d.lease for d in self._acks.queued}
+            unsettled = [d for d in self.held_deliveries() if d.lease not in still_acking]
+            if unsettled:
+                try:
+                    async with self._leases.settling(d.lease for d in unsettled):
+                        await self.release_unsettled(unsettled)
+                except Exception as exc:  # best effort: their leases run out instead
+                    log.warning(
+                        "Could not give %d unsettled message(s) of %s back on close (%s); the broker "
+                        "redelivers them when their leases run out",
+                        len(unsettled),
+                        self.broker,
+                        type(exc).__name__,
+                    )
             await self._leases.stop()
         await self.disconnect()
 
