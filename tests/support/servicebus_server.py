@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import collections
 import contextlib
 import copy
 import hashlib
@@ -200,6 +201,10 @@ class ServiceBusServer:
         self.refused_tokens = 0
         self.lock_lost_settlements = 0
         self.dead_letter_refused: set[str] = set()
+        self.requests: collections.Counter[str] = collections.Counter()
+        """What consumers asked of the namespace, by kind (bench/watchers.py's requests per message):
+        ``connection``, ``attach`` (a link), ``receive`` (a flow frame granting credit on a receive
+        link), ``settle`` (a disposition), ``$cbs put-token`` and ``$management <operation>``."""
         """Entity paths (lower case) whose dead-letter settlements fail (to test that failure path)."""
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -521,6 +526,7 @@ class _Handler:
         pass
 
     def on_connection_remote_open(self, event: Any) -> None:
+        self.server.requests["connection"] += 1
         if event.connection.state & Endpoint.LOCAL_UNINIT:
             event.connection.container = "servicebus-fake"
             event.connection.open()
@@ -549,6 +555,7 @@ class _Handler:
         link = event.link
         if not link.state & Endpoint.LOCAL_UNINIT:
             return
+        self.server.requests["attach"] += 1
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
         link.snd_settle_mode = link.remote_snd_settle_mode
@@ -669,6 +676,8 @@ class _Handler:
         with self.server._lock:
             entity = self.entity_of.get(link)
             if entity is not None:
+                if link.is_sender:
+                    self.server.requests["receive"] += 1
                 for stored in entity.available:
                     if stored.released_by == link:
                         stored.released_by = None
@@ -782,8 +791,10 @@ class _Handler:
     def _on_transfer(self, link: Any, dlv: Any, payload: bytes) -> None:
         path = entity_path(link.remote_target.address)
         if path == "$cbs":
+            self.server.requests["$cbs put-token"] += 1
             self._answer(link, self._put_token(payload))
         elif path.lower().endswith(MANAGEMENT_SUFFIX):
+            self.server.requests["$management"] += 1
             entity = self.server._receivable(path[: -len(MANAGEMENT_SUFFIX)])
             self._answer(link, self._management(entity, payload))
         else:
@@ -821,6 +832,7 @@ class _Handler:
         state = dlv.remote_state
         if not state:
             return
+        self.server.requests["settle"] += 1
         stored = self.deliveries.pop(dlv, None)
         entity = self.entity_of.get(dlv.link)
         if stored is None or entity is None or stored.lock_token not in entity.locked:
