@@ -810,80 +810,6 @@ class PubSub:
 # -- Service Bus ------------------------------------------------------------------------------
 
 
-def _servicebus_child(conn: Any, root: str) -> None:
-    """The Service Bus test server in a process of its own, driven over a pipe (spawned)."""
-    sys.path.insert(0, root)
-    import logging
-
-    logging.getLogger("azure").setLevel(logging.WARNING)
-    from tests.support.servicebus_server import ServiceBusServer
-
-    server = ServiceBusServer().start()
-    conn.send(server.port)
-    while True:
-        command, args = conn.recv()
-        if command == "stop":
-            server.stop()
-            conn.send(("ok", None))
-            return
-        try:
-            if command == "requests":
-                result: Any = dict(server.requests)
-            elif command == "reset":
-                result = server.requests.clear()
-            else:
-                result = getattr(server, command)(*args)
-            conn.send(("ok", result))
-        except Exception as exc:
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
-
-
-class ServiceBusServerProcess:
-    """Proxy to the child's server: its entity and send methods, and its request counts."""
-
-    def __init__(self) -> None:
-        import multiprocessing
-
-        context = multiprocessing.get_context("spawn")
-        self._conn, child = context.Pipe()
-        self.process = context.Process(target=_servicebus_child, args=(child, str(ROOT)), daemon=True)
-        self.process.start()
-        if not self._conn.poll(60):
-            self.process.kill()
-            raise RuntimeError("the Service Bus test server did not start within 60 s")
-        self.port: int = self._conn.recv()
-
-    def call(self, command: str, *args: Any) -> Any:
-        self._conn.send((command, args))
-        status, result = self._conn.recv()
-        if status != "ok":
-            raise RuntimeError(f"Service Bus test server: {command} failed: {result}")
-        return result
-
-    def connection_string(self) -> str:
-        return (
-            f"Endpoint=sb://127.0.0.1:{self.port};SharedAccessKeyName=bench;"
-            "SharedAccessKey=bench;UseDevelopmentEmulator=true;"
-        )
-
-    def reset(self) -> None:
-        self.call("reset")
-
-    def counts(self) -> dict[str, int]:
-        return dict(self.call("requests"))
-
-    def cpu_seconds(self) -> float:
-        return 0.0
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.call("stop")
-        self.process.join(10)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(5)
-
-
 class ServiceBus:
     """The Service Bus test server (a protocol-level fake, tests/support) in a child process."""
 
@@ -899,6 +825,8 @@ class ServiceBus:
         self.args = args
 
     def __enter__(self) -> ServiceBus:
+        from tests.support.servicebus_server import ServiceBusServerProcess
+
         self.server = ServiceBusServerProcess()
         os.environ["AIRFLOW_CONN_AZURE_SERVICE_BUS_DEFAULT"] = json.dumps(
             {"conn_type": "azure_service_bus", "schema": self.server.connection_string()}
