@@ -1,8 +1,9 @@
 """
 Draw the plots of docs/benchmarks.rst from the results ``bench/watchers.py`` wrote.
 
-For each ``bench/results/watchers_<broker>.json``: throughput (messages/s) and broker requests
-per message against the watcher count, one line per variant, log-log. Writes
+For each ``bench/results/watchers_<broker>.json`` (SQS, Kafka on one and on three partitions,
+Pub/Sub, Service Bus): throughput (messages/s) and broker requests per message against the
+watcher count, one line per variant, log-log. Writes
 ``docs/_static/bench_<broker>.png``.
 
 Run: ``.venv/bin/python bench/plot.py`` (needs matplotlib, in the ``bench`` extra).
@@ -22,7 +23,9 @@ STYLE = {
     "ceiling": ("tab:green", "^"),
     "bare": ("tab:gray", "s"),
     "per-watcher": ("tab:red", "x"),
+    "official": ("tab:purple", "D"),
 }
+"""One line per variant; the ``in-flight`` memory hold is not a throughput and is not drawn."""
 
 
 def plot(results: Path, output: Path) -> None:
