@@ -296,10 +296,17 @@ def _capture_producers(trigger_class: type) -> _ProducerCapture:
 
 
 async def _settled(producers: list[Any], deadline: float) -> None:
-    """Until every leased-queue producer has settled all it received (nothing in flight or queued)."""
+    """
+    Until every leased-queue producer has settled all it received on the broker.
+
+    Nothing in flight, nothing queued for ACK, and nothing still held: a message leaves the
+    held set only once its settlement call returned (an ACK batch on the wire is still held).
+    """
     while time.monotonic() < deadline:
         pending = [
-            p for p in producers if hasattr(p, "in_flight") and (p.in_flight or len(getattr(p, "_acks", ())))
+            p
+            for p in producers
+            if hasattr(p, "held_deliveries") and (p.in_flight or len(p._acks) or p.held_deliveries())
         ]
         if not pending:
             return
@@ -1108,10 +1115,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--output-dir", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="re-measure only the cells asked for, keeping the others of the results already written "
+        "(each cell keeps its own load average; the header's date and load are this run's)",
+    )
     args = parser.parse_args(argv)
     args.messages = {b: {int(k): v for k, v in m.items()} for b, m in args.messages.items()}
     random.seed(args.seed)
     return args
+
+
+def _merge(previous: Path, cells: list[Cell]) -> list[Cell]:
+    """Cells of an earlier run's JSON, with those re-measured now (same variant and N) replaced."""
+    fresh = {(c.variant, c.watchers) for c in cells}
+    fields = {f for f in Cell.__dataclass_fields__}
+    kept = []
+    for row in json.loads(previous.read_text())["cells"]:
+        if (row["variant"], row["watchers"]) not in fresh:
+            kept.append(Cell(**{k: v for k, v in row.items() if k in fields}))
+    return kept + cells
 
 
 def main(argv: list[str] | None = None) -> dict[str, list[Cell]]:
@@ -1134,6 +1158,9 @@ def main(argv: list[str] | None = None) -> dict[str, list[Cell]]:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     for broker, cells in results.items():
         versions = BROKER_CLASSES[broker.split("-")[0]].versions
+        previous = args.output_dir / f"watchers_{broker}.json"
+        if args.update and previous.exists():
+            cells = _merge(previous, cells)
         (args.output_dir / f"watchers_{broker}.md").write_text(render(broker, cells, args, versions))
         (args.output_dir / f"watchers_{broker}.json").write_text(
             json.dumps({"load_at_end": os.getloadavg(), "cells": [c.as_row() for c in cells]}, indent=1)
