@@ -1017,9 +1017,9 @@ def default_messages(broker: str, watchers: int) -> int:
 REQUEST_TARGETS = {
     "sqs": "requests / message target <= 0.25 (floor 0.2: one ReceiveMessage and one "
     "DeleteMessageBatch per 10 messages, SQS's batch limit)",
-    "pubsub": "requests / message target <= 0.05 (one pull of up to 1,000 and one acknowledge of up "
-    "to 1,000 ack ids would be 0.002; the credit window, 500 by default, and the manager advancing "
-    "a pull in pieces bound it in practice: a pull and an acknowledge per 40 messages is 0.05)",
+    "pubsub": "requests / message target <= 0.05 (one pull of up to 1,000 and one acknowledge of "
+    "up to 1,000 ack ids would be 0.002; the credit window, 500 by default, and the emulator's "
+    "pulls of at most 100 make it 0.02 in practice, as the bare loop shows)",
     "servicebus": "requests / message target <= 1.05 (complete_message settles one message per "
     "call, so the floor is 1 settle per message plus one receive (credit) per batch; lock "
     "renewals only for messages held longer than a third of the lock)",
