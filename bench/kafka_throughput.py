@@ -7,8 +7,9 @@ per message):
 * ``ours``: :class:`airflow_shared_stream.kafka.trigger.KafkaSharedStreamTrigger` (aiokafka);
 * ``official``: ``airflow.providers.apache.kafka.triggers.shared_stream.KafkaSharedStreamTrigger``
   (confluent-kafka, one thread hop per single-message poll);
-* ``ceiling``: an in-memory producer that yields as fast as the manager takes, with the same
-  filter and credit window as ours: the manager's own ceiling, which no provider can beat;
+* ``ceiling``: the public in-memory producer (:class:`airflow_shared_stream.testing.InMemoryProducer`,
+  the leased-queue template without a broker) with the same filter and credit window as ours:
+  the manager's own ceiling, which no provider can beat;
 * ``bare``: an aiokafka consume-and-commit loop without Airflow (no fan-out: the broker and
   client's own ceiling, independent of the subscriber count).
 
@@ -37,7 +38,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -49,12 +49,11 @@ sys.path.insert(0, str(ROOT))
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: E402
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
 from airflow.sdk.module_loading import import_string  # noqa: E402
-from airflow.triggers.shared_stream import AdvanceItem, SharedStreamManager, SharedStreamProducer  # noqa: E402
+from airflow.triggers.shared_stream import SharedStreamManager  # noqa: E402
 
-from airflow_shared_stream.common.flow_control import CreditWindow, yield_point  # noqa: E402
-from airflow_shared_stream.common.matching import RawMessage  # noqa: E402
-from airflow_shared_stream.common.trigger import DEFAULT_MAX_IN_FLIGHT, SharedStreamTrigger  # noqa: E402
+from airflow_shared_stream.common.trigger import DEFAULT_MAX_IN_FLIGHT  # noqa: E402
 from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger  # noqa: E402
+from airflow_shared_stream.testing import InMemoryProducer, InMemoryTrigger  # noqa: E402
 from tests.support.kafka_brokers import kafka_broker_argv  # noqa: E402
 from tests.support.processes import free_port, running, wait_for_port  # noqa: E402
 
@@ -66,54 +65,6 @@ spin on it for the rest of the run, which measures that broker quirk rather than
 Set ``--partitions`` to see it."""
 VARIANTS = ("ours", "official", "ceiling", "bare")
 SUBSCRIBERS = (1, 10, 100)
-
-
-# -- the in-memory ceiling ----------------------------------------------------------------------
-
-
-class _MemoryProducer(SharedStreamProducer):
-    """Yields ready-made messages as fast as the manager takes them, under the same credit window."""
-
-    def __init__(self, max_in_flight: int) -> None:
-        self._credits = CreditWindow(max_in_flight)
-
-    async def open_stream(self) -> AsyncIterator[tuple[Any, Any]]:
-        # The Kafka producer's loop with the broker taken out: same window, same yield point.
-        offset = 0
-        while True:
-            await self._credits.acquire()
-            partition = offset % PARTITIONS
-            envelope = {"topic": "mem", "partition": partition, "offset": offset, "value": {"n": offset}}
-            yield RawMessage(envelope, label=f"mem/{partition}@{offset}"), (partition, offset)
-            await yield_point()
-            offset += 1
-
-    def get_advance_lane(self, broker_payload: Any) -> Hashable:
-        return broker_payload[0]
-
-    async def advance(self, batch: Sequence[AdvanceItem]) -> None:
-        self._credits.release(len(batch))
-
-
-class MemoryTrigger(SharedStreamTrigger):
-    """Same filter as the Kafka trigger (``SharedStreamTrigger``), producer without any I/O."""
-
-    def __init__(self, name: str, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
-        super().__init__(max_in_flight=max_in_flight)
-        self.name = name
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return f"{type(self).__module__}.{type(self).__qualname__}", {
-            "name": self.name,
-            "max_in_flight": self.max_in_flight,
-        }
-
-    def shared_stream_key(self) -> Hashable:
-        return ("bench-memory", self.name)
-
-    @classmethod
-    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> SharedStreamProducer:
-        return _MemoryProducer(kwargs["max_in_flight"])
 
 
 # -- driving subscribers like the triggerer -----------------------------------------------------
@@ -235,7 +186,8 @@ def _connection(conn_id: str, bootstrap: str, group_id: str) -> None:
     os.environ[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps({"conn_type": "kafka", "extra": extra})
 
 
-def make_factory(variant: str, bootstrap: str, topic: str) -> Any:
+def make_factory(variant: str, bootstrap: str, topic: str, messages: int = 0) -> Any:
+    """A trigger factory for ``variant``; the ceiling's in-memory stream gets ``messages`` first."""
     run_id = uuid.uuid4().hex[:8]
     conn_id = f"bench_{variant}_{run_id}"
     _connection(conn_id, bootstrap, f"bench-{variant}-{run_id}")
@@ -248,7 +200,11 @@ def make_factory(variant: str, bootstrap: str, topic: str) -> Any:
 
         return lambda: OfficialTrigger(topics=[topic], kafka_config_id=conn_id)
     if variant == "ceiling":
-        return lambda: MemoryTrigger(run_id)
+        stream = f"bench-ceiling-{run_id}"
+        queue = InMemoryProducer.queue(stream)
+        for n in range(messages):
+            queue.publish({"n": n, "kind": "order", "pad": "x" * 60})
+        return lambda: InMemoryTrigger(stream)
     raise ValueError(variant)
 
 
@@ -315,7 +271,7 @@ async def bench(bootstrap: str, args: argparse.Namespace) -> dict[tuple[float, i
                     if variant == "bare":
                         result = await bare_loop(bootstrap, topic, count)
                     else:
-                        factory = make_factory(variant, bootstrap, topic)
+                        factory = make_factory(variant, bootstrap, topic, count)
                         result = await drive(factory, subscribers, count, sync, args.timeout)
                     runs[variant].append(result)
                     print(

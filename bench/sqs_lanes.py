@@ -142,6 +142,7 @@ async def main() -> None:
     )
     parser.add_argument("--messages", type=int, default=1500)
     parser.add_argument("--max-in-flight", type=int, default=200)
+    parser.add_argument("--schemes", nargs="+", default=["global", "receive", "message"])
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "sqs_lanes.md")
     args = parser.parse_args()
 
@@ -172,11 +173,14 @@ async def main() -> None:
     results = []
     try:
         bare = await run_bare_loop(client, endpoint, args.messages)
-        print(f"bare     {bare['seconds']:7.1f} s {bare['rate']:7.1f} msg/s {bare['calls']}")
+        print(f"bare     {bare['seconds']:7.1f} s {bare['rate']:7.1f} msg/s {bare['calls']}", flush=True)
         results.append(bare)
-        for scheme in ("global", "receive", "message"):
+        for scheme in args.schemes:
             result = await run_scheme(scheme, client, args.messages, args.max_in_flight)
-            print(f"{scheme:8s} {result['seconds']:7.1f} s {result['rate']:7.1f} msg/s {result['calls']}")
+            print(
+                f"{scheme:8s} {result['seconds']:7.1f} s {result['rate']:7.1f} msg/s {result['calls']}",
+                flush=True,
+            )
             results.append(result)
     finally:
         moto.__exit__(None, None, None)

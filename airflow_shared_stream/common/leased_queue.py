@@ -33,17 +33,40 @@ Ordered lanes (SQS FIFO ``MessageGroupId``, Pub/Sub ``ordering_key``, Service Bu
 ``session_id``): when a message of a lane is redelivered, every later message of that lane that
 is still in flight is redelivered too, whatever its own outcome, so the broker hands the lane
 back in its original order (issue 7 item 11). Messages without a lane are unordered; all
-messages of one receive call share an advance lane, which makes each settlement one batch call.
+messages of one receive call share an advance lane.
+
+ACKs of unordered messages are coalesced across advances (:class:`AckBatcher`). The manager
+advances each lane's contiguous prefix as soon as its trigger events are persisted, so with
+several watchers and persistence rounds of varying length one receive lane of ten is advanced
+in two or three pieces; acking each piece on its own cost SQS 2.4 DeleteMessageBatch calls per
+ten messages (bench/results/sqs_lanes.md). The batcher sends the ACKs once
+``settle_batch_limit`` are waiting, once no other message is in flight (nothing more could
+join the batch), or ``ack_linger_seconds`` after the first one waited, whichever comes first,
+the way the Kafka committer coalesces commits. An ACK is only ever queued by ``advance``, so
+nothing is acked before the manager advanced it; the lease of a queued message is kept until
+its ACK is on the wire; ``aclose`` sends what is queued. Ordered lanes are
+acked at once: the broker holds the rest of a FIFO group back until its in-flight messages are
+deleted, so lingering would stall the lane.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Hashable, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Hashable,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -60,6 +83,18 @@ log = logging.getLogger(__name__)
 
 Handle = TypeVar("Handle")
 """What the broker settles a message with: a receipt handle, an ack id, a received message."""
+
+ACK_LINGER_SECONDS = 2.0
+"""Longest an ACK waits for others to fill a batch (a message's lease is kept meanwhile).
+
+A batch of ten fills within it from about 5 messages/s up (bench/results/sqs_lanes.md measured
+1 s leaving batches of seven at 9 messages/s); faster streams fill batches before it matters,
+and an idle stream sends at once (nothing else in flight). The lease keeper keeps renewing
+queued messages, so it is safe with any lease; a triggerer that dies meanwhile only means
+redelivery, which at-least-once allows."""
+
+ACK_FLUSH_TIMEOUT_SECONDS = 10.0
+"""How long ``aclose`` waits to send the ACKs still queued (then the broker redelivers them)."""
 
 NO_SUBSCRIBER_BACKOFF_MIN = 0.25
 NO_SUBSCRIBER_BACKOFF_MAX = 5.0
@@ -173,6 +208,84 @@ class NoSubscriberBackoff:
             await asyncio.sleep(remaining)
 
 
+class AckBatcher(Generic[Handle]):
+    """
+    Coalesce ACKs from many advances into full broker batches.
+
+    ``send`` settles one batch (at most ``batch_limit`` deliveries) and is called with full
+    batches as soon as they fill, and with whatever is queued ``linger`` seconds after the
+    first delivery of a round was queued. A failed background send is kept in :attr:`error`
+    (the producer raises it from its next advance, so the stream fails as it would have had
+    the ACK been sent inline) and its messages come back when their leases run out.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[list[Delivery[Handle]]], Awaitable[None]],
+        *,
+        batch_limit: int | None,
+        linger: float,
+    ) -> None:
+        self._send = send
+        self.batch_limit = batch_limit
+        self.linger = linger
+        self._queued: list[Delivery[Handle]] = []
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.error: BaseException | None = None
+
+    def __len__(self) -> int:
+        return len(self._queued)
+
+    @property
+    def queued(self) -> list[Delivery[Handle]]:
+        """Deliveries waiting for their ACK (a copy)."""
+        return list(self._queued)
+
+    async def add(self, deliveries: Sequence[Delivery[Handle]]) -> None:
+        """Queue ``deliveries`` for ACK; send every batch that is full now."""
+        if not deliveries:
+            return
+        self._queued.extend(deliveries)
+        limit = self.batch_limit
+        while limit and len(self._queued) >= limit:
+            batch, self._queued = self._queued[:limit], self._queued[limit:]
+            await self._send(batch)
+        if self._queued:
+            self._wakeup.set()
+
+    async def flush(self) -> None:
+        """Send everything queued now, in batches of at most ``batch_limit``."""
+        while self._queued:
+            size = self.batch_limit or len(self._queued)
+            batch, self._queued = self._queued[:size], self._queued[size:]
+            await self._send(batch)
+
+    async def _run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            await asyncio.sleep(self.linger)
+            self._wakeup.clear()
+            try:
+                await self.flush()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("Sending queued ACKs failed (%s: %s)", type(exc).__name__, exc)
+                self.error = exc
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="shared-stream-ack-batcher")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     """
     Shared-stream producer for a leased queue; a broker subclass supplies the broker calls.
@@ -188,6 +301,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     * ``dead_letter_batch_limit`` and ``dead_letter_batch_bytes``: bounds of one dead-letter
       call; a message larger than the byte bound is passed alone.
     * ``lag_interval_seconds``: how often :meth:`broker_lag` is sampled (if implemented).
+    * ``ack_linger_seconds``: longest an unordered ACK waits for a full batch (0: ack inline).
     """
 
     broker: ClassVar[str] = "leased_queue"
@@ -196,6 +310,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     dead_letter_batch_limit: ClassVar[int | None] = None
     dead_letter_batch_bytes: ClassVar[int | None] = None
     lag_interval_seconds: ClassVar[float] = 30.0
+    ack_linger_seconds: ClassVar[float] = ACK_LINGER_SECONDS
 
     def __init__(self, *, max_in_flight: int, stream_label: str) -> None:
         self._window = CreditWindow(max_in_flight)
@@ -210,6 +325,9 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         self._lane_in_flight: dict[Hashable, set[int]] = {}
         self._held_back: set[int] = set()
         self._lag_task: asyncio.Task[None] | None = None
+        self._acks: AckBatcher[Handle] = AckBatcher(
+            self._send_acks, batch_limit=self.settle_batch_limit, linger=self.ack_linger_seconds
+        )
 
     # -- what a broker supplies ---------------------------------------------------------------
 
@@ -268,8 +386,10 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             on_lost=lambda n: self.metrics.incr(m.LEASE_LOSSES, n),
         )
         self._leases.start()
+        self._acks.start()
         self._lag_task = asyncio.create_task(self._sample_lag(), name=f"shared-stream-lag[{self.broker}]")
         while True:
+            self._raise_ack_error()
             await self._backoff.wait()
             if self._window.available == 0:
                 self.metrics.incr(m.CREDIT_WAITS)
@@ -307,15 +427,50 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         assert self._leases is not None
+        self._raise_ack_error()
         started = time.monotonic()
+        later: list[Delivery[Handle]] = []
         try:
             plan = self.plan_settlement(batch)
-            async with self._leases.settling(item.broker_payload.delivery.lease for item in batch):
+            if self.ack_linger_seconds > 0:
+                later = [d for d in plan[Settlement.ACK] if d.lane is None]
+                plan[Settlement.ACK] = [d for d in plan[Settlement.ACK] if d.lane is not None]
+            deferred = {d.lease for d in later}
+            now = (
+                i.broker_payload.delivery.lease
+                for i in batch
+                if i.broker_payload.delivery.lease not in deferred
+            )
+            async with self._leases.settling(now):
                 await self._settle(plan)
+            # Only after everything else of the batch settled: a failed dead-letter copy
+            # raises above and the whole batch comes back, its ACKs included.
+            await self._acks.add(later)
+            plan[Settlement.ACK] += later
+        except BaseException:
+            self._leases.forget(d.lease for d in later if d not in self._acks.queued)
+            raise
         finally:
-            self._finish_tracking(batch)
+            self._finish_tracking(batch, keep={d.lease for d in later})
             self.metrics.timing_ms(m.ADVANCE_LATENCY, (time.monotonic() - started) * 1000.0)
+        if self._window.in_flight == 0:
+            await self._acks.flush()  # nothing else is in flight: no other ACK could join these
         self._count(batch, plan)
+
+    async def _send_acks(self, deliveries: list[Delivery[Handle]]) -> None:
+        """Send one coalesced ACK batch; the leases are kept until it is on the wire."""
+        assert self._leases is not None
+        try:
+            async with self._leases.settling(d.lease for d in deliveries):
+                await self.ack(deliveries)
+        finally:
+            for delivery in deliveries:
+                self._leased.pop(delivery.lease, None)
+
+    def _raise_ack_error(self) -> None:
+        error, self._acks.error = self._acks.error, None
+        if error is not None:
+            raise error
 
     def plan_settlement(self, batch: Sequence[AdvanceItem]) -> dict[Settlement, list[Any]]:
         """
@@ -358,12 +513,17 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         for deliveries in chunked(plan[Settlement.REDELIVER], max_count=self.settle_batch_limit):
             await self.redeliver(deliveries)
 
-    def _finish_tracking(self, batch: Sequence[AdvanceItem]) -> None:
-        """Always runs: return credits and forget the batch, whether settling worked or not."""
+    def _finish_tracking(self, batch: Sequence[AdvanceItem], keep: Collection[Hashable] = ()) -> None:
+        """
+        Always runs: return credits and forget the batch, whether settling worked or not.
+
+        ``keep``: leases whose ACK is queued; they stay known (for renewals) until it is sent.
+        """
         for item in batch:
             payload: InFlight[Handle] = item.broker_payload
             delivery = payload.delivery
-            self._leased.pop(delivery.lease, None)
+            if delivery.lease not in keep:
+                self._leased.pop(delivery.lease, None)
             if delivery.lane is not None:
                 lane = self._lane_in_flight.get(delivery.lane)
                 if lane is not None:
@@ -423,16 +583,55 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         """Messages received and not yet settled (for tests and for shutdown)."""
         return list(self._leased.values())
 
+    async def release_unsettled(self, deliveries: Sequence[Delivery[Handle]]) -> None:
+        """
+        Give messages nobody settled back to the broker as the stream closes (default: nothing).
+
+        Called by :meth:`aclose` after the queued ACKs were sent, with only the messages that
+        were never advanced to an ACK, inside the lease keeper's ``settling`` (no renewal races
+        it). Without it their leases run out and the broker redelivers them; a broker whose
+        leases may be long (Pub/Sub) gives them back at once instead. Best effort: raise, and
+        the lease runs out as without it.
+        """
+
     async def aclose(self) -> None:
         """
-        Stop renewing and close the client. Unsettled messages are not touched: their leases
-        run out and the broker redelivers them (to the next triggerer, after a restart).
+        Send the queued ACKs, give back what was not settled, stop renewing, close the client.
+
+        Order matters: a queued ACK is a message the manager advanced (every watcher's event is
+        persisted), so it is sent first and is never among the messages given back; giving it
+        back before its ACK would hand a finished message to the next stream.
         """
         if self._lag_task is not None:
             self._lag_task.cancel()
             await asyncio.gather(self._lag_task, return_exceptions=True)
             self._lag_task = None
+        if self._leases is not None and len(self._acks):
+            # Advanced by the manager, so done: send them rather than let them come back.
+            try:
+                await asyncio.wait_for(self._acks.flush(), ACK_FLUSH_TIMEOUT_SECONDS)
+            except Exception as exc:
+                log.warning(
+                    "Sending %d queued ACK(s) on close failed (%s); the broker will redeliver them",
+                    len(self._acks),
+                    type(exc).__name__,
+                )
+        await self._acks.stop()  # after the flush: a round sleeping on its linger has nothing left
         if self._leases is not None:
+            still_acking = {d.lease for d in self._acks.queued}
+            unsettled = [d for d in self.held_deliveries() if d.lease not in still_acking]
+            if unsettled:
+                try:
+                    async with self._leases.settling(d.lease for d in unsettled):
+                        await self.release_unsettled(unsettled)
+                except Exception as exc:  # best effort: their leases run out instead
+                    log.warning(
+                        "Could not give %d unsettled message(s) of %s back on close (%s); the broker "
+                        "redelivers them when their leases run out",
+                        len(unsettled),
+                        self.broker,
+                        type(exc).__name__,
+                    )
             await self._leases.stop()
         await self.disconnect()
 

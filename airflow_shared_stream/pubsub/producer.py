@@ -179,29 +179,17 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
             )
         return lease_seconds
 
-    async def aclose(self) -> None:
+    async def release_unsettled(self, deliveries: Sequence[Delivery[PubSubMessageHandle]]) -> None:
         """
-        Give every unsettled message back to Pub/Sub at once, then close.
+        Nack every message the closing stream still holds, so Pub/Sub hands it out now.
 
         A group closes when its last watcher leaves or fails, or the triggerer stops. Its
         unsettled messages would otherwise stay leased until their ack deadline (which the lease
-        keeper may have pushed out), delaying the next triggerer's delivery; a nack makes them
-        available now. Nothing is lost either way: none of them was acknowledged.
+        keeper may have pushed out), delaying the next triggerer's delivery. Nothing is lost
+        either way: none of them was advanced (the template sends queued ACKs before this).
         """
-        held = self.held_deliveries()
-        if held and self._client is not None and self._leases is not None:
-            try:
-                async with self._leases.settling(d.lease for d in held):
-                    await asyncio.wait_for(self.redeliver(held), timeout=CLOSE_NACK_SECONDS)
-            except Exception as exc:  # best effort: their deadlines run out instead
-                log.warning(
-                    "Could not give %d unsettled message(s) of %s back on close (%s); Pub/Sub "
-                    "redelivers them when their ack deadline passes",
-                    len(held),
-                    self.subscription,
-                    type(exc).__name__,
-                )
-        await super().aclose()
+        if self._client is not None:
+            await asyncio.wait_for(self.redeliver(deliveries), timeout=CLOSE_NACK_SECONDS)
 
     async def disconnect(self) -> None:
         if self._client is not None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import collections
 import contextlib
 import copy
 import hashlib
@@ -45,11 +46,13 @@ import hmac
 import itertools
 import json
 import logging
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -200,6 +203,10 @@ class ServiceBusServer:
         self.refused_tokens = 0
         self.lock_lost_settlements = 0
         self.dead_letter_refused: set[str] = set()
+        self.requests: collections.Counter[str] = collections.Counter()
+        """What consumers asked of the namespace, by kind (bench/watchers.py's requests per message):
+        ``connection``, ``attach`` (a link), ``receive`` (a flow frame granting credit on a receive
+        link), ``settle`` (a disposition), ``$cbs put-token`` and ``$management <operation>``."""
         """Entity paths (lower case) whose dead-letter settlements fail (to test that failure path)."""
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -521,6 +528,7 @@ class _Handler:
         pass
 
     def on_connection_remote_open(self, event: Any) -> None:
+        self.server.requests["connection"] += 1
         if event.connection.state & Endpoint.LOCAL_UNINIT:
             event.connection.container = "servicebus-fake"
             event.connection.open()
@@ -549,6 +557,7 @@ class _Handler:
         link = event.link
         if not link.state & Endpoint.LOCAL_UNINIT:
             return
+        self.server.requests["attach"] += 1
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
         link.snd_settle_mode = link.remote_snd_settle_mode
@@ -669,6 +678,8 @@ class _Handler:
         with self.server._lock:
             entity = self.entity_of.get(link)
             if entity is not None:
+                if link.is_sender:
+                    self.server.requests["receive"] += 1
                 for stored in entity.available:
                     if stored.released_by == link:
                         stored.released_by = None
@@ -782,8 +793,10 @@ class _Handler:
     def _on_transfer(self, link: Any, dlv: Any, payload: bytes) -> None:
         path = entity_path(link.remote_target.address)
         if path == "$cbs":
+            self.server.requests["$cbs put-token"] += 1
             self._answer(link, self._put_token(payload))
         elif path.lower().endswith(MANAGEMENT_SUFFIX):
+            self.server.requests["$management"] += 1
             entity = self.server._receivable(path[: -len(MANAGEMENT_SUFFIX)])
             self._answer(link, self._management(entity, payload))
         else:
@@ -821,6 +834,7 @@ class _Handler:
         state = dlv.remote_state
         if not state:
             return
+        self.server.requests["settle"] += 1
         stored = self.deliveries.pop(dlv, None)
         entity = self.entity_of.get(dlv.link)
         if stored is None or entity is None or stored.lock_token not in entity.locked:
@@ -1006,3 +1020,94 @@ def _valid_sas(token: str | None, keys: dict[str, str]) -> bool:
 
 
 __all__ = ["ServiceBusServer", "StoredMessage", "ulong"]
+
+
+# -- the server in a child process -------------------------------------------------------------
+
+
+def _servicebus_child(conn: Any, root: str) -> None:
+    """The Service Bus test server in a process of its own, driven over a pipe (spawned)."""
+    sys.path.insert(0, root)
+    logging.getLogger("azure").setLevel(logging.WARNING)
+    from tests.support.servicebus_server import ServiceBusServer
+
+    server = ServiceBusServer().start()
+    conn.send(server.port)
+    while True:
+        command, args, kwargs = conn.recv()
+        if command == "stop":
+            server.stop()
+            conn.send(("ok", None))
+            return
+        try:
+            if command == "requests":
+                result: Any = dict(server.requests)
+            elif command == "reset":
+                result = server.requests.clear()
+            elif command == "message_count":  # available and locked (messages are not picklable)
+                result = len(server.messages(*args))
+            else:
+                result = getattr(server, command)(*args, **kwargs)
+            conn.send(("ok", result))
+        except Exception as exc:
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+class ServiceBusServerProcess:
+    """
+    The server in a process of its own (spawned), driven over a pipe.
+
+    For what must not share this process's GIL with the broker: benchmarks (the server's CPU is
+    not the client's) and timing behaviour of the SDK that an in-process server hides (a reply
+    that lands while the client's thread is busy). ``call`` runs any method of the server there;
+    :meth:`counts` and :meth:`reset` read its request counter.
+    """
+
+    def __init__(self) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        root = str(Path(__file__).resolve().parents[2])
+        self.process = context.Process(target=_servicebus_child, args=(child, root), daemon=True)
+        self.process.start()
+        if not self._conn.poll(60):
+            self.process.kill()
+            raise RuntimeError("the Service Bus test server did not start within 60 s")
+        self.port: int = self._conn.recv()
+
+    def call(self, command: str, *args: Any, **kwargs: Any) -> Any:
+        """Run ``ServiceBusServer.<command>(*args, **kwargs)`` in the child; return its result."""
+        self._conn.send((command, args, kwargs))
+        status, result = self._conn.recv()
+        if status != "ok":
+            raise RuntimeError(f"Service Bus test server: {command} failed: {result}")
+        return result
+
+    def connection_string(self) -> str:
+        """A development-emulator connection string (the child's server accepts any token)."""
+        return (
+            f"Endpoint=sb://127.0.0.1:{self.port};SharedAccessKeyName=RootManageSharedAccessKey;"
+            "SharedAccessKey=fake-key;UseDevelopmentEmulator=true;"
+        )
+
+    def connection(self) -> dict[str, Any]:
+        """An ``azure_service_bus`` Airflow connection (JSON form) for the child's server."""
+        return {"conn_type": "azure_service_bus", "schema": self.connection_string()}
+
+    def reset(self) -> None:
+        self.call("reset")
+
+    def counts(self) -> dict[str, int]:
+        return dict(self.call("requests"))
+
+    def cpu_seconds(self) -> float:
+        return 0.0
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.call("stop")
+        self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)

@@ -259,3 +259,46 @@ async def test_closing_the_stream_gives_unsettled_messages_back_at_once(pubsub):
         what="the nacked message",
     )
     assert again[0].message.message_id == sent
+
+
+async def test_closing_the_stream_sends_queued_acks_and_does_not_nack_them(pubsub):
+    """
+    An ACK the batcher still holds when the stream closes is sent, never undone by the close.
+
+    The manager advanced the first message (persisted: done) while the second was still in
+    flight, so its ACK waits in the batcher for others to fill a batch. Closing must acknowledge
+    it and give back only the second; a close that nacks every held lease first would hand the
+    finished message back to Pub/Sub, to be fired again by the next stream.
+    """
+    from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
+
+    topic, subscription = pubsub.topic_with_subscription(ack_deadline_seconds=60)
+    ledger = track(subscription, ack_deadline=60)
+    trigger = RecordingTrigger(subscription)
+    producer = type(trigger).create_shared_stream_producer(trigger.serialize()[1])
+    nacked: list[str] = []
+    original_nack = producer.redeliver
+
+    async def recording_nack(deliveries):
+        nacked.extend(d.handle.message_id for d in deliveries)
+        await original_nack(deliveries)
+
+    producer.redeliver = recording_nack
+    sent = pubsub.publish(topic, [{"n": 1}, {"n": 2}])
+    events = producer.open_stream()
+    received = [await asyncio.wait_for(anext(events), timeout=30) for _ in range(2)]
+    (_, done_payload), _still_open = sorted(received, key=lambda r: sent.index(r[0].envelope["message_id"]))
+    await producer.advance([AdvanceItem(done_payload, AdvanceOutcome(acked=1, failed=0, rejected=0))])
+    assert len(producer._acks) == 1  # queued: the other message is still in flight
+    await events.aclose()
+    await producer.aclose()
+
+    assert ledger.acked == {sent[0]}
+    assert nacked == [sent[1]]
+    again = await eventually(
+        lambda: pubsub.pull(subscription, ack=False),
+        lambda m: len(m) >= 1,
+        timeout=10,
+        what="the unsettled message given back",
+    )
+    assert [m.message.message_id for m in again] == [sent[1]]

@@ -1,0 +1,1173 @@
+"""
+Watchers on one stream, per broker, against the anchors a user would otherwise pick (issue 12).
+
+For each broker (SQS, Kafka, Pub/Sub, Service Bus) and each watcher count N (1, 10, 100,
+1,000), in ONE run, through Airflow's real ``SharedStreamManager`` on this machine's broker:
+
+* ``ours``: this provider's shared-stream trigger (one consumer, N watchers);
+* ``ceiling``: the manager's own in-memory ceiling, the public
+  :class:`airflow_shared_stream.testing.InMemoryProducer` (the leased-queue template without a
+  broker): nothing a provider does can beat it;
+* ``bare``: the broker client's own consume-and-settle loop, no Airflow (no fan-out);
+* ``per-watcher``: one independent poller per watcher, as Airflow's providers do today. SQS:
+  amazon's ``SqsSensorTrigger``, re-run after each event as the triggerer re-runs a watcher's
+  trigger, each poller on its own queue holding every message (an SNS fan-out: N pollers on ONE
+  queue would compete for the messages, and each watcher would see a tenth of them). Pub/Sub:
+  google's ``PubsubPullTrigger`` (``ack_messages=True``, 10 messages per pull), one subscription
+  per watcher on one topic (Pub/Sub's own fan-out). Service Bus: azure's
+  ``AzureServiceBusSubscriptionTrigger``, one topic subscription per watcher. Kafka: the official
+  provider's shared-stream trigger (``apache-airflow-providers-apache-kafka``). The google and
+  azure providers are not dependencies of this package, not even of its ``bench`` extra (they
+  pull in 160 packages and downgrade two); ``bench/install_official_providers.sh`` installs
+  them, without their dependency trees, into ``.bench-providers/``, which this script puts on
+  ``sys.path``.
+
+Measured per cell: messages/s (messages of the stream that every watcher has seen, per second),
+trigger events/s (N times that), CPU seconds of the triggerer process per 1,000 messages (the
+recording proxy's thread excluded; the broker runs in its own process), resident memory growth
+per watcher, and broker requests per message (SQS: HTTP requests on the wire, counted by
+:class:`tests.support.request_log.RecordingProxy`; Pub/Sub: RPCs, counted at the methods of the
+SDK's ``SubscriberAsyncClient`` that every variant calls, plus one per gRPC client created;
+Service Bus: AMQP operations the consumers sent, counted by the test server; Kafka: not counted,
+the brokers advertise their own address, so a proxy sees only the bootstrap connection).
+Memory per in-flight trigger event comes from a separate hold (``in-flight`` row): N watchers
+receive a full credit window that is never confirmed persisted, and the Python heap
+(tracemalloc) and RSS growth are divided by the trigger events held.
+
+Where the brokers run: moto and the Pub/Sub emulator in processes of their own; the Service Bus
+test server (tests/support/servicebus_server.py, a protocol-level fake on proton) in a child
+process, so its CPU is not counted as the triggerer's; noida-db as its own binary.
+
+A cell runs until every watcher has every message or its time budget is spent; rates come from
+what was delivered, so a slow anchor costs its budget, not the run.
+
+Run: ``.venv/bin/python bench/watchers.py [--broker sqs kafka pubsub servicebus]
+[--watchers 1 10 100 1000]`` (needs the ``bench`` extra and, for the google and azure anchors,
+``bash bench/install_official_providers.sh``). Writes ``bench/results/watchers_<broker>.md``
+and ``.json``; the plots are drawn by ``bench/plot.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+OFFICIAL_PROVIDERS = ROOT / ".bench-providers"
+"""google and azure providers for the anchors only (bench/install_official_providers.sh)."""
+if OFFICIAL_PROVIDERS.is_dir():
+    sys.path.append(str(OFFICIAL_PROVIDERS))
+
+from airflow.sdk.module_loading import import_string  # noqa: E402
+from airflow.triggers.shared_stream import SharedStreamManager  # noqa: E402
+
+from airflow_shared_stream.testing import InMemoryProducer, InMemoryTrigger  # noqa: E402
+from bench.machine import describe  # noqa: E402
+from tests.support.processes import free_port, running, wait_for_port  # noqa: E402
+from tests.support.request_log import RecordingProxy  # noqa: E402
+
+VARIANTS = ("ours", "ceiling", "bare", "per-watcher", "in-flight")
+"""What ``--variants`` selects; on Kafka, ``per-watcher`` runs the official shared stream (``official``)."""
+ROWS = ("ours", "ceiling", "bare", "per-watcher", "official")
+BROKERS = ("sqs", "kafka", "pubsub", "servicebus")
+IN_FLIGHT_WATCHERS = 10
+"""Watchers of the ``in-flight`` hold (memory per in-flight trigger event)."""
+
+
+@dataclass
+class Cell:
+    broker: str
+    variant: str
+    watchers: int
+    messages: int
+    delivered: int = 0
+    """Trigger events fired, summed over the watchers."""
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    rss_growth_kib: float = 0.0
+    requests: dict[str, int] = field(default_factory=dict)
+    load: float = 0.0
+    error: str | None = None
+    heap_per_event_bytes: float | None = None
+    """``in-flight`` hold only: Python heap (tracemalloc) growth per in-flight trigger event."""
+
+    @property
+    def fanout(self) -> int:
+        """Trigger events per message: one per watcher, none fanned out by the bare loop."""
+        return 1 if self.variant == "bare" else self.watchers
+
+    @property
+    def messages_per_second(self) -> float:
+        return self.delivered / self.fanout / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def events_per_second(self) -> float:
+        return self.delivered / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def cpu_per_1000(self) -> float:
+        done = self.delivered / self.fanout
+        return self.cpu_seconds / done * 1000 if done else float("nan")
+
+    @property
+    def requests_per_message(self) -> float | None:
+        if not self.requests:
+            return None
+        done = self.delivered / self.fanout
+        return sum(self.requests.values()) / done if done else None
+
+    def as_row(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "messages_per_second": self.messages_per_second,
+            "events_per_second": self.events_per_second,
+            "cpu_per_1000": self.cpu_per_1000,
+            "requests_per_message": self.requests_per_message,
+        }
+
+
+def rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+class Meter:
+    """
+    CPU seconds of this process (minus the proxy's thread), RSS, wall time, requests, for one cell.
+
+    ``proxy`` is whatever counts the broker requests: ``reset()``, ``counts()`` and
+    ``cpu_seconds()`` (CPU this process spent counting, which is not the triggerer's).
+    """
+
+    def __init__(self, proxy: Any | None) -> None:
+        self.proxy = proxy
+
+    def _cpu(self) -> float:
+        return time.process_time() - (self.proxy.cpu_seconds() if self.proxy else 0.0)
+
+    def start(self) -> None:
+        if self.proxy:
+            self.proxy.reset()
+        self._rss = rss_kib()
+        self._cpu0 = self._cpu()
+
+    def first_event(self) -> None:
+        self._wall0 = time.perf_counter()
+        self._cpu_at_first = self._cpu()
+
+    def stop(self, cell: Cell, watchers_alive_rss: int) -> None:
+        cell.seconds = time.perf_counter() - getattr(self, "_wall0", time.perf_counter())
+        cell.cpu_seconds = self._cpu() - getattr(self, "_cpu_at_first", self._cpu0)
+        cell.rss_growth_kib = (watchers_alive_rss - self._rss) / cell.fanout
+        cell.requests = dict(self.proxy.counts()) if self.proxy else {}
+        cell.load = os.getloadavg()[0]
+
+
+def _rebuild(trigger: Any) -> Any:
+    """As the triggerer does: the trigger it runs is built from ``serialize()``."""
+    classpath, kwargs = trigger.serialize()
+    return import_string(classpath)(**json.loads(json.dumps(kwargs)))
+
+
+async def drive_shared(
+    make_trigger: Callable[[], Any],
+    cell: Cell,
+    meter: Meter,
+    budget: float,
+    sync: float,
+    at_peak: Callable[[], None] | None = None,
+) -> None:
+    """Run ``cell.watchers`` watchers through a fresh manager until each fired ``messages`` times."""
+    manager = SharedStreamManager(cohort_grace_period=0.5)
+    meter.start()
+    triggers = [_rebuild(make_trigger()) for _ in range(cell.watchers)]
+    producers = _capture_producers(type(triggers[0]))
+    key = triggers[0].shared_stream_key()
+    counts = [0] * cell.watchers
+    finished = [0]
+    done = asyncio.Event()
+    unconfirmed: list[int] = []
+    errors: list[str] = []
+    first: list[bool] = []
+
+    async def watcher(index: int, trigger: Any) -> None:
+        stream = manager.subscribe(trigger_id=index, trigger=trigger, key=key)
+        try:
+            async for _event in trigger.filter_shared_stream(stream):
+                await asyncio.sleep(0)  # the runner awaits a log call before binding
+                seq = manager.bind_pending_event(trigger_id=index, key=key)
+                if seq is not None:
+                    if sync <= 0:
+                        manager.confirm_persisted((seq,))
+                    else:
+                        unconfirmed.append(seq)
+                if not first:
+                    first.append(True)
+                    meter.first_event()
+                counts[index] += 1
+                if counts[index] == cell.messages:
+                    finished[0] += 1  # not all(counts): O(N) per event would bill the harness at N=1,000
+                    if finished[0] == cell.watchers:
+                        done.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+            done.set()
+        finally:
+            await manager.unsubscribe(index, key)
+
+    async def supervisor() -> None:
+        while True:
+            await asyncio.sleep(sync)
+            batch, unconfirmed[:] = list(unconfirmed), []
+            manager.confirm_persisted(batch)
+
+    tasks = [asyncio.create_task(watcher(i, t)) for i, t in enumerate(triggers)]
+    if sync > 0:
+        tasks.append(asyncio.create_task(supervisor()))
+    started = time.monotonic()
+    try:
+        await asyncio.wait_for(done.wait(), budget)
+    except TimeoutError:
+        errors.append(f"budget of {budget:.0f}s spent: {min(counts)}/{cell.messages} at the slowest watcher")
+    if at_peak is not None:
+        at_peak()
+    elif not errors:
+        # The cell ends when its messages are settled on the broker, as the bare loop's does: the
+        # requests counted then include every ACK, and the rate pays for them.
+        await _settled(producers.made, deadline=started + budget)
+    producers.restore()
+    cell.delivered = sum(min(c, cell.messages) for c in counts)
+    alive_rss = rss_kib()
+    meter.stop(cell, alive_rss)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await manager.stop_all()
+    cell.error = "; ".join(errors[:1]) or None
+
+
+class _ProducerCapture:
+    """Keep the producers a trigger class builds (the manager keeps its producer to itself)."""
+
+    def __init__(self, trigger_class: type) -> None:
+        self.trigger_class = trigger_class
+        self.made: list[Any] = []
+        self._own = "create_shared_stream_producer" in trigger_class.__dict__
+        self._original = trigger_class.__dict__.get("create_shared_stream_producer")
+        factory = trigger_class.create_shared_stream_producer  # bound classmethod
+        made = self.made
+
+        def capture(cls: type, kwargs: dict[str, Any]) -> Any:
+            producer = factory.__func__(cls, kwargs)
+            made.append(producer)
+            return producer
+
+        trigger_class.create_shared_stream_producer = classmethod(capture)  # type: ignore[attr-defined]
+
+    def restore(self) -> None:
+        if self._own:
+            self.trigger_class.create_shared_stream_producer = self._original  # type: ignore[attr-defined]
+        else:
+            del self.trigger_class.create_shared_stream_producer  # type: ignore[attr-defined]
+
+
+def _capture_producers(trigger_class: type) -> _ProducerCapture:
+    return _ProducerCapture(trigger_class)
+
+
+async def _settled(producers: list[Any], deadline: float) -> None:
+    """
+    Until every leased-queue producer has settled all it received on the broker.
+
+    Nothing in flight, nothing queued for ACK, and nothing still held: a message leaves the
+    held set only once its settlement call returned (an ACK batch on the wire is still held).
+    """
+    while time.monotonic() < deadline:
+        pending = [
+            p
+            for p in producers
+            if hasattr(p, "held_deliveries") and (p.in_flight or len(p._acks) or p.held_deliveries())
+        ]
+        if not pending:
+            return
+        await asyncio.sleep(0.005)
+
+
+# -- SQS --------------------------------------------------------------------------------------
+
+
+class Sqs:
+    """moto's SQS server in its own process, behind a recording proxy."""
+
+    name = "sqs"
+    versions = ["apache-airflow", "aiobotocore", "moto", "apache-airflow-providers-amazon"]
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> Sqs:
+        import boto3
+
+        port = free_port()
+        proc = self._stack.enter_context(
+            running(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                log_path=Path(tempfile.gettempdir()) / f"bench-watchers-moto-{port}.log",
+            )
+        )
+        wait_for_port(port, 60, proc=proc, what="moto")
+        self.proxy = self._stack.enter_context(RecordingProxy("127.0.0.1", port))
+        os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "bench",
+                "password": "bench",
+                "extra": {"region_name": "us-east-1", "endpoint_url": self.proxy.endpoint_url},
+            }
+        )
+        # Imports and botocore's service model are loaded once here, so the first cell's
+        # "memory per watcher" is not the library's own footprint.
+        import aiobotocore.session  # noqa: F401
+
+        import airflow_shared_stream.sqs.trigger  # noqa: F401
+
+        with contextlib.suppress(ImportError):
+            import airflow.providers.amazon.aws.triggers.sqs  # noqa: F401
+        self._direct_endpoint = f"http://127.0.0.1:{port}"
+        # The benchmark's own set-up calls go straight to moto, not through the proxy.
+        self.direct = boto3.client(
+            "sqs",
+            region_name="us-east-1",
+            endpoint_url=f"http://127.0.0.1:{port}",
+            aws_access_key_id="bench",
+            aws_secret_access_key="bench",
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    async def warm(self) -> None:
+        await _warm_sqs_client(self._direct_endpoint)
+
+    def queue(self, messages: int) -> str:
+        url = self.direct.create_queue(QueueName=f"watchers-{uuid.uuid4().hex[:10]}")["QueueUrl"]
+        for start in range(0, messages, 10):
+            entries = [
+                {"Id": str(i), "MessageBody": json.dumps({"n": start + i, "kind": "order", "pad": "x" * 60})}
+                for i in range(min(10, messages - start))
+            ]
+            self.direct.send_message_batch(QueueUrl=url, Entries=entries)
+        return url
+
+    def meter(self) -> Meter:
+        return Meter(self.proxy)
+
+    async def run(self, variant: str, watchers: int, messages: int) -> Cell:
+        cell = Cell("sqs", variant, watchers, messages)
+        budget, sync = self.args.budget, self.args.sync
+        if variant == "ours":
+            from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
+
+            url = self.queue(messages)
+            await drive_shared(
+                lambda: SqsSharedStreamTrigger(url, wait_time_seconds=1), cell, self.meter(), budget, sync
+            )
+        elif variant == "ceiling":
+            await run_ceiling(cell, budget, sync)
+        elif variant == "bare":
+            await self.bare(cell, self.queue(messages), budget)
+        elif variant == "per-watcher":
+            await self.per_watcher(cell, [self.queue(messages) for _ in range(watchers)], budget)
+        elif variant == "in-flight":
+            from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
+
+            url = self.queue(messages)
+            await hold_in_flight(lambda: SqsSharedStreamTrigger(url, wait_time_seconds=1), cell, budget)
+        return cell
+
+    async def bare(self, cell: Cell, url: str, budget: float) -> None:
+        from aiobotocore.session import get_session
+
+        meter = self.meter()
+        meter.start()
+        deadline = time.monotonic() + budget
+        async with get_session().create_client(
+            "sqs",
+            region_name="us-east-1",
+            endpoint_url=self.proxy.endpoint_url,
+            aws_access_key_id="bench",
+            aws_secret_access_key="bench",
+        ) as sqs:
+            meter.first_event()
+            while cell.delivered < cell.messages and time.monotonic() < deadline:
+                received = (
+                    await sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+                ).get("Messages", [])
+                if received:
+                    entries = [
+                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(received)
+                    ]
+                    await sqs.delete_message_batch(QueueUrl=url, Entries=entries)
+                    cell.delivered += len(received)
+            meter.stop(cell, rss_kib())
+
+    async def per_watcher(self, cell: Cell, urls: list[str], budget: float) -> None:
+        """amazon's SqsSensorTrigger, one per watcher, each re-run after every event."""
+        from airflow.providers.amazon.aws.triggers.sqs import SqsSensorTrigger
+
+        meter = self.meter()
+        meter.start()
+        meter.first_event()
+        counts = [0] * len(urls)
+
+        async def poller(index: int, url: str) -> None:
+            while counts[index] < cell.messages:
+                trigger = _rebuild(
+                    SqsSensorTrigger(url, max_messages=10, wait_time_seconds=1, waiter_delay=1)
+                )
+                async for event in trigger.run():
+                    counts[index] += len(event.payload.get("message_batch", ()))
+                    break
+
+        tasks = [asyncio.create_task(poller(i, url)) for i, url in enumerate(urls)]
+        try:
+            await asyncio.wait_for(asyncio.gather(*tasks), budget)
+        except TimeoutError:
+            cell.error = (
+                f"budget of {budget:.0f}s spent: {min(counts)}/{cell.messages} at the slowest watcher"
+            )
+        cell.delivered = sum(min(c, cell.messages) for c in counts)
+        meter.stop(cell, rss_kib())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _warm_sqs_client(endpoint: str) -> None:
+    from aiobotocore.session import get_session
+
+    async with get_session().create_client(
+        "sqs",
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="b",
+        aws_secret_access_key="b",
+    ) as sqs:
+        await sqs.list_queues()
+
+
+# -- Kafka ------------------------------------------------------------------------------------
+
+
+class Kafka:
+    """noida-db on loopback; the variants of bench/kafka_throughput.py, metered."""
+
+    name = "kafka"
+    versions = [
+        "apache-airflow",
+        "aiokafka",
+        "confluent-kafka",
+        "apache-airflow-providers-apache-kafka",
+        "noida-db",
+    ]
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> Kafka:
+        from tests.support.kafka_brokers import kafka_broker_argv
+
+        port = free_port()
+        data_dir = Path(tempfile.mkdtemp(prefix="bench-watchers-noida-"))
+        proc = self._stack.enter_context(
+            running(kafka_broker_argv("noida-db", port, data_dir / "data"), log_path=data_dir / "broker.log")
+        )
+        wait_for_port(port, 30, proc, what="noida-db")
+        self.bootstrap = f"127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    async def warm(self) -> None:
+        pass
+
+    async def run(self, variant: str, watchers: int, messages: int, partitions: int = 1) -> Cell:
+        from bench import kafka_throughput as kt
+
+        name = "kafka" if partitions == 1 else f"kafka-{partitions}p"
+        cell = Cell(name, "official" if variant == "per-watcher" else variant, watchers, messages)
+        budget, sync = self.args.budget, self.args.sync
+        kt.PARTITIONS = partitions
+        topic = f"watchers-{uuid.uuid4().hex[:8]}"
+        await kt.prepare_topic(self.bootstrap, topic, messages)
+        if variant == "ceiling":
+            await run_ceiling(cell, budget, sync, bulk=True)
+        elif variant == "in-flight":
+            await hold_in_flight(kt.make_factory("ours", self.bootstrap, topic), cell, budget)
+        elif variant == "bare":
+            meter = Meter(None)
+            meter.start()
+            result = await kt.bare_loop(self.bootstrap, topic, messages)
+            meter.first_event()
+            cell.delivered = messages
+            meter.stop(cell, rss_kib())
+            cell.seconds, cell.cpu_seconds = result.seconds, float("nan")
+        else:
+            factory = kt.make_factory("ours" if variant == "ours" else "official", self.bootstrap, topic)
+            await drive_shared(factory, cell, Meter(None), budget, sync)
+        return cell
+
+
+class BulkInMemoryProducer(InMemoryProducer):
+    """The in-memory ceiling shaped like a Kafka fetch: one receive takes every free credit."""
+
+    receive_limit = None
+    settle_batch_limit = None
+
+
+class BulkInMemoryTrigger(InMemoryTrigger):
+    producer_class = BulkInMemoryProducer
+
+
+async def run_ceiling(cell: Cell, budget: float, sync: float, *, bulk: bool = False) -> None:
+    """
+    The manager's ceiling: the leased-queue template over an in-memory queue.
+
+    ``bulk`` for Kafka: a Kafka fetch returns up to the credit window at once, where a leased
+    queue receives at most ten per call; with ten the in-memory "ceiling" would sit below
+    the Kafka producer it bounds.
+    """
+    stream = f"ceiling-{uuid.uuid4().hex[:8]}"
+    queue = InMemoryProducer.queue(stream)
+    for n in range(cell.messages):
+        queue.publish({"n": n, "kind": "order", "pad": "x" * 60})
+    trigger = BulkInMemoryTrigger if bulk else InMemoryTrigger
+    try:
+        await drive_shared(lambda: trigger(stream), cell, Meter(None), budget, sync)
+    finally:
+        InMemoryProducer.queues.pop(stream, None)
+
+
+# -- memory per in-flight trigger event ---------------------------------------------------------
+
+
+async def hold_in_flight(make_trigger: Callable[[], Any], cell: Cell, budget: float) -> None:
+    """
+    ``cell.watchers`` watchers take ``cell.messages`` (one credit window) that are never persisted.
+
+    Nothing is confirmed, so every message stays in flight with one unconfirmed trigger event per
+    watcher; the growth of the Python heap (tracemalloc) and of RSS at that peak is divided by
+    those events. The stream is then closed unsettled: the broker gets the messages back.
+    """
+    import gc
+    import tracemalloc
+
+    gc.collect()
+    tracemalloc.start()
+    heap0 = tracemalloc.get_traced_memory()[0]
+    peak: dict[str, int] = {}
+
+    def at_peak() -> None:
+        peak["heap"] = tracemalloc.get_traced_memory()[0]
+
+    try:
+        await drive_shared(make_trigger, cell, Meter(None), budget, sync=HOLD_SECONDS, at_peak=at_peak)
+    finally:
+        tracemalloc.stop()
+    events = cell.delivered or 1
+    cell.heap_per_event_bytes = (peak.get("heap", heap0) - heap0) / events
+    cell.rss_growth_kib = cell.rss_growth_kib * cell.fanout / events
+
+
+HOLD_SECONDS = 10.0**6
+"""Persistence "interval" of the in-flight hold: never, within a cell."""
+
+
+# -- Pub/Sub ----------------------------------------------------------------------------------
+
+
+class RpcCounter:
+    """
+    Count the Pub/Sub RPCs every variant makes, at the SDK's ``SubscriberAsyncClient`` methods.
+
+    Ours, the bare loop and google's trigger all call these methods (one call = one RPC; the
+    SDK's own retries are not seen). A new client is counted too (``client``): google's trigger
+    builds one, with its own gRPC channel and connection, each time it runs.
+    """
+
+    METHODS = ("pull", "acknowledge", "modify_ack_deadline", "streaming_pull")
+
+    def __init__(self) -> None:
+        self._counts: collections.Counter[str] = collections.Counter()
+        self._saved: dict[str, Any] = {}
+
+    def install(self) -> None:
+        from google.pubsub_v1 import SubscriberAsyncClient
+
+        counts = self._counts
+        for name in self.METHODS:
+            original = getattr(SubscriberAsyncClient, name)
+            self._saved[name] = original
+
+            def counted(self_: Any, *a: Any, _original: Any = original, _name: str = name, **kw: Any) -> Any:
+                counts[_name] += 1
+                return _original(self_, *a, **kw)
+
+            setattr(SubscriberAsyncClient, name, counted)
+        init = SubscriberAsyncClient.__init__
+        self._saved["__init__"] = init
+
+        def counted_init(self_: Any, *a: Any, **kw: Any) -> None:
+            counts["client"] += 1
+            init(self_, *a, **kw)
+
+        SubscriberAsyncClient.__init__ = counted_init  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        from google.pubsub_v1 import SubscriberAsyncClient
+
+        for name, original in self._saved.items():
+            setattr(SubscriberAsyncClient, name, original)
+
+    def reset(self) -> None:
+        self._counts.clear()
+
+    def counts(self) -> dict[str, int]:
+        return dict(self._counts)
+
+    def cpu_seconds(self) -> float:
+        return 0.0
+
+
+def _offline_service_account(project: str) -> str:
+    """
+    A service-account key made up on the spot, for google's hook to build credentials from.
+
+    google's ``PubSubAsyncHook`` insists on credentials; with ``PUBSUB_EMULATOR_HOST`` set the SDK
+    opens an insecure channel to the emulator and never uses them (no token is ever fetched).
+    """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    return json.dumps(
+        {
+            "type": "service_account",
+            "project_id": project,
+            "private_key_id": "bench",
+            "private_key": pem,
+            "client_email": f"bench@{project}.iam.gserviceaccount.com",
+            "client_id": "1",
+            "token_uri": "https://oauth2.googleapis.com/token",
+        }
+    )
+
+
+class PubSub:
+    """Google's Pub/Sub emulator in its own process; RPCs counted at the SDK."""
+
+    name = "pubsub"
+    versions = [
+        "apache-airflow",
+        "google-cloud-pubsub",
+        "grpcio",
+        "apache-airflow-providers-google",
+    ]
+    PULL_MAX = 10
+    """Messages per pull of google's trigger, as the SQS anchor takes 10 per receive."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self._stack = contextlib.ExitStack()
+        self.counter = RpcCounter()
+
+    def __enter__(self) -> PubSub:
+        from tests.support.pubsub_emulator import pubsub_emulator_process
+
+        data_dir = Path(tempfile.mkdtemp(prefix="bench-watchers-pubsub-"))
+        self.emulator = self._stack.enter_context(pubsub_emulator_process(data_dir))
+        os.environ["PUBSUB_EMULATOR_HOST"] = self.emulator.host
+        os.environ["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = json.dumps(
+            self.emulator.connection(keyfile_dict=_offline_service_account(self.emulator.project))
+        )
+        import airflow_shared_stream.pubsub.trigger  # noqa: F401
+
+        with contextlib.suppress(ImportError):
+            import airflow.providers.google.cloud.triggers.pubsub  # noqa: F401
+        self.counter.install()
+        self._stack.callback(self.counter.uninstall)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    async def warm(self) -> None:
+        pass
+
+    def topic(self, messages: int, subscriptions: int = 1) -> tuple[str, list[str]]:
+        topic = self.emulator.create_topic()
+        subs = [
+            self.emulator.create_subscription(topic, ack_deadline_seconds=60) for _ in range(subscriptions)
+        ]
+        self.emulator.publish(topic, [{"n": n, "kind": "order", "pad": "x" * 60} for n in range(messages)])
+        return topic, subs
+
+    async def run(self, variant: str, watchers: int, messages: int) -> Cell:
+        cell = Cell("pubsub", variant, watchers, messages)
+        budget, sync = self.args.budget, self.args.sync
+        if variant in ("ours", "in-flight"):
+            from airflow_shared_stream.pubsub.trigger import PubSubSharedStreamTrigger
+
+            _, [sub] = self.topic(messages)
+            if variant == "ours":
+                await drive_shared(
+                    lambda: PubSubSharedStreamTrigger(sub), cell, Meter(self.counter), budget, sync
+                )
+            else:
+                await hold_in_flight(lambda: PubSubSharedStreamTrigger(sub), cell, budget)
+        elif variant == "ceiling":
+            await run_ceiling(cell, budget, sync, bulk=True)
+        elif variant == "bare":
+            _, [sub] = self.topic(messages)
+            await self.bare(cell, sub, budget)
+        elif variant == "per-watcher":
+            _, subs = self.topic(messages, subscriptions=watchers)
+            await self.per_watcher(cell, subs, budget)
+        return cell
+
+    async def bare(self, cell: Cell, subscription: str, budget: float) -> None:
+        """SubscriberAsyncClient: pull up to 1,000, acknowledge what came, until all are done."""
+        import grpc
+        from google.api_core import exceptions
+        from google.pubsub_v1 import SubscriberAsyncClient
+        from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcAsyncIOTransport
+
+        meter = Meter(self.counter)
+        meter.start()
+        deadline = time.monotonic() + budget
+        client = SubscriberAsyncClient(
+            transport=SubscriberGrpcAsyncIOTransport(channel=grpc.aio.insecure_channel(self.emulator.host))
+        )
+        meter.first_event()
+        try:
+            while cell.delivered < cell.messages and time.monotonic() < deadline:
+                try:
+                    response = await client.pull(subscription=subscription, max_messages=1000, timeout=5)
+                except exceptions.DeadlineExceeded:
+                    continue
+                received = response.received_messages
+                if received:
+                    await client.acknowledge(subscription=subscription, ack_ids=[r.ack_id for r in received])
+                    cell.delivered += len(received)
+        finally:
+            meter.stop(cell, rss_kib())
+            await client.transport.close()
+
+    async def per_watcher(self, cell: Cell, subscriptions: list[str], budget: float) -> None:
+        """google's PubsubPullTrigger, one per watcher on its own subscription, re-run after each event."""
+        from airflow.providers.google.cloud.triggers.pubsub import PubsubPullTrigger
+
+        def make(sub: str) -> Any:
+            return PubsubPullTrigger(
+                project_id=self.emulator.project,
+                subscription=sub.rsplit("/", 1)[-1],
+                max_messages=self.PULL_MAX,
+                ack_messages=True,
+                gcp_conn_id="google_cloud_default",
+                poke_interval=1.0,
+                return_immediately=False,
+            )
+
+        await run_pollers(
+            cell,
+            Meter(self.counter),
+            budget,
+            [lambda sub=sub: make(sub) for sub in subscriptions],
+            lambda event: len(event.payload.get("message", ())),
+        )
+
+
+# -- Service Bus ------------------------------------------------------------------------------
+
+
+class ServiceBus:
+    """The Service Bus test server (a protocol-level fake, tests/support) in a child process."""
+
+    name = "servicebus"
+    versions = [
+        "apache-airflow",
+        "azure-servicebus",
+        "python-qpid-proton",
+        "apache-airflow-providers-microsoft-azure",
+    ]
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+
+    def __enter__(self) -> ServiceBus:
+        from tests.support.servicebus_server import ServiceBusServerProcess
+
+        self.server = ServiceBusServerProcess()
+        os.environ["AIRFLOW_CONN_AZURE_SERVICE_BUS_DEFAULT"] = json.dumps(
+            {"conn_type": "azure_service_bus", "schema": self.server.connection_string()}
+        )
+        import airflow_shared_stream.servicebus.trigger  # noqa: F401
+
+        with contextlib.suppress(ImportError):
+            import airflow.providers.microsoft.azure.triggers.message_bus  # noqa: F401
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.close()
+
+    async def warm(self) -> None:
+        pass
+
+    def _bodies(self, messages: int) -> list[Any]:
+        return [{"n": n, "kind": "order", "pad": "x" * 60} for n in range(messages)]
+
+    def queue(self, messages: int) -> str:
+        name = self.server.call("create_queue", None)
+        self.server.call("send", name, self._bodies(messages))
+        return name
+
+    async def run(self, variant: str, watchers: int, messages: int) -> Cell:
+        cell = Cell("servicebus", variant, watchers, messages)
+        budget, sync = self.args.budget, self.args.sync
+        if variant in ("ours", "in-flight"):
+            from airflow_shared_stream.servicebus.trigger import ServiceBusSharedStreamTrigger
+
+            queue = self.queue(messages)
+
+            def make() -> Any:
+                return ServiceBusSharedStreamTrigger(queue_name=queue, max_wait_time=1.0)
+
+            if variant == "ours":
+                await drive_shared(make, cell, Meter(self.server), budget, sync)
+            else:
+                await hold_in_flight(make, cell, budget)
+        elif variant == "ceiling":
+            await run_ceiling(cell, budget, sync, bulk=True)
+        elif variant == "bare":
+            await self.bare(cell, self.queue(messages), budget)
+        elif variant == "per-watcher":
+            topic = self.server.call("create_topic", None)
+            subs = [self.server.call("create_subscription", topic) for _ in range(watchers)]
+            self.server.call("send", topic, self._bodies(messages))
+            await self.per_watcher(cell, topic, subs, budget)
+        return cell
+
+    async def bare(self, cell: Cell, queue: str, budget: float) -> None:
+        """azure.servicebus.aio: receive up to 100 (peek-lock), complete each, until all are done."""
+        from azure.servicebus.aio import ServiceBusClient
+
+        meter = Meter(self.server)
+        meter.start()
+        deadline = time.monotonic() + budget
+        async with (
+            ServiceBusClient.from_connection_string(self.server.connection_string()) as client,
+            client.get_queue_receiver(queue, prefetch_count=0) as receiver,
+        ):
+            meter.first_event()
+            while cell.delivered < cell.messages and time.monotonic() < deadline:
+                received = await receiver.receive_messages(max_message_count=100, max_wait_time=1)
+                for message in received:
+                    await receiver.complete_message(message)
+                cell.delivered += len(received)
+            meter.stop(cell, rss_kib())
+
+    async def per_watcher(self, cell: Cell, topic: str, subscriptions: list[str], budget: float) -> None:
+        """azure's AzureServiceBusSubscriptionTrigger, one per watcher on its own subscription."""
+        from airflow.providers.microsoft.azure.triggers.message_bus import (
+            AzureServiceBusSubscriptionTrigger,
+        )
+
+        await run_pollers(
+            cell,
+            Meter(self.server),
+            budget,
+            [
+                lambda sub=sub: AzureServiceBusSubscriptionTrigger(
+                    topics=[topic], subscription_name=sub, poll_interval=1, max_wait_time=1
+                )
+                for sub in subscriptions
+            ],
+            lambda event: 1,
+        )
+
+
+async def run_pollers(
+    cell: Cell,
+    meter: Meter,
+    budget: float,
+    makers: list[Callable[[], Any]],
+    messages_in: Callable[[Any], int],
+) -> None:
+    """One independent trigger per watcher, rebuilt from ``serialize()`` and re-run after each event."""
+    meter.start()
+    meter.first_event()
+    counts = [0] * len(makers)
+
+    async def poller(index: int, make: Callable[[], Any]) -> None:
+        while counts[index] < cell.messages:
+            trigger = _rebuild(make())
+            async for event in trigger.run():
+                counts[index] += messages_in(event)
+                break
+
+    tasks = [asyncio.create_task(poller(i, make)) for i, make in enumerate(makers)]
+    try:
+        await asyncio.wait_for(asyncio.gather(*tasks), budget)
+    except TimeoutError:
+        cell.error = f"budget of {budget:.0f}s spent: {min(counts)}/{cell.messages} at the slowest watcher"
+    except Exception as exc:
+        cell.error = f"{type(exc).__name__}: {exc}"[:200]
+    cell.delivered = sum(min(c, cell.messages) for c in counts)
+    meter.stop(cell, rss_kib())
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+BROKER_CLASSES: dict[str, Any] = {"sqs": Sqs, "kafka": Kafka, "pubsub": PubSub, "servicebus": ServiceBus}
+
+
+async def bench(args: argparse.Namespace) -> dict[str, list[Cell]]:
+    results: dict[str, list[Cell]] = collections.defaultdict(list)
+    for broker_name in args.broker:
+        broker: Any = BROKER_CLASSES[broker_name](args)
+        with broker:
+            await broker.warm()
+            plans = [(n, 1) for n in args.watchers]
+            if broker_name == "kafka" and args.kafka_partitions > 1:
+                plans += [(n, args.kafka_partitions) for n in args.watchers if n <= 10]
+            for watchers, partitions in plans:
+                messages = args.messages.get(broker_name, {}).get(watchers) or default_messages(
+                    broker_name, watchers
+                )
+                for variant in args.variants:
+                    if variant == "in-flight":
+                        continue
+                    if broker_name == "kafka":
+                        cell = await broker.run(variant, watchers, messages, partitions)
+                    else:
+                        cell = await broker.run(variant, watchers, messages)
+                    results[cell.broker].append(cell)
+                    report(cell)
+            if "in-flight" in args.variants:
+                cell = await broker.run("in-flight", IN_FLIGHT_WATCHERS, args.in_flight_window)
+                results[cell.broker].append(cell)
+                report(cell)
+    return results
+
+
+def report(cell: Cell) -> None:
+    rpm = cell.requests_per_message
+    print(
+        f"{cell.broker:10s} N={cell.watchers:<4d} {cell.variant:12s} "
+        f"{cell.messages_per_second:9.1f} msg/s "
+        f"{cell.events_per_second:9.1f} ev/s cpu/1k={cell.cpu_per_1000:6.2f}s "
+        f"rss={cell.rss_growth_kib:8.1f}KiB req/msg={'-' if rpm is None else f'{rpm:.3f}'} "
+        f"load={cell.load:.1f} {cell.requests} {cell.error or ''}",
+        flush=True,
+    )
+
+
+def default_messages(broker: str, watchers: int) -> int:
+    """Messages per cell: enough for a steady state, few enough that the slow anchors end."""
+    if broker == "sqs":  # moto answers ~30 receive-and-delete rounds of 10 a second here
+        return {1: 600, 10: 400, 100: 100, 1000: 20}.get(watchers, 100)
+    if broker == "pubsub":
+        return {1: 5_000, 10: 3_000, 100: 1_000, 1000: 50}.get(watchers, 1_000)
+    if broker == "servicebus":
+        return {1: 2_000, 10: 1_000, 100: 300, 1000: 50}.get(watchers, 300)
+    return {1: 20_000, 10: 10_000, 100: 2_000, 1000: 300}.get(watchers, 2_000)
+
+
+REQUEST_TARGETS = {
+    "sqs": "requests / message target <= 0.25 (floor 0.2: one ReceiveMessage and one "
+    "DeleteMessageBatch per 10 messages, SQS's batch limit)",
+    "pubsub": "requests / message target <= 0.05 (one pull of up to 1,000 and one acknowledge of "
+    "up to 1,000 ack ids would be 0.002; the credit window, 500 by default, and the emulator's "
+    "pulls of at most 100 make it 0.02 in practice, as the bare loop shows)",
+    "servicebus": "requests / message target <= 1.05 (complete_message settles one message per "
+    "call, so the floor is 1 settle per message plus one receive (credit) per batch; lock "
+    "renewals only for messages held longer than a third of the lock)",
+    "kafka": "requests are not counted (see docs/benchmarks.rst)",
+}
+
+
+def _by_kind(cell: Cell) -> str:
+    done = cell.delivered / cell.fanout
+    if not cell.requests or not done:
+        return ""
+    return ", ".join(f"{kind} {count / done * 1000:,.0f}" for kind, count in sorted(cell.requests.items()))
+
+
+def render(broker: str, cells: list[Cell], args: argparse.Namespace, versions: list[str]) -> str:
+    lines = [
+        f"# {broker}: watchers on one stream, against the anchors",
+        "",
+        f"Produced by `bench/watchers.py` (one run, variants taking turns per watcher count); "
+        f"persistence confirmed {'at once' if args.sync <= 0 else f'every {args.sync:g} s'}; "
+        f"time budget per cell {args.budget:.0f} s. "
+        + REQUEST_TARGETS.get(broker.split("-")[0], "")
+        + ". `x N=1`: requests / message against the same variant at 1 watcher (flat is 1.0).",
+        "",
+        describe(versions),
+        "",
+        "| watchers | variant | messages | messages/s | trigger events/s | % of lower ceiling "
+        "| CPU s / 1,000 msgs | RSS growth / watcher (KiB) | requests / message | x N=1 "
+        "| requests per 1,000 messages | load (1 min) | note |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
+    ]
+    by_n: dict[int, dict[str, Cell]] = collections.defaultdict(dict)
+    held: list[Cell] = []
+    for cell in cells:
+        if cell.variant == "in-flight":
+            held.append(cell)
+        else:
+            by_n[cell.watchers][cell.variant] = cell
+    at_one = by_n.get(1, {})
+    for n, row in sorted(by_n.items()):
+        ceilings = [row[v].messages_per_second for v in ("ceiling", "bare") if v in row]
+        lower = min(ceilings) if ceilings else float("nan")
+        for variant in ROWS:
+            if variant not in row:
+                continue
+            c = row[variant]
+            rpm = c.requests_per_message
+            base = at_one[variant].requests_per_message if variant in at_one else None
+            fold = f"{rpm / base:,.1f}" if rpm is not None and base else ""
+            cpu = "n/a" if math.isnan(c.cpu_per_1000) else f"{c.cpu_per_1000:.2f}"
+            share = c.messages_per_second / lower if lower and variant not in ("ceiling", "bare") else None
+            lines.append(
+                f"| {n} | {variant} | {c.delivered // c.fanout} | {c.messages_per_second:,.1f} "
+                f"| {c.events_per_second:,.1f} | {'' if share is None else f'{share:.0%}'} "
+                f"| {cpu} | {c.rss_growth_kib:,.0f} "
+                f"| {'' if rpm is None else f'{rpm:.3f}'} | {fold} | {_by_kind(c)} "
+                f"| {c.load:.1f} | {c.error or ''} |"
+            )
+    for c in held:
+        lines += [
+            "",
+            f"Memory per in-flight trigger event ({c.watchers} watchers holding {c.delivered // c.fanout} "
+            f"unpersisted messages, {c.delivered} trigger events): "
+            f"{c.heap_per_event_bytes or 0:,.0f} bytes of Python heap (tracemalloc), "
+            f"{c.rss_growth_kib * 1024:,.0f} bytes of RSS growth; load {c.load:.1f}"
+            + (f"; {c.error}" if c.error else "")
+            + ".",
+        ]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--broker", nargs="+", default=list(BROKERS), choices=BROKERS)
+    parser.add_argument("--watchers", nargs="+", type=int, default=[1, 10, 100, 1000])
+    parser.add_argument(
+        "--in-flight-window",
+        type=int,
+        default=500,
+        help="messages held unpersisted by the in-flight hold (the default credit window)",
+    )
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--messages", type=json.loads, default={}, help='{"sqs": {"1": 600}} overrides')
+    parser.add_argument("--budget", type=float, default=90.0, help="seconds per cell at most")
+    parser.add_argument(
+        "--sync", type=float, default=0.0, help="persistence confirmed every S s (0: at once)"
+    )
+    parser.add_argument(
+        "--kafka-partitions", type=int, default=3, help="also run Kafka on this many partitions"
+    )
+    parser.add_argument("--output-dir", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="re-measure only the cells asked for, keeping the others of the results already written "
+        "(each cell keeps its own load average; the header's date and load are this run's)",
+    )
+    args = parser.parse_args(argv)
+    args.messages = {b: {int(k): v for k, v in m.items()} for b, m in args.messages.items()}
+    random.seed(args.seed)
+    return args
+
+
+def _merge(previous: Path, cells: list[Cell]) -> list[Cell]:
+    """Cells of an earlier run's JSON, with those re-measured now (same variant and N) replaced."""
+    fresh = {(c.variant, c.watchers) for c in cells}
+    fields = {f for f in Cell.__dataclass_fields__}
+    kept = []
+    for row in json.loads(previous.read_text())["cells"]:
+        if (row["variant"], row["watchers"]) not in fresh:
+            kept.append(Cell(**{k: v for k, v in row.items() if k in fields}))
+    return kept + cells
+
+
+def main(argv: list[str] | None = None) -> dict[str, list[Cell]]:
+    import logging
+
+    args = parse_args(argv)
+    for name in (
+        "aiokafka",
+        "airflow_shared_stream",
+        "airflow.triggers.shared_stream",
+        "airflow.providers",
+        "botocore",
+        "azure",
+        "google",
+        "grpc",
+        "uamqp",
+    ):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    results = asyncio.run(bench(args))
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    for broker, cells in results.items():
+        versions = BROKER_CLASSES[broker.split("-")[0]].versions
+        previous = args.output_dir / f"watchers_{broker}.json"
+        if args.update and previous.exists():
+            cells = _merge(previous, cells)
+        (args.output_dir / f"watchers_{broker}.md").write_text(render(broker, cells, args, versions))
+        (args.output_dir / f"watchers_{broker}.json").write_text(
+            json.dumps({"load_at_end": os.getloadavg(), "cells": [c.as_row() for c in cells]}, indent=1)
+        )
+        print(f"wrote {args.output_dir / f'watchers_{broker}.md'}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

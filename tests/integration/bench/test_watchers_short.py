@@ -1,0 +1,96 @@
+"""
+The short form of ``bench/watchers.py``: the script runs end to end on each leased-queue broker
+(SQS on moto, Pub/Sub on Google's emulator, Service Bus on the test server in a child process)
+and its accounting holds: every message reaches every watcher, requests per message are read off
+the wire (or the SDK, or the server) and stay flat in the watcher count, the in-memory ceiling
+makes no request, and the in-flight hold measures memory. Timing is not checked (the machine is
+shared). Kafka's cells are the same code path and are left to the full run.
+
+The per-watcher anchors (amazon's, google's and azure's triggers) need the ``bench`` extra and
+bench/install_official_providers.sh, which the test environment does not install; they run in
+the full benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from bench import watchers as bench_watchers
+
+pytestmark = pytest.mark.integration
+
+MESSAGES = 20
+
+# broker -> (requests that must be there in the bare loop, the most requests/message ours may use)
+EXPECTED = {
+    "sqs": ({"ReceiveMessage", "DeleteMessageBatch"}, 0.5),
+    "pubsub": ({"pull", "acknowledge"}, 0.5),
+    # One settlement per message, plus the stream's set-up (connection, token, links: 8 requests),
+    # which weighs 0.4 per message over 20 messages.
+    "servicebus": ({"receive", "settle"}, 2.0),
+}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("broker", sorted(EXPECTED))
+def test_the_watchers_benchmark_runs_and_counts_requests_per_message(tmp_path, broker):
+    results = bench_watchers.main(
+        [
+            "--broker",
+            broker,
+            "--watchers",
+            "1",
+            "3",
+            "--variants",
+            "ours",
+            "ceiling",
+            "bare",
+            "in-flight",
+            "--in-flight-window",
+            str(MESSAGES),
+            "--messages",
+            json.dumps({broker: {"1": MESSAGES, "3": MESSAGES}}),
+            "--budget",
+            "60",
+            "--output-dir",
+            str(tmp_path),
+        ]
+    )
+    cells = {(c.variant, c.watchers): c for c in results[broker]}
+    expected = {(v, n) for v in ("ours", "ceiling", "bare") for n in (1, 3)}
+    assert set(cells) == expected | {("in-flight", bench_watchers.IN_FLIGHT_WATCHERS)}
+    for cell in cells.values():
+        assert cell.error is None, cell
+        assert cell.delivered == MESSAGES * cell.fanout, cell
+
+    kinds, most = EXPECTED[broker]
+    bare = cells[("bare", 1)]
+    assert kinds <= set(bare.requests), bare.requests
+    assert bare.requests_per_message == pytest.approx(sum(bare.requests.values()) / MESSAGES)
+
+    # Ours: counted through the settlement of the last message, and flat in the watcher count.
+    for n in (1, 3):
+        ours = cells[("ours", n)]
+        assert kinds <= set(ours.requests), ours.requests
+        assert ours.requests_per_message < most, ours.requests
+    assert cells[("ours", 3)].requests_per_message <= 1.3 * cells[("ours", 1)].requests_per_message
+    if broker == "sqs":
+        assert cells[("ours", 3)].requests["DeleteMessageBatch"] <= math.ceil(MESSAGES / 10) + 1
+    if broker == "servicebus":  # one settlement per message, every message settled
+        assert cells[("ours", 3)].requests["settle"] == MESSAGES
+
+    # The in-memory ceiling makes no broker requests.
+    assert cells[("ceiling", 1)].requests == {}
+
+    held = cells[("in-flight", bench_watchers.IN_FLIGHT_WATCHERS)]
+    assert held.heap_per_event_bytes is not None
+    assert held.heap_per_event_bytes > 0
+
+    table = (tmp_path / f"watchers_{broker}.md").read_text()
+    assert "| 3 | ours |" in table
+    assert "load average" in table
+    assert "Memory per in-flight trigger event" in table
+    assert json.loads((tmp_path / f"watchers_{broker}.json").read_text())["cells"]
