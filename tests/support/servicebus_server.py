@@ -197,6 +197,7 @@ class ServiceBusServer:
         self._injector = EventInjector()
         self._container: Container | None = None
         self._thread: threading.Thread | None = None
+        self._stopped_once = False
         self.refused_tokens = 0
         self.lock_lost_settlements = 0
         self.dead_letter_refused: set[str] = set()
@@ -205,6 +206,18 @@ class ServiceBusServer:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self, timeout: float = 10.0) -> ServiceBusServer:
+        """
+        Listen on the port. After :meth:`stop` this starts again on the same port with the same
+        entities, messages and locks (a namespace gateway restart): the old connections' links
+        are forgotten, their non-session locks run on until settled or expired, as on the service.
+        """
+        if self._stopped_once:
+            self._injector = EventInjector()
+            with self._lock:
+                for link in list(self._handler.entity_of):
+                    self._handler._forget_link(link)
+                self._handler.pending_sessions.clear()
+                self._handler.deliveries.clear()
         container = Container(self._handler)
         container.allow_insecure_mechs = True
         container.selectable(self._injector)
@@ -232,6 +245,7 @@ class ServiceBusServer:
             raise RuntimeError(f"the Service Bus test server on port {self.port} did not stop")
         self._injector.close()
         self._thread = None
+        self._stopped_once = True
 
     def __enter__(self) -> ServiceBusServer:
         return self.start()
