@@ -196,6 +196,7 @@ class ServiceBusServer:
         self._handler = _Handler(self)
         self._injector = EventInjector()
         self._container: Container | None = None
+        self._acceptor: Any = None
         self._thread: threading.Thread | None = None
         self._stopped_once = False
         self.refused_tokens = 0
@@ -221,7 +222,7 @@ class ServiceBusServer:
         container = Container(self._handler)
         container.allow_insecure_mechs = True
         container.selectable(self._injector)
-        container.listen(f"127.0.0.1:{self.port}")
+        self._acceptor = container.listen(f"127.0.0.1:{self.port}")
         self._container = container
         self._thread = threading.Thread(target=self._run, name=f"servicebus-fake-{self.port}", daemon=True)
         self._thread.start()
@@ -529,6 +530,10 @@ class _Handler:
 
     def on_stop_server(self, event: Any) -> None:
         assert self.server._container is not None
+        # Close the listening socket too (the container's stop leaves it open), so a restart
+        # can listen on the same port again.
+        if self.server._acceptor is not None:
+            self.server._acceptor.close()
         self.server._container.stop()
 
     def on_unhandled(self, name: str, event: Any) -> None:
