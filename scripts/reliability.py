@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -25,6 +26,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+# Before anything imports airflow: never read or write the developer's ~/airflow.
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-shared-stream-reliability-"))
 
 from bench.machine import describe  # noqa: E402
 from tests.reliability.brokers import BROKERS, broker_rig  # noqa: E402

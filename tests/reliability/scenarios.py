@@ -196,6 +196,7 @@ class ScenarioRun:
         self.dead: collections.Counter[int] = collections.Counter()
         self.result = Result(rig.name, scenario.name, produced=count, poison=len(self.poison))
         self.stream: Any = None
+        self._statsd: Any = None
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -255,6 +256,7 @@ class ScenarioRun:
         logging.getLogger().addHandler(counter)
         try:
             with statsd_listening() as statsd:
+                self._statsd = statsd
                 triggerer = PersistingTriggerer(self.triggerer_spec(incarnation))
                 await triggerer.start()
                 try:
@@ -318,6 +320,8 @@ class ScenarioRun:
         await asyncio.to_thread(self.rig.start_broker)
 
     def _done(self) -> bool:
+        if self._statsd is not None:
+            self._statsd.read()  # drain the UDP socket as we go: its buffer would drop lines
         persisted = read_records(self.out / PERSISTED)
         seen: dict[str, set[int]] = collections.defaultdict(set)
         for record in persisted:
