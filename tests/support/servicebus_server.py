@@ -516,6 +516,7 @@ class _Handler:
         self.session_of: dict[Any, str] = {}
         self.pending_sessions: list[tuple[Any, Entity, float, str | None]] = []
         self.deliveries: dict[Any, StoredMessage] = {}
+        self.connections: set[Any] = set()
 
     # -- reactor plumbing -------------------------------------------------------------------------
 
@@ -534,12 +535,21 @@ class _Handler:
         # can listen on the same port again.
         if self.server._acceptor is not None:
             self.server._acceptor.close()
+        # ...and drop every client connection, as a restarting gateway does: the SDK sees its
+        # connection go and reconnects, instead of waiting on a socket nobody reads.
+        for connection in list(self.connections):
+            connection.close()
+            if connection.transport is not None:
+                connection.transport.close_tail()
+                connection.transport.close_head()
+        self.connections.clear()
         self.server._container.stop()
 
     def on_unhandled(self, name: str, event: Any) -> None:
         pass
 
     def on_connection_remote_open(self, event: Any) -> None:
+        self.connections.add(event.connection)
         if event.connection.state & Endpoint.LOCAL_UNINIT:
             event.connection.container = "servicebus-fake"
             event.connection.open()
