@@ -190,7 +190,7 @@ class ScenarioRun:
         self.contract = rig.contract_for(kills=scenario.kills > 0, short_lease=scenario.short_lease)
         # A lease a killed process's messages come back after (the lease keeper extends it while
         # an event waits); at the broker's minimum, below the persistence delay, for short_lease.
-        self.lease = rig.lease_seconds_min if scenario.short_lease else max(10, rig.lease_seconds_min)
+        self.lease = rig.lease_seconds_min if scenario.short_lease else max(5, rig.lease_seconds_min)
         self.persist_delay = rig.lease_seconds_min + 2.0 if scenario.short_lease else 0.0
         self.bodies, self.poison = make_bodies(count, self.rng)
         self.dead: collections.Counter[int] = collections.Counter()

@@ -85,7 +85,7 @@ async def test_an_ack_timeout_fails_a_hung_watcher_without_cancelling_it(sqs, aw
         await eventually(lambda: sqs.depth(url), lambda d: d == (0, 0), timeout=30, what="deleted")
         assert hung.task is not None and not hung.task.done(), "the hung watcher is still stuck"
     assert [p["message_id"] for p in healthy.payloads] == [message_id, message_id]
-    label = url.rsplit("/", 1)[1].replace("-", "_")
+    label = url.rsplit("/", 1)[1]
     assert statsd.counter(f"airflow.shared_stream.sqs.{label}.watcher_failures") == 1
     assert f"1 message(s) of sqs stream {label} were not finished by every watcher" in caplog.text
 
