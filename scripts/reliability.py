@@ -64,9 +64,14 @@ async def run_broker(broker: str, args: argparse.Namespace, workdir: Path) -> li
     results = []
     with broker_rig(broker) as rig:
         for scenario in scenarios_for(broker, args.scenario):
-            for run in range(args.runs):
+            for run in range(args.kill_runs if scenario.kills else args.runs):
                 result = await run_scenario(
-                    rig, scenario, count=args.count, seed=args.seed + run, workdir=workdir, timeout=args.timeout
+                    rig,
+                    scenario,
+                    count=args.count,
+                    seed=args.seed + run,
+                    workdir=workdir,
+                    timeout=args.timeout,
                 )
                 print(f"{broker} {scenario.name} run {run + 1}: lost={result.lost} "
                       f"duplicates={result.duplicates} {result.problems() or 'ok'} ({result.seconds:.0f} s)",
@@ -83,10 +88,11 @@ def write_table(broker: str, results: list[Result], args: argparse.Namespace, se
         f"# Reliability: {broker}\n\n"
         f"{describe(PACKAGES[broker])}\n"
         f"- load: {args.count} messages per run (1% poison), watchers all / even / all_2 (+ slow or hang), "
-        f"{args.runs} run(s) per scenario, seed {args.seed}; {seconds:.0f} s in all\n"
+        f"{args.runs} run(s) per scenario ({args.kill_runs} of sigkill), seed {args.seed}; "
+        f"{seconds:.0f} s in all\n"
         f"- broker: {BROKER_NOTES[broker]}\n"
-        f"- command: `python scripts/reliability.py --broker {broker} --count {args.count} --runs {args.runs} "
-        f"--seed {args.seed}`\n\n"
+        f"- command: `python scripts/reliability.py --broker {broker} --count {args.count} "
+        f"--runs {args.runs} --kill-runs {args.kill_runs} --seed {args.seed}`\n\n"
         f"{described}\n\n"
         f"{table(results)}\n"
     )
@@ -95,11 +101,16 @@ def write_table(broker: str, results: list[Result], args: argparse.Namespace, se
 
 def main() -> int:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's access log, one line per call
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--broker", action="append", choices=BROKERS, help="repeatable; default: all four")
-    parser.add_argument("--scenario", action="append", choices=list(SCENARIOS), help="repeatable; default: all")
+    parser.add_argument(
+        "--scenario", action="append", choices=list(SCENARIOS), help="repeatable; default: all"
+    )
     parser.add_argument("--count", type=int, default=2000, help="messages per run (default 2000)")
-    parser.add_argument("--runs", type=int, default=3, help="runs per scenario (default 3)")
+    parser.add_argument("--runs", type=int, default=1, help="runs per scenario (default 1)")
+    parser.add_argument("--kill-runs", type=int, default=3, help="runs of the sigkill scenario (default 3)")
     parser.add_argument("--seed", type=int, default=1, help="seed of poison positions and kill points")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds a run may take to finish")
     parser.add_argument("--no-write", action="store_true", help="print the tables, do not write results")

@@ -75,6 +75,7 @@ def sdk_logger_names() -> list[str]:
     ]
     return sorted({*SDK_LOGGERS, *existing})
 
+
 log = logging.getLogger(__name__)
 
 SQS_BATCH_LIMIT = 10

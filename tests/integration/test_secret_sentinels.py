@@ -73,7 +73,7 @@ def sentinel_connection(
     """
     dead = f"127.0.0.1:{free_port()}"
     if rig.name == "sqs":
-        endpoint = {"endpoint": f"http://{dead}", "auth": auth_endpoint}.get(failure or "", None)
+        endpoint = {"endpoint": f"http://{dead}", "auth": auth_endpoint}.get(failure or "")
         return {
             "conn_type": "aws",
             "login": "AKIDSENTINELTEST",
@@ -203,7 +203,9 @@ async def test_a_working_stream_never_shows_the_secret(rig, observed, monkeypatc
 
 
 @pytest.mark.parametrize("failure", ["endpoint", "auth"])
-async def test_a_failing_connection_never_shows_the_secret(rig, failure, observed, monkeypatch, auth_endpoint):
+async def test_a_failing_connection_never_shows_the_secret(
+    rig, failure, observed, monkeypatch, auth_endpoint
+):
     connection = sentinel_connection(rig, failure=failure, auth_endpoint=auth_endpoint)
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(connection))
     if rig.name == "pubsub":

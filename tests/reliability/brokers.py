@@ -223,7 +223,11 @@ class KafkaRig(BrokerRig):
             if self._kill_contract is None:
                 self._start("tansu")
                 target = _KafkaTarget(
-                    "tansu", self._ports["tansu"], self.env, f"k{uuid.uuid4().hex[:8]}", session_timeout_ms=6000
+                    "tansu",
+                    self._ports["tansu"],
+                    self.env,
+                    f"k{uuid.uuid4().hex[:8]}",
+                    session_timeout_ms=6000,
                 )
                 self._kill_contract = self._contract_class(target, self._clients)
             return self._kill_contract

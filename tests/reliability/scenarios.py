@@ -40,7 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.reliability.brokers import BrokerRig
-from tests.reliability.triggerer import BOUND, ERRORS, PERSISTED, PersistingTriggerer, TriggererSpec, WatcherSpec
+from tests.reliability.triggerer import (
+    BOUND,
+    ERRORS,
+    PERSISTED,
+    PersistingTriggerer,
+    TriggererSpec,
+    WatcherSpec,
+)
 from tests.support.statsd import statsd_listening
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,14 +67,20 @@ class Scenario:
     short_lease: bool = False
     """Leases at the broker's minimum, with persistence delayed past them."""
     ack_timeout: float = 300.0
-    max_in_flight: int = 100
+    max_in_flight: int = 200
+    """Small enough that a stream of thousands takes many persistence cycles."""
 
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
         Scenario("baseline", "no fault"),
-        Scenario("sigkill", "SIGKILL of the triggerer process mid-flight, restart", kills=2, max_in_flight=50),
+        Scenario(
+            "sigkill",
+            "SIGKILL of the triggerer process mid-flight, restart (3 kills)",
+            kills=3,
+            max_in_flight=100,
+        ),
         Scenario("broker_restart", "broker stopped mid-stream for 2 s, started again", broker_restart=True),
         Scenario("hung_watcher", "a watcher hangs on its first event", extra_watcher="hang", ack_timeout=6.0),
         Scenario("slow_watcher", "a watcher slower than the stream (20 ms per event)", extra_watcher="slow"),
@@ -284,7 +297,7 @@ class ScenarioRun:
     async def _killed_child(self, incarnation: int) -> int:
         spec_path = self.out / f"spec-{incarnation}.json"
         self.triggerer_spec(incarnation).dump(spec_path)
-        with open(self.out / f"child-{incarnation}.log", "wb") as log:
+        with open(self.out / f"child-{incarnation}.log", "wb") as log:  # noqa: ASYNC230 - a local file
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "tests.reliability.triggerer", str(spec_path),
                 cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -395,6 +408,7 @@ def table(results: list[Result]) -> str:
         status = "" if not r.problems() else " **FAILED: " + "; ".join(r.problems()) + "**"
         rows.append(
             f"| {r.scenario}{status} | {r.produced} ({r.poison}) | {watchers} | {r.lost} | {r.duplicates} "
-            f"| {r.dead_lettered} ({r.dead_letter_copies}) | {kills} | {failures} | {left} | {r.seconds:.0f} |"
+            f"| {r.dead_lettered} ({r.dead_letter_copies}) | {kills} | {failures} | {left} "
+            f"| {r.seconds:.0f} |"
         )
     return "\n".join(rows)

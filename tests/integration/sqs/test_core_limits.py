@@ -83,7 +83,8 @@ async def test_an_ack_timeout_fails_a_hung_watcher_without_cancelling_it(sqs, aw
         [message_id] = sqs.send(url, [{"n": 1}])
         await healthy.wait_for_events(2, timeout=30)  # once, then again after the timeout failed it
         await eventually(lambda: sqs.depth(url), lambda d: d == (0, 0), timeout=30, what="deleted")
-        assert hung.task is not None and not hung.task.done(), "the hung watcher is still stuck"
+        assert hung.task is not None
+        assert not hung.task.done(), "the ack timeout failed the hung watcher but could not cancel it"
     assert [p["message_id"] for p in healthy.payloads] == [message_id, message_id]
     label = url.rsplit("/", 1)[1]
     assert statsd.counter(f"airflow.shared_stream.sqs.{label}.watcher_failures") == 1
@@ -94,11 +95,15 @@ async def test_two_triggerers_split_one_queue_between_their_watchers(sqs, aws_co
     """Limit 3: watchers of one queue on two triggerers are competing consumers; each sees a part."""
     url = sqs.create_queue()
     sent = set(sqs.send(url, [{"n": i} for i in range(40)]))
-    async with SharedStreamHarness(confirm_after=0.0) as first, SharedStreamHarness(confirm_after=0.0) as second:
+    async with (
+        SharedStreamHarness(confirm_after=0.0) as first,
+        SharedStreamHarness(confirm_after=0.0) as second,
+    ):
         a = first.add(SqsSharedStreamTrigger(url, max_in_flight=5))
         b = second.add(SqsSharedStreamTrigger(url, max_in_flight=5))
         await eventually(lambda: sqs.depth(url), lambda d: d == (0, 0), timeout=60, what="drained")
         seen_a = {p["message_id"] for p in a.payloads}
         seen_b = {p["message_id"] for p in b.payloads}
     assert seen_a | seen_b == sent
-    assert seen_a < sent and seen_b < sent, "each watcher saw only part of its stream"
+    assert seen_a < sent, "each watcher saw only part of its stream"
+    assert seen_b < sent, "each watcher saw only part of its stream"
