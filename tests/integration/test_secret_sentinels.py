@@ -14,7 +14,8 @@ Service Bus    the connection string's ``SharedAccessKey`` (the fake checks the 
 and the test looks for it in everything the provider produces: logs at DEBUG (ours, Airflow's,
 the SDKs'), ``serialize()`` output, trigger event payloads, metrics (a real StatsD listener),
 and exception text (message, repr, the whole cause chain and traceback), on a working stream
-and on failures: an endpoint where nothing listens, and credentials the broker refuses.
+and on failures: an endpoint where nothing listens, credentials the broker refuses, and a
+credential or TLS/SASL option set wrong (which must fail with an error naming it).
 The per-broker modules (tests/integration/<broker>/test_*errors_and_secrets.py, Kafka's
 test_kafka_failures.py) keep what is broker-specific: which error class, what message.
 """
@@ -31,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from airflow_shared_stream.common.errors import SharedStreamConfigurationError
 from airflow_shared_stream.kafka import KafkaSharedStreamTrigger
 from airflow_shared_stream.pubsub import PubSubSharedStreamTrigger
 from airflow_shared_stream.servicebus import ServiceBusSharedStreamTrigger
@@ -220,5 +222,37 @@ async def test_a_failing_connection_never_shows_the_secret(
     async with SharedStreamHarness(confirm_after=0.0) as harness:
         watcher = harness.add(trigger)
         error = await watcher.wait_for_error(timeout=120)
+    assert_no_sentinel("the exception", exception_text(error))
+    assert_no_sentinel("logs or metrics", observed())
+
+
+def misconfigured_connection(rig: BrokerRig) -> tuple[dict[str, Any], str]:
+    """A credential or TLS/SASL option set wrong, the sentinel beside it; and what the error names."""
+    if rig.name == "sqs":  # a secret key without its key id
+        connection = sentinel_connection(rig)
+        del connection["login"]
+        return connection, "only one of login"
+    if rig.name == "kafka":  # a SASL mechanism aiokafka cannot do, over TLS
+        connection = sentinel_connection(rig)
+        connection["extra"].update({"security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI"})
+        return connection, "sasl.mechanism"
+    if rig.name == "pubsub":  # a key that is not a service-account JSON object
+        extra = {"project": rig.contract.pubsub.project, "keyfile_dict": "{" + SENTINEL}
+        return {"conn_type": "google_cloud_platform", "extra": extra}, "not a JSON object"
+    schema = f"Endpoint=nonsense;SharedAccessKeyName=SentinelKey;SharedAccessKey={SENTINEL}"
+    return {"conn_type": "azure_service_bus", "schema": schema}, "not a Service Bus connection string"
+
+
+async def test_a_misconfigured_credential_is_named_without_the_secret(rig, observed, monkeypatch):
+    connection, names = misconfigured_connection(rig)
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(connection))
+    if rig.name == "pubsub":
+        monkeypatch.delenv("PUBSUB_EMULATOR_HOST")  # the emulator would take no key at all
+    stream = rig.contract.create_stream()
+    async with SharedStreamHarness(confirm_after=0.0) as harness:
+        watcher = harness.add(sentinel_trigger(rig, stream))
+        error = await watcher.wait_for_error(timeout=60)
+    assert isinstance(error, SharedStreamConfigurationError), repr(error)
+    assert names in str(error)
     assert_no_sentinel("the exception", exception_text(error))
     assert_no_sentinel("logs or metrics", observed())
