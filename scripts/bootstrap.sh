@@ -19,7 +19,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 
-echo "==> installing airflow-shared-stream[all,test,spark] into .venv (first run takes a few minutes)"
+echo "==> installing airflow-shared-stream[all,test,spark,docs] into .venv (first run takes a few minutes)"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "uv>=0.4"
 # A .venv made before the exclusion may hold pyspark-client's half of the `pyspark` directory.
 if .venv/bin/python -m uv pip show --python .venv/bin/python pyspark-client >/dev/null 2>&1; then
@@ -30,7 +30,7 @@ fi
 # The build needs a C compiler and the Python headers; OpenSSL and Cyrus SASL are optional (the
 # test server speaks plain AMQP with SASL ANONYMOUS), cmake is not needed.
 if ! .venv/bin/python -m uv pip install --quiet --python .venv/bin/python \
-  --excludes scripts/uv-excludes.txt -e ".[all,test,spark]"; then
+  --excludes scripts/uv-excludes.txt -e ".[all,test,spark,docs]"; then
   if ! command -v "${CC:-cc}" >/dev/null 2>&1; then
     echo "bootstrap: no C compiler found; python-qpid-proton (test extra) builds from source." >&2
     echo "bootstrap: install one and the Python headers, e.g. apt-get install gcc python3-dev" >&2

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command of the README: build .venv/ if needed, lint and type-check, then run the whole suite
+# The test command of the README: build .venv/ if needed, lint, type-check and build the docs, then run the whole suite
 # (unit tests, and integration tests against real brokers the suite starts on loopback).
 # Extra arguments go to pytest, e.g. scripts/test.sh tests/unit -q
 set -euo pipefail
@@ -8,4 +8,8 @@ bash scripts/bootstrap.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy  # [tool.mypy] in pyproject.toml: airflow_shared_stream/
-exec .venv/bin/python -m pytest "$@"
+# The docs build with warnings as errors: a page with a broken table, reference or include fails.
+docs_out=$(mktemp -d)
+trap 'rm -rf "$docs_out"' EXIT
+.venv/bin/python -m sphinx -E -W --keep-going -q -b html docs "$docs_out"
+.venv/bin/python -m pytest "$@"

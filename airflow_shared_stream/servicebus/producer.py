@@ -57,6 +57,9 @@ DEFAULT_LOCK_DURATION_SECONDS = 60.0
 DEAD_LETTER_DESCRIPTION_LIMIT = 4096
 """Service Bus limits a dead-letter description; longer ones are cut (with an ellipsis)."""
 
+SESSION_ACCEPT_RETRY_SECONDS = 2.0
+"""While sessions are held, how long after finding no free session the producer asks again."""
+
 SDK_LOGGERS = ("azure.servicebus", "azure.core", "azure.identity")
 """Loggers the secret scrubber is attached to: the SDK logs connection details itself."""
 
@@ -214,6 +217,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         self._receiver: Any = None
         self._sessions: list[_SessionReceiver] = []
         self._session_of: dict[str, _SessionReceiver] = {}
+        self._next_session_accept = 0.0
         self._registered: tuple[str, str] | None = None
         self.lost_locks = 0
         """Settlements and renewals refused because the lock was gone (the message comes back)."""
@@ -225,6 +229,10 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
     @property
     def namespace(self) -> str | None:
         return self._config.namespace if self._config else None
+
+    def held_sessions(self) -> list[str]:
+        """The sessions this producer holds a lock on, in receive order (for logs and tests)."""
+        return [str(session.session_id) for session in self._sessions]
 
     # -- connection -----------------------------------------------------------------------------
 
@@ -350,23 +358,40 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         return deliveries
 
     async def _accept_sessions(self) -> None:
-        """Accept the next available sessions while there is room (a short wait each)."""
+        """
+        Accept the next available sessions while there is room (a short wait each).
+
+        A wait that found no free session is not repeated for ``SESSION_ACCEPT_RETRY_SECONDS``
+        while the producer holds sessions: each wait costs a receive cycle up to a second, and
+        the sessions already held must be read (and settled) well within their lock duration.
+        """
         from azure.servicebus import NEXT_AVAILABLE_SESSION
 
+        loop = asyncio.get_running_loop()
+        if self._sessions and loop.time() < self._next_session_accept:
+            return
         while len(self._sessions) < self._max_sessions:
             receiver = self._new_receiver(session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1)
             try:
                 await receiver.__aenter__()
             except Exception as exc:
                 await _close_quietly(receiver)
-                if _is_timeout(exc):  # no session free right now
-                    if not self._sessions:
-                        await asyncio.sleep(min(1.0, self._max_wait_time))
-                    return
-                raise self._explain("accept a session of", exc) from None
-            session = _SessionReceiver(receiver, receiver.session.session_id)
-            self._sessions.append(session)
-            log.debug("Accepted session %r of %s", session.session_id, self._entity.path)
+                if not _is_timeout(exc):
+                    raise self._explain("accept a session of", exc) from None
+                session_id = None
+            else:
+                session_id = receiver.session.session_id
+            if not isinstance(session_id, str):
+                # No session was free. Service Bus answers the attach and then refuses it
+                # (com.microsoft:timeout); the SDK can return such a receiver as if it held a
+                # session, its id still the NEXT_AVAILABLE filter. It holds nothing: drop it.
+                await _close_quietly(receiver)
+                self._next_session_accept = loop.time() + SESSION_ACCEPT_RETRY_SECONDS
+                if not self._sessions:
+                    await asyncio.sleep(min(1.0, self._max_wait_time))
+                return
+            self._sessions.append(_SessionReceiver(receiver, session_id))
+            log.debug("Accepted session %r of %s", session_id, self._entity.path)
 
     async def _release_session(self, session: _SessionReceiver) -> None:
         if session in self._sessions:

@@ -203,3 +203,41 @@ async def test_sessions_keep_order_within_each_session(servicebus, servicebus_co
         assert numbers == sorted(numbers)
         assert len(numbers) == 4
     await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=30, what="completed")
+
+
+async def test_a_session_wait_that_times_out_is_not_held_as_a_session(servicebus, servicebus_connection):
+    """
+    Regression: with one session busy, the producer filled its other session slots with phantoms.
+
+    When no session is free, Service Bus answers a next-available-session attach and then refuses
+    it (``com.microsoft:timeout``); the SDK can hand that receiver back as if it held a session
+    (its ``session_id`` still the NEXT_AVAILABLE filter). Kept as sessions, the phantoms cost the
+    receive loop a wait each, so a real session was read less often than its lock lasted: its lock
+    ran out, its redelivered message bounced between lock losses and never came back in time.
+    """
+    queue = servicebus.create_queue(requires_session=True, lock_duration=5)
+    sent = servicebus.send(queue, [{"n": 1}, {"n": 2}], session_id="g")
+    producer = ServiceBusSharedStreamProducer(
+        queue_name=queue,
+        azure_service_bus_conn_id=servicebus_connection,
+        max_in_flight=10,
+        lock_duration_seconds=5,
+        max_wait_time=1,
+        session_enabled=True,
+    )
+    stream = producer.open_stream()
+    try:
+        held = [await anext(stream), await anext(stream)]
+        assert [raw.envelope["session_id"] for raw, _ in held] == ["g", "g"]
+        await producer.advance([AdvanceItem(handle, AdvanceOutcome(0, 1, 0)) for _, handle in held])
+        again = [await asyncio.wait_for(anext(stream), timeout=20) for _ in sent]
+        assert sorted(
+            (raw.envelope["message_id"], raw.envelope["delivery_count"]) for raw, _ in again
+        ) == sorted((message_id, 1) for message_id in sent)
+        assert producer.lost_locks == 0, "the session lock ran out while the producer held the session"
+        assert producer.held_sessions() == ["g"]
+        await producer.advance([AdvanceItem(handle, AdvanceOutcome(1, 0, 0)) for _, handle in again])
+        assert servicebus.messages(queue) == []
+    finally:
+        await stream.aclose()
+        await producer.aclose()
