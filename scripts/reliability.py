@@ -85,7 +85,7 @@ def write_table(broker: str, results: list[Result], args: argparse.Namespace, se
     described = "\n".join(f"- {name}: {s.title}" for name, s in scenarios.items())
     path = RESULTS / f"reliability_{broker}.md"
     path.write_text(
-        f"# Reliability: {broker}\n\n"
+        f"Reliability scenarios on {broker}, written by scripts/reliability.py:\n\n"
         f"{describe(PACKAGES[broker])}\n"
         f"- load: {args.count} messages per run (1% poison), watchers all / even / all_2 (+ slow or hang), "
         f"{args.runs} run(s) per scenario ({args.kill_runs} of sigkill), seed {args.seed}; "
