@@ -155,10 +155,6 @@ class _KafkaTarget:
     extra: dict[str, str] | None = None
 
     @property
-    def broker(self) -> Any:
-        return self
-
-    @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
