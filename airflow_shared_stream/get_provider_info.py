@@ -133,6 +133,13 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "True",
                         "default": "False",
                     },
+                    "split_stream_check_interval": {
+                        "description": "Seconds between two checks, in every triggerer, of where the watchers of its streams\nrun. A stream whose watchers run on more than one live triggerer is reported: the gauge\nshared_stream.<broker>.<stream>.triggerers, and for a leased queue (SQS, Pub/Sub,\nService Bus), whose messages each go to one triggerer only, an ERROR naming the stream.\n0 turns the check off. See docs/ha.rst.\n",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "30",
+                        "default": "60",
+                    },
                 },
             },
         },

@@ -64,6 +64,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
 
+from airflow_shared_stream.placement import PlacementListener
+
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
@@ -330,7 +332,10 @@ class StrandedAssetEventsListener:
 
 
 class SharedStreamSchedulingPlugin(AirflowPlugin):
-    """Registers both listeners (entry point ``airflow.plugins``); each does nothing unless enabled."""
+    """
+    Registers this provider's listeners (entry point ``airflow.plugins``): the two above, off
+    unless enabled, and the triggerer placement check (:mod:`airflow_shared_stream.placement`).
+    """
 
     name = "shared_stream_scheduling"
-    listeners = [QueuedAssetRefreshListener(), StrandedAssetEventsListener()]
+    listeners = [QueuedAssetRefreshListener(), StrandedAssetEventsListener(), PlacementListener()]

@@ -42,6 +42,7 @@ from airflow.triggers.shared_stream import (
 
 from airflow_shared_stream.common.leased_queue import DeadLetter, Delivery, LeasedQueueProducer
 from airflow_shared_stream.common.matching import build_message
+from airflow_shared_stream.common.process_scope import triggerer_scope
 from airflow_shared_stream.common.settlement import Settlement
 from airflow_shared_stream.common.trigger import SharedStreamTrigger
 
@@ -135,6 +136,7 @@ class SharedStreamHarness:
         # seq -> (when it is due for confirmation, which trigger bound it)
         self._unconfirmed: dict[int, tuple[float, int]] = {}
         self._supervisor: asyncio.Task[None] | None = None
+        self._scope: dict[str, Any] = {}
 
     async def __aenter__(self) -> SharedStreamHarness:
         self._supervisor = asyncio.create_task(self._supervise(), name="harness-supervisor")
@@ -207,6 +209,9 @@ class SharedStreamHarness:
             self._supervisor = None
 
     async def _run(self, watcher: Watcher) -> None:
+        # This harness is one triggerer process: its own per-process stream state, inherited by
+        # the manager's tasks created below (two harnesses in one test are two triggerers).
+        triggerer_scope.set(self._scope)
         # Mirrors TriggerRunner.run_trigger for a trigger with a shared_stream_key.
         stream = self.manager.subscribe(
             trigger_id=watcher.trigger_id, trigger=watcher.trigger, key=watcher.key

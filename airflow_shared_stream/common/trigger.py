@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import AsyncIterator, Hashable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -163,6 +163,10 @@ class SharedStreamTrigger(BaseEventTrigger):
     """Shaping fields where ``None`` means "as the connection says", and so agrees with any value."""
     producer_class: ClassVar[type[SharedStreamProducer]]
     """The producer the triggerer builds for the stream, from :meth:`producer_kwargs`."""
+    every_triggerer_reads_everything: ClassVar[bool] = False
+    """Whether each triggerer running watchers of a stream gets every message (Kafka), or the
+    triggerers compete for them (leased queues). With several triggerers on one stream, a
+    competing one is reported loudly (:mod:`airflow_shared_stream.placement`, docs/ha.rst)."""
 
     def __init__(
         self,
@@ -255,9 +259,19 @@ class SharedStreamTrigger(BaseEventTrigger):
             async for event in self._filter(shared_stream):
                 yield event
 
-    async def _filter(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
+    async def _filter(
+        self,
+        shared_stream: AsyncIterator[Any],
+        passed: Callable[[RawMessage], bool] | None = None,
+    ) -> AsyncIterator[TriggerEvent]:
+        """
+        Match, reject or let go of each message; ``passed`` says which ones this watcher already
+        handled before (a Kafka watcher's own durable position): those are let go unevaluated.
+        """
         async for raw in shared_stream:
             message: RawMessage = raw
+            if passed is not None and passed(message):
+                continue
             if message.unprocessable is not None:
                 log.error("Rejecting unprocessable message %s: %s", message.label, message.unprocessable)
                 reject_shared_stream_event()

@@ -81,6 +81,13 @@ class OffsetCommitter:
             return
         try:
             await self._commit(offsets)
+        except asyncio.CancelledError:
+            # Stopped mid-request (stop() cancels the task, then flushes): put the targets back,
+            # unless newer ones came meanwhile, so the final flush sends them. Sending one twice
+            # is harmless; losing one would leave the position behind what was persisted.
+            for tp, target in pending.items():
+                self._pending.setdefault(tp, target)
+            raise
         except LOST_TO_REBALANCE as exc:
             log.info("Commit dropped by a rebalance (%s); the next owner redelivers", type(exc).__name__)
         except KafkaError as exc:

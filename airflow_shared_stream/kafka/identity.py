@@ -21,9 +21,11 @@ The consumer group of a stream is:
   see part of its topic.
 
 A group that is named explicitly can still be given to two different streams by mistake; within
-one triggerer :class:`GroupClaims` refuses the second one with an error naming both, and across
-triggerers the group's leader notices members with different subscriptions
-(:func:`guarded_assignor`) and fails its own stream. Two different connection ids that reach
+one triggerer :class:`GroupClaims` refuses the second one with an error naming both. Across
+triggerers nothing can be split any more: no stream consumer joins its group (every triggerer
+reads every partition, docs/ha.rst); the group only keys the stream's committed start positions,
+and each watcher's own position lives under a group derived from it
+(:mod:`~airflow_shared_stream.kafka.watchers`). Two different connection ids that reach
 the same cluster, with the same topics and ``group_id``, cannot be told from a second triggerer of
 the same stream (DESIGN.md 5.3) and are not detected.
 """
@@ -31,8 +33,7 @@ the same stream (DESIGN.md 5.3) and are not detected.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from collections.abc import Hashable, Sequence
 
 GROUP_DIGEST_TAG = "airflow-shared-stream/kafka"
 """Part of what the derived group id hashes: changing it moves every derived group."""
@@ -111,28 +112,3 @@ def _describe(identity: Hashable) -> str:
 
 
 group_claims = GroupClaims()
-
-
-def guarded_assignor(
-    assignor: type[Any], on_conflict: Callable[[dict[str, tuple[str, ...]]], None]
-) -> type[Any]:
-    """
-    ``assignor`` that also reports members of the group subscribed to different topics.
-
-    Across triggerers :class:`GroupClaims` cannot see the other stream, but the group's leader
-    sees every member's subscription when it assigns partitions. Different subscriptions in one
-    group mean two streams share it and split the partitions of their common topics; the leader
-    assigns as usual (refusing inside a rebalance would stall the group) and ``on_conflict``
-    fails its stream with an error naming the group and the subscriptions.
-    """
-
-    class SubscriptionGuard(assignor):
-        @classmethod
-        def assign(cls, cluster: Any, members: Any) -> Any:
-            subscriptions = {member: tuple(sorted(meta.subscription)) for member, meta in members.items()}
-            if len(set(subscriptions.values())) > 1:
-                on_conflict(subscriptions)
-            return super().assign(cluster, members)
-
-    SubscriptionGuard.__name__ = SubscriptionGuard.__qualname__ = f"Guarded{assignor.__name__}"
-    return SubscriptionGuard

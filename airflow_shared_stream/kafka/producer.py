@@ -1,6 +1,12 @@
 """
 The broker half of a Kafka shared stream: one aiokafka consumer, settled per partition.
 
+High availability: every triggerer's consumer reads every partition of the topics (manual
+assignment: no group membership, so several triggerers never split the partitions between them),
+and every watcher keeps its own durable position (:mod:`~airflow_shared_stream.kafka.watchers`,
+:mod:`~airflow_shared_stream.kafka.positions`). Each partition starts at the lowest position of
+the watchers this process serves; a watcher that joins behind seeks its partitions back.
+
 One :class:`KafkaSharedStreamProducer` owns the consumer of one shared stream in the triggerer.
 It fetches in batches (``getmany``) sized by the credit window, so no more than
 ``max_in_flight`` messages are ever yielded and unsettled, and subscriber queues cannot
@@ -10,7 +16,8 @@ partition holds back only its own commits.
 Settlement (see :mod:`airflow_shared_stream.common.settlement`):
 
 * ACK: commit the highest offset of the lane below which everything is settled (cumulative),
-  sent by the :mod:`~airflow_shared_stream.kafka.committer` task.
+  to the stream's group and, for each watcher, its own position over the records it received;
+  sent by :mod:`~airflow_shared_stream.kafka.committer` tasks.
 * DEAD_LETTER: produce the record (key, value, headers, plus origin headers) to
   ``dead_letter_topic`` and wait for the broker's acknowledgement, then commit past it. A record
   too large for the dead-letter topic goes as a pointer record. Without a dead-letter topic the
@@ -18,11 +25,11 @@ Settlement (see :mod:`airflow_shared_stream.common.settlement`):
 * REDELIVER: hold the offset as the lane's floor (nothing is committed at or past it) and seek
   the consumer back to it; see :mod:`airflow_shared_stream.kafka.offsets`.
 
-Where it starts: a partition assigned to a group without a commit gets its start position
-committed before its first record is read, so a restart never skips what was produced after the
-stream first started. Liveness: while the window is full the consumer keeps polling with its
-partitions paused, so it never leaves its group for ``max.poll.interval.ms``. Rebalances: see
-:mod:`airflow_shared_stream.kafka.ownership`; a rebalance never fails the stream.
+Where it starts: at the lowest position of the watchers it serves; a partition without any has
+its start committed, for the stream's group and for each watcher, before its first record is
+read, so a restart or a move never skips what was produced after the stream first started. The
+stream's own consumer is never rebalanced; :mod:`~airflow_shared_stream.kafka.ownership` still
+guards a group-subscribed consumer an embedder gives to :meth:`KafkaSharedStreamProducer.attach`.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Hashable, Sequence
@@ -42,7 +50,6 @@ require_sdk("aiokafka", "kafka")
 from aiokafka import (  # noqa: E402 - after the check that names the extra
     AIOKafkaConsumer,
     AIOKafkaProducer,
-    ConsumerRebalanceListener,
     TopicPartition,
 )
 from aiokafka.errors import (  # noqa: E402
@@ -80,13 +87,16 @@ from airflow_shared_stream.kafka.errors import (  # noqa: E402
     KafkaTopicNotFoundError,
 )
 from airflow_shared_stream.kafka.hook import KafkaHook  # noqa: E402
-from airflow_shared_stream.kafka.identity import (  # noqa: E402
-    consumer_group_id,
-    group_claims,
-    guarded_assignor,
-)
+from airflow_shared_stream.kafka.identity import consumer_group_id, group_claims  # noqa: E402
 from airflow_shared_stream.kafka.offsets import OffsetLedger  # noqa: E402
 from airflow_shared_stream.kafka.ownership import PartitionOwnership  # noqa: E402
+from airflow_shared_stream.kafka.positions import PositionStore  # noqa: E402
+from airflow_shared_stream.kafka.watchers import (  # noqa: E402
+    WatcherCursor,
+    stream_ref,
+    watcher_group_id,
+    watchers_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +136,8 @@ class KafkaBrokerPayload(NamedTuple):
     partition: int
     offset: int
     epoch: int
+    seq: int = 0
+    """Yield sequence number: which watchers surely received it (see :mod:`.watchers`)."""
     key: bytes | None = None
     value: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
@@ -168,15 +180,9 @@ def build_raw_message(record: Any, max_payload_bytes: int) -> RawMessage:
     )
 
 
-class _RebalanceListener(ConsumerRebalanceListener):
-    def __init__(self, producer: KafkaSharedStreamProducer) -> None:
-        self._producer = producer
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        await self._producer.on_partitions_revoked(revoked)
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        self._producer.on_partitions_assigned(assigned)
+def _always(tp: TopicPartition, epoch: int) -> bool:
+    """Manually assigned partitions are never revoked: a watcher's position is always ours to send."""
+    return True
 
 
 class KafkaSharedStreamProducer(SharedStreamProducer):
@@ -226,7 +232,11 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         """Monotonic time before which nothing is fetched (after a zero-subscriber broadcast)."""
         # Partitions assigned whose start position is not yet known to be committed.
         self._unanchored: set[TopicPartition] = set()
-        self._group_conflict: KafkaGroupConflictError | None = None
+        self.watchers = watchers_of(stream_ref(self.topics, kafka_config_id, group_id))
+        self._positions: PositionStore | None = None
+        self._lanes: list[TopicPartition] = []
+        self._seq = 0
+        """Sequence number of the next record yielded (stamped on its payload)."""
 
     @property
     def kafka_conn_id(self) -> str:
@@ -261,13 +271,13 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         while True:
             if self.committer.error is not None:
                 raise self.committer.error
-            if self._group_conflict is not None:
-                raise self._group_conflict
             available = credits.available or await self._wait_for_credit(consumer)
             delay = self.paused_until - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
             await self._anchor_start_positions(consumer)
+            if self.watchers.pending:
+                await self._admit_watchers(consumer)
             try:
                 fetched = await consumer.getmany(timeout_ms=self.poll_timeout_ms, max_records=available)
             except KafkaError as exc:
@@ -282,18 +292,23 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 for record in records:
                     if ownership.fetch_epoch(tp) != fetch_epoch:
                         break  # sought back or revoked meanwhile: the rest is stale
+                    seq = self._seq
+                    self._seq = seq + 1
                     if keep_record:
                         payload = KafkaBrokerPayload(
                             record.topic,
                             record.partition,
                             record.offset,
                             epoch,
+                            seq,
                             record.key,
                             record.value,
                             tuple(record.headers or ()),
                         )
                     else:
-                        payload = KafkaBrokerPayload(record.topic, record.partition, record.offset, epoch)
+                        payload = KafkaBrokerPayload(
+                            record.topic, record.partition, record.offset, epoch, seq
+                        )
                     credits.take()
                     yield build_raw_message(record, self.max_payload_bytes), payload
                     # Let the subscribers take each message before the next one. Measured with
@@ -403,12 +418,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self._claimed_group = group_id
         self.group_id = group_id
         servers = ",".join(config.common["bootstrap_servers"])
-        kwargs = config.consumer_kwargs(group_id)
-        kwargs["partition_assignment_strategy"] = tuple(
-            guarded_assignor(assignor, self._on_subscription_conflict)
-            for assignor in kwargs["partition_assignment_strategy"]
-        )
-        consumer = AIOKafkaConsumer(**kwargs)
+        consumer = AIOKafkaConsumer(**config.consumer_kwargs(group_id))
         self.attach(consumer)
         try:
             await consumer.start()
@@ -436,14 +446,109 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 await dlq.start()
             except Exception as exc:
                 raise self._error(f"cannot start the dead-letter producer for {servers}", exc) from None
-        consumer.subscribe(self.topics, listener=_RebalanceListener(self))
+        lanes = [
+            TopicPartition(topic, partition)
+            for topic in self.topics
+            for partition in sorted(consumer.partitions_for_topic(topic) or ())
+        ]
+        # Every partition, in every triggerer: no membership, so nothing is ever split.
+        consumer.assign(lanes)
+        self._lanes = lanes
+        self._positions = PositionStore(consumer._client)
+        await self._admit_watchers(consumer, starting=True)
+        self._unanchored |= set(lanes)
         log.info(
-            "Kafka shared stream consuming %s as group %r (connection %r)",
+            "Kafka shared stream reading all %d partition(s) of %s (group %r, connection %r), %d watcher(s)",
+            len(lanes),
             ",".join(self.topics),
             group_id,
             self.kafka_config_id,
+            len(self.watchers.admitted()),
         )
         return consumer
+
+    # -- watchers -------------------------------------------------------------------------
+
+    async def _admit_watchers(self, consumer: AIOKafkaConsumer, *, starting: bool = False) -> None:
+        """
+        Load the position of every watcher that joined since the last pass (see :mod:`.watchers`).
+
+        A partition the watcher has a position on starts (or seeks back) there when the consumer
+        is past it; a partition it has none on is anchored at the consumer's read position, which
+        on a fresh stream is the stream group's commit or ``auto.offset.reset``. When the stream
+        starts (``starting``) and every watcher has a position on a partition, the partition starts
+        at the lowest of them, forward too. Runs between fetches, in the task that yields, so
+        ``since_seq`` is exact.
+        """
+        pending = self.watchers.take_pending()
+        if not pending or self._positions is None or self.group_id is None:
+            self.watchers.pending[:0] = pending
+            return
+        positions = self._positions
+        loaded: list[tuple[WatcherCursor, str, dict[TopicPartition, int]]] = []
+        for cursor in pending:
+            group = cursor.group = watcher_group_id(self.group_id, cursor.digest)
+            try:
+                loaded.append((cursor, group, await positions.fetch(group, self._lanes)))
+            except KafkaError as exc:
+                self.watchers.pending[:0] = pending
+                raise self._error(f"reading the position of watcher {cursor.label}", exc) from None
+        # Start (or seek back) each partition at the lowest position among the joiners.
+        for tp in self._lanes:
+            wanted = [found[tp] for _, _, found in loaded if tp in found]
+            if not wanted:
+                continue
+            lowest = min(wanted)
+            if (starting and len(wanted) == len(loaded)) or lowest < await consumer.position(tp):
+                self.ownership.rewound(tp)
+                consumer.seek(tp, lowest)
+                log.info("Kafka %s/%d: reading from %d, its watchers' lowest", tp.topic, tp.partition, lowest)
+        for cursor, group, found in loaded:
+            anchors: dict[TopicPartition, int] = {}
+            for tp in self._lanes:
+                if tp in found:
+                    cursor.next[tp] = found[tp]
+                else:
+                    cursor.next[tp] = anchors[tp] = await consumer.position(tp)
+            try:
+                await positions.commit(group, anchors)
+            except KafkaError as exc:
+                raise self._error(f"anchoring the position of watcher {cursor.label}", exc) from None
+            committer = OffsetCommitter(
+                commit=functools.partial(positions.commit, group),
+                owns=_always,
+                describe_error=self._error,
+            )
+            committer.start()
+            cursor.committer = committer
+            cursor.since_seq = self._seq
+            log.info(
+                "Kafka watcher %s joined %s at %s (group %r)",
+                cursor.label,
+                ",".join(self.topics),
+                ", ".join(f"{tp.partition}@{cursor.next[tp]}" for tp in self._lanes),
+                cursor.group,
+            )
+
+    def _advance_watchers(self, tp: TopicPartition, items: list[tuple[int, int]]) -> None:
+        """
+        Move every admitted watcher's position over ``items`` (offset, seq) settled terminally,
+        in fan-out order: only a record at exactly the watcher's position that it surely received.
+        """
+        for cursor in self.watchers.admitted():
+            committer = cursor.committer
+            if committer is not None and committer.error is not None:
+                raise committer.error
+            position = start = cursor.next.get(tp)
+            if position is None:
+                continue
+            since = cursor.since_seq or 0
+            for offset, seq in items:
+                if offset == position and seq >= since:
+                    position += 1
+            if position != start and committer is not None:
+                cursor.next[tp] = position
+                committer.queue(tp, position, 0)
 
     def _error(
         self, what: str, exc: BaseException, *, kind: type[KafkaSharedStreamError] = KafkaSharedStreamError
@@ -453,19 +558,14 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
 
     # -- rebalance ------------------------------------------------------------------------
 
-    def _on_subscription_conflict(self, subscriptions: dict[str, tuple[str, ...]]) -> None:
-        """This consumer leads a group whose members read different topics: fail the stream."""
-        others = sorted({", ".join(topics) for topics in subscriptions.values()} - {", ".join(self.topics)})
-        self._group_conflict = KafkaGroupConflictError(
-            f"consumer group {self.group_id!r} (connection {self.kafka_config_id!r}) has members "
-            f"reading other topics ({'; '.join(others)}) besides this stream ({', '.join(self.topics)}): "
-            "another stream, probably in another triggerer, uses the same group, and Kafka splits the "
-            "partitions of the common topics between them. Give each stream its own group_id"
-        )
-        log.error("%s", self._group_conflict)
-
     async def on_partitions_revoked(self, revoked: Any) -> None:
-        """aiokafka's listener: commit what is settled, then disown what is still in flight."""
+        """
+        Partitions taken away: commit what is settled, then disown what is still in flight.
+
+        The stream's own consumer is manually assigned and never loses a partition; this (and
+        :meth:`on_partitions_assigned`) serve a group-subscribed consumer given to :meth:`attach`
+        by an embedder, as a ``ConsumerRebalanceListener`` would call them.
+        """
         # Commit what is settled while the partitions are still ours: fewer redeliveries.
         try:
             await self.committer.flush(only=set(revoked))
@@ -481,7 +581,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             )
 
     def on_partitions_assigned(self, assigned: Any) -> None:
-        """aiokafka's listener: the new partitions' start positions are anchored before reading."""
+        """Partitions given: their start positions are anchored before reading (see above)."""
         self._unanchored |= set(assigned)
         if assigned:
             log.info(
@@ -538,6 +638,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             )
             return
         items: list[tuple[int, Settlement]] = []
+        settled: list[tuple[int, int]] = []
         dead: list[KafkaBrokerPayload] = []
         counts = dict.fromkeys(Settlement, 0)
         nobody = resolved = 0
@@ -553,6 +654,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 self.paused_until = time.monotonic() + ZERO_SUBSCRIBER_BACKOFF
                 nobody += 1
             items.append((item.broker_payload.offset, settlement))
+            if settlement is not Settlement.REDELIVER:
+                settled.append((item.broker_payload.offset, item.broker_payload.seq))
         if dead:
             await self._dead_letter(dead)
             # The send suspended this advance: a rebalance may have revoked the partition and
@@ -571,6 +674,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             log.debug("Kafka advance %s/%d %s -> %s", tp.topic, tp.partition, describe_batch(batch), action)
         if action.commit is not None:
             self.committer.queue(tp, action.commit, epoch)
+        if settled and self.watchers.cursors:
+            self._advance_watchers(tp, settled)
         consumer = self._consumer
         if action.seek is not None and consumer is not None:
             self.ownership.rewound(tp)
@@ -619,6 +724,13 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             group_claims.release(self._claimed_group, self._identity)
             self._claimed_group = None
         await self.committer.stop()
+        # Every watcher's last position reaches the broker before the client goes: the ones that
+        # left (their final send runs in the background) and the ones still here.
+        await self.watchers.closed()
+        for cursor in self.watchers.admitted():
+            if cursor.committer is not None:
+                await cursor.committer.stop()
+        self.watchers.readmit_all()
         dlq, self._dlq = self._dlq, None
         consumer, self._consumer = self._consumer, None
         if dlq is not None:

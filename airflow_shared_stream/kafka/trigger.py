@@ -16,9 +16,12 @@ payload, so it lands in ``AssetEvent.extra["payload"]``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, ClassVar
 
+from airflow.triggers.base import TriggerEvent
+
+from airflow_shared_stream.common.matching import RawMessage
 from airflow_shared_stream.common.trigger import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -27,6 +30,7 @@ from airflow_shared_stream.common.trigger import (
 )
 from airflow_shared_stream.kafka.identity import normalise_topics
 from airflow_shared_stream.kafka.producer import KafkaSharedStreamProducer
+from airflow_shared_stream.kafka.watchers import stream_ref, watcher_digest, watchers_of
 
 # The keyword arguments the trigger took positionally before they became keyword-only, in order.
 _FORMER_POSITIONAL = (
@@ -70,6 +74,7 @@ class KafkaSharedStreamTrigger(SharedStreamTrigger):
     identity_fields: ClassVar[tuple[str, ...]] = ("topics", "kafka_config_id", "group_id")
     shaping_fields: ClassVar[tuple[str, ...]] = ("dead_letter_topic",)
     producer_class = KafkaSharedStreamProducer
+    every_triggerer_reads_everything: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -115,6 +120,30 @@ class KafkaSharedStreamTrigger(SharedStreamTrigger):
     def kafka_conn_id(self) -> str:
         """Deprecated alias of :attr:`kafka_config_id`."""
         return self.kafka_config_id
+
+    def watcher_digest(self) -> str:
+        """This watcher's durable identity (its own position's key; see :mod:`.watchers`)."""
+        stream = stream_ref(self.topics, self.kafka_config_id, self.group_id)
+        return watcher_digest(stream, self.match, self.reject)
+
+    async def _filter(
+        self,
+        shared_stream: AsyncIterator[Any],
+        passed: Callable[[RawMessage], bool] | None = None,
+    ) -> AsyncIterator[TriggerEvent]:
+        """
+        The common filter, skipping what this watcher already passed, in this triggerer or another.
+
+        The watcher joins its stream's registry here, the one place of ours that runs for every
+        watcher inside the triggerer; the producer admits it (loads its position) from its loop.
+        """
+        watchers = watchers_of(stream_ref(self.topics, self.kafka_config_id, self.group_id))
+        cursor = watchers.join(self.watcher_digest(), self._watcher_name())
+        try:
+            async for event in super()._filter(shared_stream, cursor.passed):
+                yield event
+        finally:
+            watchers.leave(cursor)
 
 
 def _former_positional(args: tuple[Any, ...]) -> dict[str, Any]:

@@ -190,24 +190,31 @@ class AirflowDeployment:
         self.home.mkdir(parents=True, exist_ok=True)
         self.cli("db", "migrate", timeout=300)
 
-    def start_component(self, component: str) -> subprocess.Popen:
-        """Start one component in its own process group (so a kill takes its children too)."""
-        if component in self.procs and self.procs[component].poll() is None:
-            raise RuntimeError(f"{component} is already running (pid {self.procs[component].pid})")
-        log_path = self.log_path(component)
+    def start_component(self, component: str, *args: str, name: str | None = None) -> subprocess.Popen:
+        """
+        Start one component in its own process group (so a kill takes its children too).
+
+        ``args`` go to its command line (``"--capacity", "6"``); ``name`` keys it in
+        :attr:`procs` and names its log (default: the component), so a deployment can run two
+        triggerers.
+        """
+        name = name or component
+        if name in self.procs and self.procs[name].poll() is None:
+            raise RuntimeError(f"{name} is already running (pid {self.procs[name].pid})")
+        log_path = self.log_path(name)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log_file:
             log_file.write(f"\n==== start {component} at {datetime.now(timezone.utc)} ====\n".encode())
             log_file.flush()
             proc = subprocess.Popen(
-                [str(airflow_bin()), *component.split()],
+                [str(airflow_bin()), *component.split(), *args],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 env=self._env(),
                 cwd=self.home,
                 start_new_session=True,
             )
-        self.procs[component] = proc
+        self.procs[name] = proc
         return proc
 
     def start(self, api_timeout: float = 120.0) -> None:
@@ -230,9 +237,9 @@ class AirflowDeployment:
         for component in reversed(list(self.procs)):
             stop(self.procs[component])
 
-    def kill_triggerer(self) -> int:
-        """SIGKILL the triggerer and its trigger-runner child: no goodbye, no cleanup."""
-        proc = self.procs["triggerer"]
+    def kill_triggerer(self, name: str = "triggerer") -> int:
+        """SIGKILL the triggerer ``name`` and its trigger-runner child: no goodbye, no cleanup."""
+        proc = self.procs[name]
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)

@@ -56,7 +56,7 @@ def test_enabled_only_by_the_setting_and_only_without_the_upstream_fix(
     assert scheduling.is_enabled() is expected
 
 
-def test_the_plugin_registers_both_listeners_with_airflow_hook_names() -> None:
+def test_the_plugin_registers_its_listeners_with_airflow_hook_names() -> None:
     names = {
         name
         for listener in scheduling.SharedStreamSchedulingPlugin.listeners
@@ -68,6 +68,7 @@ def test_the_plugin_registers_both_listeners_with_airflow_hook_names() -> None:
         "on_dag_run_running",
         "on_dag_run_success",
         "on_dag_run_failed",
+        "on_starting",  # the triggerer placement check (airflow_shared_stream/placement.py)
     }
 
 

@@ -1,0 +1,112 @@
+"""
+Durable per-watcher positions, kept in Kafka's own offset store without group membership.
+
+Each watcher of a Kafka stream has its own consumer group id (see
+:func:`~airflow_shared_stream.kafka.identity.watcher_group_id`), used only as a key of Kafka's
+offset store: nothing ever *joins* it. Its offsets are written with ``OffsetCommit`` at generation
+``-1`` and an empty member id, the "simple consumer" commit every Kafka-protocol broker accepts
+for a group with no members, and read back with ``OffsetFetch``. So positions survive the
+triggerer and move with the watcher to whichever triggerer runs it next, and no broker ever
+splits partitions between triggerers: there is no membership to split.
+
+Why not one ``AIOKafkaConsumer`` per watcher group: each would open its own connections and
+coordinator lookups for what is two small requests; these go through the stream consumer's own
+client (``AIOKafkaConsumer._client``, the one aiokafka object that exposes ``send``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from aiokafka import TopicPartition
+from aiokafka.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    KafkaError,
+    NotCoordinatorForGroupError,
+    for_code,
+)
+from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
+
+log = logging.getLogger(__name__)
+
+NO_GENERATION = -1
+"""Generation of a commit made without group membership (Kafka's ``simple consumer`` commit)."""
+NO_MEMBER = ""
+DEFAULT_RETENTION = -1
+"""Let the broker apply its own ``offsets.retention.minutes``."""
+
+COORDINATOR_MOVED = (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    NotCoordinatorForGroupError,
+)
+
+
+class PositionStore:
+    """
+    Read and write the committed offsets of arbitrary group ids through one started client.
+
+    :param client: a started ``aiokafka.client.AIOKafkaClient`` (the stream consumer's).
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._coordinators: dict[str, int] = {}
+
+    async def _coordinator(self, group: str) -> int:
+        node = self._coordinators.get(group)
+        if node is None:
+            node = await self._client.coordinator_lookup(0, group)
+            self._coordinators[group] = node
+        return node
+
+    async def _send(self, group: str, request: Any) -> Any:
+        node = await self._coordinator(group)
+        try:
+            return await self._client.send(node, request)
+        except KafkaError:
+            self._coordinators.pop(group, None)
+            raise
+
+    async def fetch(self, group: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The committed offsets of ``group`` on ``partitions``; partitions without one are absent."""
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for tp in partitions:
+            by_topic[tp.topic].append(tp.partition)
+        request = OffsetFetchRequest(group, sorted(by_topic.items()))
+        response = await self._send(group, request)
+        found: dict[TopicPartition, int] = {}
+        for topic, parts in response.topics:
+            for fields in parts:  # (partition, offset, [leader epoch,] metadata, error code)
+                partition, offset, error_code = fields[0], fields[1], fields[-1]
+                self._raise_for(group, error_code)
+                if offset >= 0:
+                    found[TopicPartition(topic, partition)] = offset
+        return found
+
+    async def commit(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Make ``offsets`` the committed offsets of ``group`` (no membership, generation -1)."""
+        if not offsets:
+            return
+        by_topic: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+        for tp, offset in offsets.items():
+            by_topic[tp.topic].append((tp.partition, offset, ""))
+        request = OffsetCommitRequest(
+            group, NO_GENERATION, NO_MEMBER, DEFAULT_RETENTION, sorted(by_topic.items())
+        )
+        response = await self._send(group, request)
+        for _topic, parts in response.topics:
+            for fields in parts:  # (partition, error code)
+                self._raise_for(group, fields[-1])
+
+    def _raise_for(self, group: str, error_code: int) -> None:
+        if not error_code:
+            return
+        error = for_code(error_code)
+        if issubclass(error, COORDINATOR_MOVED):
+            self._coordinators.pop(group, None)
+        raise error(f"offsets of group {group!r}")

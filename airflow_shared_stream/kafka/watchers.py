@@ -1,0 +1,169 @@
+"""
+The watchers a Kafka stream serves in this triggerer process, and how far each one has got.
+
+Why per watcher (issue 13, docs/ha.rst): with several triggerers, Airflow spreads the watchers of
+one topic over them, and each triggerer runs its own consumer for the stream. Positions kept per
+*stream* (one consumer group) would make Kafka split the partitions between those consumers, so
+each watcher would see part of the topic. Instead every triggerer reads every partition (manual
+assignment, no membership) and every watcher keeps its own durable position, under its own group
+id in Kafka's offset store (:mod:`~airflow_shared_stream.kafka.positions`). A watcher that moves
+to another triggerer resumes from its own position there.
+
+How a position stays safe (loss never, duplicates allowed):
+
+* A watcher's filter *joins* the stream's :class:`StreamWatchers` when it starts; the producer
+  *admits* it from its read loop: loads its committed offsets, anchors the partitions where it has
+  none at the stream's current read position (so a brand-new watcher starts "now", and keeps that
+  start if it moves before its first record), seeks a partition back when the watcher is behind,
+  and stamps it with ``since_seq``, the sequence number of the next record the producer yields.
+  The manager fans every record out synchronously at the yield to every subscriber, and the
+  watcher subscribed before its filter started, so it receives every record from ``since_seq`` on.
+* On ``advance`` the producer moves a watcher's position over a partition's records one offset at
+  a time: only a record at exactly the watcher's position, yielded at or after its ``since_seq``,
+  and settled ACK or DEAD-LETTER (every subscriber it was fanned out to, this watcher included,
+  has persisted or rejected it) moves it. A record the watcher never received cannot move it.
+* The filter skips records below its watcher's position: the watcher already passed them,
+  maybe in another triggerer. Everything else is evaluated, so after a seek back the other
+  watchers of the process may fire again for records still in flight: duplicates, never loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow_shared_stream.common.matching import RawMessage
+from airflow_shared_stream.common.process_scope import scoped
+
+if TYPE_CHECKING:
+    from airflow_shared_stream.kafka.committer import OffsetCommitter
+
+log = logging.getLogger(__name__)
+
+WATCHER_DIGEST_TAG = "airflow-shared-stream/kafka/watcher"
+"""Part of what a watcher's identity hashes: changing it moves every watcher's position."""
+
+
+def stream_ref(topics: Sequence[str], kafka_config_id: str, group_id: str | None) -> Hashable:
+    """The stream a watcher reads and a producer serves (the upstream identity, normalised)."""
+    return (tuple(sorted(set(topics))), kafka_config_id, group_id or None)
+
+
+def watcher_digest(stream: Hashable, match: str | None, reject: str | None) -> str:
+    """
+    A watcher's durable identity: its stream and what it selects, never its tuning or trigger id.
+
+    Airflow keeps one trigger per distinct ``(classpath, kwargs)`` of an asset watcher, and the
+    watchers of one stream agree on every shaping argument (``common/trigger.py``), so within a
+    stream the ``match`` and ``reject`` expressions tell watchers apart. The digest survives a
+    triggerer restart, a move to another triggerer and a redeploy with other tuning; changing
+    what a watcher selects makes it a new watcher, which starts at the stream's read position.
+    """
+    identity = repr((WATCHER_DIGEST_TAG, stream, match, reject))
+    return hashlib.sha256(identity.encode()).hexdigest()[:20]
+
+
+def watcher_group_id(stream_group: str, digest: str) -> str:
+    """The group id that keys one watcher's committed offsets (never joined by anyone)."""
+    return f"{stream_group}.watcher-{digest}"
+
+
+class WatcherCursor:
+    """One watcher's position in this process (see the module docstring)."""
+
+    __slots__ = ("committer", "digest", "group", "label", "next", "refs", "since_seq")
+
+    def __init__(self, digest: str, label: str) -> None:
+        self.digest = digest
+        self.label = label
+        self.refs = 0
+        self.group: str | None = None
+        self.next: dict[Any, int] = {}
+        """(topic, partition) -> the watcher's next offset: everything below is done for it."""
+        self.since_seq: int | None = None
+        """First producer sequence number this watcher surely received; ``None`` until admitted."""
+        self.committer: OffsetCommitter | None = None
+
+    def passed(self, message: RawMessage) -> bool:
+        """Whether the watcher already passed this record (the filter skips it): hot path."""
+        if not self.next:
+            return False
+        envelope = message.envelope
+        position = self.next.get((envelope["topic"], envelope["partition"]))
+        return position is not None and envelope["offset"] < position
+
+    def reset(self) -> None:
+        """Forget what the last producer loaded: the next producer admits the watcher afresh."""
+        self.next = {}
+        self.since_seq = None
+        self.committer = None
+
+
+class StreamWatchers:
+    """The watchers of one stream in this process: the meeting point of filters and producer."""
+
+    def __init__(self) -> None:
+        self.cursors: dict[str, WatcherCursor] = {}
+        self.pending: list[WatcherCursor] = []
+        """Joined, not yet admitted by the producer."""
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def join(self, digest: str, label: str) -> WatcherCursor:
+        cursor = self.cursors.get(digest)
+        if cursor is None:
+            cursor = self.cursors[digest] = WatcherCursor(digest, label)
+            self.pending.append(cursor)
+        cursor.refs += 1
+        return cursor
+
+    def leave(self, cursor: WatcherCursor) -> None:
+        """The watcher's filter ended: send its last position (in the background) and drop it."""
+        cursor.refs -= 1
+        if cursor.refs > 0:
+            return
+        self.cursors.pop(cursor.digest, None)
+        with contextlib.suppress(ValueError):
+            self.pending.remove(cursor)
+        committer = cursor.committer
+        cursor.reset()
+        if committer is not None:
+            task = asyncio.get_running_loop().create_task(committer.stop())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    async def closed(self) -> None:
+        """Wait for the final position sends of the watchers that left."""
+        while self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    def take_pending(self) -> list[WatcherCursor]:
+        pending, self.pending = self.pending, []
+        return pending
+
+    def admitted(self) -> list[WatcherCursor]:
+        return [c for c in self.cursors.values() if c.since_seq is not None]
+
+    def readmit_all(self) -> None:
+        """The producer went away: every watcher still here is admitted again by the next one."""
+        for cursor in self.cursors.values():
+            cursor.reset()
+            if cursor not in self.pending:
+                self.pending.append(cursor)
+
+
+def watchers_of(stream: Hashable) -> StreamWatchers:
+    """
+    The triggerer's registry entry of ``stream`` (one event loop: no locking needed).
+
+    Per triggerer process (:mod:`~airflow_shared_stream.common.process_scope`), so the test
+    harness can play two triggerers in one process.
+    """
+    streams: dict[Hashable, StreamWatchers] = scoped("kafka.stream_watchers", dict)
+    entry = streams.get(stream)
+    if entry is None:
+        entry = streams[stream] = StreamWatchers()
+    return entry
