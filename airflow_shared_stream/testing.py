@@ -28,7 +28,7 @@ import contextlib
 import itertools
 import json
 import time
-from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +59,8 @@ class Watcher:
     events: list[TriggerEvent] = field(default_factory=list)
     error: BaseException | None = None
     task: asyncio.Task[None] | None = None
+    before_bind: Callable[[TriggerEvent], Awaitable[None]] | None = None
+    """Awaited after the filter yielded an event and before it is bound: a slow or hung runner."""
     _changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     @property
@@ -105,6 +107,8 @@ class SharedStreamHarness:
     :param ack_timeout: the manager's per-event ack timeout (``[triggerer] shared_stream_ack_timeout``).
     :param max_subscriber_queue: ``[triggerer] shared_stream_subscriber_queue_size``.
     :param cohort_grace_period: ``[triggerer] shared_stream_cohort_grace_period``.
+    :param on_bound: called with ``(watcher, seq, event)`` right after each trigger event is bound,
+        for a test's own persistence (write the event down, confirm it later with :meth:`confirm`).
     """
 
     def __init__(
@@ -115,6 +119,7 @@ class SharedStreamHarness:
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
         max_subscriber_queue: int = DEFAULT_SUBSCRIBER_QUEUE_MAX,
         cohort_grace_period: float = 0.0,
+        on_bound: Callable[[Watcher, int | None, TriggerEvent], None] | None = None,
     ) -> None:
         self.manager = SharedStreamManager(
             ack_timeout=ack_timeout,
@@ -122,6 +127,7 @@ class SharedStreamHarness:
             cohort_grace_period=cohort_grace_period,
         )
         self.confirm_after = confirm_after
+        self.on_bound = on_bound
         self.sync_interval = sync_interval
         self.persisting = True
         """Set to False to stop confirming persistence (a metadata database that is down)."""
@@ -139,13 +145,23 @@ class SharedStreamHarness:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
-    def add(self, trigger: BaseEventTrigger) -> Watcher:
-        """Start a trigger as the triggerer would, rebuilt from its ``serialize()`` output."""
+    def add(
+        self,
+        trigger: BaseEventTrigger,
+        *,
+        before_bind: Callable[[TriggerEvent], Awaitable[None]] | None = None,
+    ) -> Watcher:
+        """
+        Start a trigger as the triggerer would, rebuilt from its ``serialize()`` output.
+
+        ``before_bind`` is awaited for each event before it is bound (a runner that is slow, or
+        hangs, on an event; the manager sees a subscriber that has not finished it).
+        """
         rebuilt = _rebuild(trigger)
         key = rebuilt.shared_stream_key()
         if key is None:
             raise ValueError(f"{type(trigger).__name__} does not declare a shared_stream_key")
-        watcher = Watcher(trigger_id=next(self._ids), trigger=rebuilt, key=key)
+        watcher = Watcher(trigger_id=next(self._ids), trigger=rebuilt, key=key, before_bind=before_bind)
         rebuilt.trigger_id = watcher.trigger_id  # as TriggerRunner does
         watcher.task = asyncio.create_task(self._run(watcher), name=f"harness-trigger-{watcher.trigger_id}")
         self.watchers[watcher.trigger_id] = watcher
@@ -204,9 +220,13 @@ class SharedStreamHarness:
             async for event in watcher.trigger.filter_shared_stream(stream):
                 # The runner awaits a log call here before binding (a real suspension point).
                 await asyncio.sleep(0)
+                if watcher.before_bind is not None:
+                    await watcher.before_bind(event)
                 seq = self.manager.bind_pending_event(trigger_id=watcher.trigger_id, key=watcher.key)
                 if seq is not None:
                     self._unconfirmed[seq] = (time.monotonic() + self._delay(), watcher.trigger_id)
+                if self.on_bound is not None:
+                    self.on_bound(watcher, seq, event)
                 watcher.events.append(event)
                 watcher._changed.set()
         except asyncio.CancelledError:

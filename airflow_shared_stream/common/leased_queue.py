@@ -542,6 +542,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         self.metrics.incr(m.REDELIVERED, len(plan[Settlement.REDELIVER]))
         self.metrics.incr(m.DEAD_LETTERED, len(plan[Settlement.DEAD_LETTER]))
         self.metrics.incr(m.NO_SUBSCRIBER, sum(1 for item in batch if _nobody(item)))
+        self.metrics.watchers_failed(batch)
         self.metrics.incr(
             m.FANNED_OUT, sum(i.outcome.acked + i.outcome.failed + i.outcome.rejected for i in batch)
         )

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,9 @@ LEASE_EXTENSIONS = "lease_extensions"
 """Leases extended by the lease keeper (one per message per renewal)."""
 LEASE_LOSSES = "lease_losses"
 """Leases the broker refused to extend, or the keeper let go at the ack timeout."""
+WATCHER_FAILURES = "watcher_failures"
+"""Watcher deliveries that failed: a trigger failed, or did not finish its event (a hung filter,
+an unpersisted event) within ``[triggerer] shared_stream_ack_timeout``. The message is redelivered."""
 
 # Gauges
 IN_FLIGHT = "in_flight"
@@ -64,6 +67,7 @@ ALL_METRICS = (
     CREDIT_WAITS,
     LEASE_EXTENSIONS,
     LEASE_LOSSES,
+    WATCHER_FAILURES,
     IN_FLIGHT,
     BROKER_LAG,
     ADVANCE_LATENCY,
@@ -140,6 +144,29 @@ class StreamMetrics:
             _stats().timing(self.name(metric), milliseconds, tags=self.tags)
         except Exception as exc:  # pragma: no cover - depends on the deployment's backend
             _failed(exc)
+
+    def watchers_failed(self, batch: Sequence[Any]) -> None:
+        """
+        Surface watchers that did not finish messages of an advanced ``batch`` (core limit 4).
+
+        Airflow's ack timeout fails such a watcher but cannot cancel it, and nothing else tells
+        the deployment why messages come back: count the failed deliveries and log one warning
+        per batch. ``batch`` holds Airflow ``AdvanceItem`` objects.
+        """
+        failed = sum(item.outcome.failed for item in batch)
+        if failed <= 0:
+            return
+        messages = sum(1 for item in batch if item.outcome.failed)
+        self.incr(WATCHER_FAILURES, failed)
+        log.warning(
+            "%d message(s) of %s stream %s were not finished by every watcher (%d failed "
+            "deliveries: a trigger failed, or its filter hung or its events were not persisted "
+            "within [triggerer] shared_stream_ack_timeout); redelivering them",
+            messages,
+            self.broker,
+            self.stream,
+            failed,
+        )
 
     @contextlib.contextmanager
     def timed(self, metric: str) -> Iterator[None]:

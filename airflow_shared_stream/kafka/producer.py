@@ -687,6 +687,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         metrics.incr(m.REDELIVERED, counts[Settlement.REDELIVER])
         metrics.incr(m.DEAD_LETTERED, counts[Settlement.DEAD_LETTER])
         metrics.incr(m.NO_SUBSCRIBER, nobody)
+        metrics.watchers_failed(batch)
 
     async def _report_lag(self) -> None:
         """Broker lag: the partitions' end offsets (as last fetched) minus the committed offsets."""

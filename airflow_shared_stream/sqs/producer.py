@@ -44,6 +44,38 @@ from airflow_shared_stream.sqs.hook import QueueUrl, SqsHook
 
 require_sdk("aiobotocore", "sqs")
 
+SDK_LOGGERS = (
+    "botocore.auth",
+    "botocore.credentials",
+    "botocore.endpoint",
+    "botocore.hooks",
+    "botocore.httpsession",
+    "botocore.parsers",
+    "botocore.retryhandler",
+    "aiobotocore.credentials",
+    "aiobotocore.endpoint",
+    "aiobotocore.httpsession",
+)
+"""Loggers that show request headers or bodies (``botocore.auth`` logs the canonical request at
+DEBUG, ``X-Amz-Security-Token`` included): the secret scrubber is attached to each."""
+
+
+def sdk_logger_names() -> list[str]:
+    """
+    :data:`SDK_LOGGERS` and every botocore/aiobotocore logger that exists by now.
+
+    A logger's filters do not apply to its children's records, so the scrubber must sit on
+    each module's own logger; the client is built before this is called, so its modules'
+    loggers exist.
+    """
+    existing = [
+        name
+        for name in list(logging.root.manager.loggerDict)
+        if name.split(".", 1)[0] in ("botocore", "aiobotocore")
+    ]
+    return sorted({*SDK_LOGGERS, *existing})
+
+
 log = logging.getLogger(__name__)
 
 SQS_BATCH_LIMIT = 10
@@ -153,6 +185,8 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
         self._client = await self._exit_stack.enter_async_context(
             get_session().create_client("sqs", config=client_config, **config.client_kwargs())
         )
+        # botocore logs signed requests at DEBUG, session token header included.
+        self._scrubber.install(*sdk_logger_names())
         attributes = await self._call("GetQueueAttributes", QueueUrl=self._queue.url, AttributeNames=["All"])
         queue_attributes = attributes.get("Attributes", {})
         if "QueueArn" not in queue_attributes:

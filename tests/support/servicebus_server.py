@@ -199,7 +199,9 @@ class ServiceBusServer:
         self._handler = _Handler(self)
         self._injector = EventInjector()
         self._container: Container | None = None
+        self._acceptor: Any = None
         self._thread: threading.Thread | None = None
+        self._stopped_once = False
         self.refused_tokens = 0
         self.lock_lost_settlements = 0
         self.dead_letter_refused: set[str] = set()
@@ -212,10 +214,22 @@ class ServiceBusServer:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self, timeout: float = 10.0) -> ServiceBusServer:
+        """
+        Listen on the port. After :meth:`stop` this starts again on the same port with the same
+        entities, messages and locks (a namespace gateway restart): the old connections' links
+        are forgotten, their non-session locks run on until settled or expired, as on the service.
+        """
+        if self._stopped_once:
+            self._injector = EventInjector()
+            with self._lock:
+                for link in list(self._handler.entity_of):
+                    self._handler._forget_link(link)
+                self._handler.pending_sessions.clear()
+                self._handler.deliveries.clear()
         container = Container(self._handler)
         container.allow_insecure_mechs = True
         container.selectable(self._injector)
-        container.listen(f"127.0.0.1:{self.port}")
+        self._acceptor = container.listen(f"127.0.0.1:{self.port}")
         self._container = container
         self._thread = threading.Thread(target=self._run, name=f"servicebus-fake-{self.port}", daemon=True)
         self._thread.start()
@@ -239,6 +253,7 @@ class ServiceBusServer:
             raise RuntimeError(f"the Service Bus test server on port {self.port} did not stop")
         self._injector.close()
         self._thread = None
+        self._stopped_once = True
 
     def __enter__(self) -> ServiceBusServer:
         return self.start()
@@ -508,6 +523,7 @@ class _Handler:
         self.session_of: dict[Any, str] = {}
         self.pending_sessions: list[tuple[Any, Entity, float, str | None]] = []
         self.deliveries: dict[Any, StoredMessage] = {}
+        self.connections: set[Any] = set()
 
     # -- reactor plumbing -------------------------------------------------------------------------
 
@@ -522,6 +538,18 @@ class _Handler:
 
     def on_stop_server(self, event: Any) -> None:
         assert self.server._container is not None
+        # Close the listening socket too (the container's stop leaves it open), so a restart
+        # can listen on the same port again.
+        if self.server._acceptor is not None:
+            self.server._acceptor.close()
+        # ...and drop every client connection, as a restarting gateway does: the SDK sees its
+        # connection go and reconnects, instead of waiting on a socket nobody reads.
+        for connection in list(self.connections):
+            connection.close()
+            if connection.transport is not None:
+                connection.transport.close_tail()
+                connection.transport.close_head()
+        self.connections.clear()
         self.server._container.stop()
 
     def on_unhandled(self, name: str, event: Any) -> None:
@@ -529,6 +557,7 @@ class _Handler:
 
     def on_connection_remote_open(self, event: Any) -> None:
         self.server.requests["connection"] += 1
+        self.connections.add(event.connection)
         if event.connection.state & Endpoint.LOCAL_UNINIT:
             event.connection.container = "servicebus-fake"
             event.connection.open()

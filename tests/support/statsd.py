@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 from collections.abc import Iterator
 
@@ -46,21 +48,40 @@ class StatsdListener:
         assert self.has(f"{prefix}.advance_latency")
 
 
-@pytest.fixture
-def statsd(monkeypatch: pytest.MonkeyPatch) -> Iterator[StatsdListener]:
-    """Airflow's [metrics] StatsD settings pointed at a listener, initialised as the triggerer does."""
+@contextlib.contextmanager
+def statsd_listening() -> Iterator[StatsdListener]:
+    """
+    Airflow's [metrics] StatsD settings pointed at a listener, initialised as the triggerer does;
+    restored (metrics off, settings as they were) when the block ends. For scripts and fixtures.
+    """
     from airflow._shared.observability.metrics import stats
     from airflow._shared.observability.metrics.base_stats_logger import NoStatsLogger
     from airflow.observability.metrics import stats_utils
 
     listener = StatsdListener()
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "True")
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_HOST", "127.0.0.1")
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PORT", str(listener.port))
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PREFIX", "airflow")
+    settings = {
+        "AIRFLOW__METRICS__STATSD_ON": "True",
+        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+        "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),
+        "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+    }
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)
     try:
         yield listener
     finally:
         stats.initialize(factory=NoStatsLogger, export_legacy_names=False)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         listener.socket.close()
+
+
+@pytest.fixture
+def statsd() -> Iterator[StatsdListener]:
+    """Airflow's [metrics] StatsD settings pointed at a listener, initialised as the triggerer does."""
+    with statsd_listening() as listener:
+        yield listener

@@ -76,11 +76,6 @@ async def test_unreachable_namespace(monkeypatch, harness, caplog):
     assert_no_secret(error, caplog, SAS_KEY)
 
 
-async def test_serialize_holds_no_secret(servicebus, servicebus_connection):
-    trigger = ServiceBusSharedStreamTrigger(servicebus.create_queue())
-    assert SAS_KEY not in json.dumps(trigger.serialize())
-
-
 async def test_two_connections_to_one_entity_fail_instead_of_splitting(servicebus, monkeypatch, harness):
     queue = servicebus.create_queue()
     conn = json.dumps(servicebus.connection(key_name=KEY_NAME, key=SAS_KEY))

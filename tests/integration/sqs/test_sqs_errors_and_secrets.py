@@ -133,18 +133,3 @@ async def test_wrong_credentials_are_named_without_the_secret(
     assert SECRET_KEY not in str(error)
     assert SECRET_KEY not in repr(error.__cause__)
     assert SECRET_KEY not in caplog.text
-
-
-async def test_no_secret_in_serialize_payloads_or_logs(sqs, aws_connection, harness, caplog):
-    url = sqs.create_queue()
-    trigger = SqsSharedStreamTrigger(url, reject="body.bad")
-    classpath, kwargs = trigger.serialize()
-    assert SECRET_KEY not in json.dumps(kwargs)
-    assert ACCESS_KEY not in json.dumps(kwargs)
-    with caplog.at_level(logging.DEBUG):
-        watcher = harness.add(trigger)
-        sqs.send(url, [{"n": 1}, {"bad": True}])
-        await watcher.wait_for_events(1)
-    assert SECRET_KEY not in json.dumps(watcher.payloads)
-    assert SECRET_KEY not in caplog.text
-    assert classpath == "airflow_shared_stream.sqs.trigger.SqsSharedStreamTrigger"

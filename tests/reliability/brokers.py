@@ -1,0 +1,340 @@
+"""
+One rig per broker for the reliability scenarios, built on the shared contract's broker adapters.
+
+A :class:`BrokerRig` runs the broker (TEST_RIG.md: moto, noida-db/Tansu, the Pub/Sub emulator,
+the Service Bus AMQP fake), points a connection of its own at it, and hands the scenarios the
+broker's :class:`~tests.integration.contract.base.ContractBroker` (create a stream, publish, count
+what is left, take the dead letters, make a trigger): the same adapters the contract suite runs,
+so a reader who knows one broker's scenarios knows all four. What differs per broker is only
+how the broker is started, stopped and restarted, and what it cannot do here:
+
+=============  ===================================  ==========================================
+broker         restart mid-stream (same port/state) SIGKILL of the consumer
+=============  ===================================  ==========================================
+SQS            yes: moto's state lives in this       yes
+               process, its HTTP server restarts
+Kafka          yes: noida-db restarts on its port    on Tansu: noida-db never evicts a member
+               and data dir                          killed without leaving (TEST_RIG.md)
+Pub/Sub        no: the emulator keeps its state in   yes
+               memory only
+Service Bus    yes: the fake's state lives in this   yes
+               process, its AMQP listener restarts
+=============  ===================================  ==========================================
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.integration.contract.base import ContractBroker
+from tests.support.processes import free_port, running, stop, tail, wait_for_port
+
+BROKERS = ("sqs", "kafka", "pubsub", "servicebus")
+
+
+class _Environment:
+    """Environment variables a rig sets (connections, emulator host), restored when it closes."""
+
+    def __init__(self) -> None:
+        self._saved: dict[str, str | None] = {}
+
+    def set(self, name: str, value: str) -> None:
+        self._saved.setdefault(name, os.environ.get(name))
+        os.environ[name] = value
+
+    def connection(self, conn_id: str, connection: dict[str, Any]) -> str:
+        self.set(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection))
+        return conn_id
+
+    def restore(self) -> None:
+        for name, value in self._saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved.clear()
+
+
+class BrokerRig(abc.ABC):
+    """A running broker, its contract adapter, and what the scenarios may do to it."""
+
+    name: str
+    lease_seconds_min: int
+    restart_unsupported: str | None = None
+    """Why this rig cannot stop and restart the broker with its state, if it cannot."""
+
+    def __init__(self) -> None:
+        self.env = _Environment()
+        self.contract: ContractBroker
+
+    @abc.abstractmethod
+    def trigger_kwargs(self) -> dict[str, Any]:
+        """The rig's own connection id, as the trigger's keyword argument."""
+
+    def contract_for(self, *, kills: bool = False, short_lease: bool = False) -> ContractBroker:
+        """
+        The adapter a scenario runs on: the rig's own, unless the broker needs another for it
+        (Kafka: Tansu for kills; a connection with a short ``max.poll.interval.ms``, Kafka's
+        lease, for short leases).
+        """
+        return self.contract
+
+    def stop_broker(self) -> None:
+        raise NotImplementedError(self.restart_unsupported)
+
+    def start_broker(self) -> None:
+        raise NotImplementedError(self.restart_unsupported)
+
+    def close(self) -> None:
+        self.env.restore()
+
+
+# -- SQS ---------------------------------------------------------------------------------------
+
+
+class SqsRig(BrokerRig):
+    name = "sqs"
+    lease_seconds_min = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        from moto.server import ThreadedMotoServer
+
+        from tests.integration.sqs.test_sqs_contract import SqsContractBroker
+        from tests.support.brokers import SqsServer
+
+        self._server_class = ThreadedMotoServer
+        self.port = free_port()
+        self._server: Any = None
+        self.start_broker()
+        server = SqsServer(port=self.port, access_key="AKIDRELIABILITY", secret_key="reliability-secret")
+        self.conn_id = self.env.connection("aws_reliability", server.connection())
+        self.contract = SqsContractBroker(server)
+
+    def trigger_kwargs(self) -> dict[str, Any]:
+        return {"aws_conn_id": self.conn_id}
+
+    def stop_broker(self) -> None:
+        self._server.stop()
+        self._server = None
+
+    def start_broker(self) -> None:
+        # moto keeps queues and messages in module-level backends of this process: a new HTTP
+        # server on the same port serves the same state, as a restarted SQS endpoint would.
+        self._server = self._server_class(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self._server.start()
+        wait_for_port(self.port, 30, what="moto server")
+
+    def close(self) -> None:
+        if self._server is not None:
+            self.stop_broker()
+        super().close()
+
+
+# -- Kafka -------------------------------------------------------------------------------------
+
+
+@dataclass
+class _KafkaTarget:
+    """What the Kafka contract adapter needs of a broker: names, bootstrap, connections."""
+
+    broker_name: str
+    port: int
+    env: _Environment
+    prefix: str
+    session_timeout_ms: int | None = None
+    extra: dict[str, str] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def name(self, what: str) -> str:
+        return f"{self.prefix}-{what}"
+
+    def connection(self, what: str = "conn", **extra: str) -> str:
+        settings = {"bootstrap.servers": self.bootstrap, "enable.auto.commit": "false", **extra}
+        settings.update(self.extra or {})
+        if self.session_timeout_ms is not None:
+            settings["session.timeout.ms"] = str(self.session_timeout_ms)
+            settings["heartbeat.interval.ms"] = str(self.session_timeout_ms // 3)
+        conn_id = f"kafka_{self.prefix}_{what}".replace("-", "_")
+        return self.env.connection(conn_id, {"conn_type": "kafka", "extra": settings})
+
+
+class KafkaRig(BrokerRig):
+    name = "kafka"
+    lease_seconds_min = 2  # Kafka has no leases; the contract's shortest "lease" is unused
+
+    def __init__(self) -> None:
+        super().__init__()
+        from tests.integration.kafka.test_kafka_contract import KafkaContractBroker, _ClientLoop
+        from tests.support.kafka_brokers import kafka_broker_argv
+
+        self._argv = kafka_broker_argv
+        self._clients = _ClientLoop()
+        self._dir = Path(tempfile.mkdtemp(prefix="reliability-kafka-"))
+        self._procs: dict[str, Any] = {}
+        self._ports: dict[str, int] = {}
+        self._start("noida-db")
+        prefix = f"r{uuid.uuid4().hex[:8]}"
+        self.contract = KafkaContractBroker(
+            _KafkaTarget("noida-db", self._ports["noida-db"], self.env, prefix), self._clients
+        )
+        self._kill_contract: ContractBroker | None = None
+        self._contract_class = KafkaContractBroker
+
+    def _start(self, broker: str) -> None:
+        port = self._ports.setdefault(broker, free_port())
+        log_path = self._dir / f"{broker}.log"
+        context = running(self._argv(broker, port, self._dir / broker), log_path=log_path)
+        proc = context.__enter__()
+        self._procs[broker] = (context, proc)
+        try:
+            wait_for_port(port, 30, proc, what=broker)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}\n{tail(log_path)}") from None
+
+    def _stop(self, broker: str) -> None:
+        context, proc = self._procs.pop(broker)
+        stop(proc)
+        context.__exit__(None, None, None)
+
+    def trigger_kwargs(self) -> dict[str, Any]:
+        return {}  # the adapter's trigger names its own connection (kafka_config_id)
+
+    def contract_for(self, *, kills: bool = False, short_lease: bool = False) -> ContractBroker:
+        if kills:
+            # A consumer killed without leaving its group: noida-db never evicts it, Tansu does
+            # after the session timeout (TEST_RIG.md), as a Kafka cluster does.
+            if self._kill_contract is None:
+                self._start("tansu")
+                target = _KafkaTarget(
+                    "tansu",
+                    self._ports["tansu"],
+                    self.env,
+                    f"k{uuid.uuid4().hex[:8]}",
+                    session_timeout_ms=6000,
+                )
+                self._kill_contract = self._contract_class(target, self._clients)
+            return self._kill_contract
+        if short_lease:
+            # Kafka has no per-message lease; its lease on the partitions is max.poll.interval.ms
+            # (a consumer that does not poll for that long leaves its group).
+            target = _KafkaTarget(
+                "noida-db",
+                self._ports["noida-db"],
+                self.env,
+                f"l{uuid.uuid4().hex[:8]}",
+                extra={"max.poll.interval.ms": str(self.lease_seconds_min * 1000)},
+            )
+            return self._contract_class(target, self._clients)
+        return self.contract
+
+    def stop_broker(self) -> None:
+        self._stop("noida-db")
+
+    def start_broker(self) -> None:
+        self._start("noida-db")
+
+    def close(self) -> None:
+        for broker in list(self._procs):
+            self._stop(broker)
+        self._clients.close()
+        super().close()
+
+
+# -- Pub/Sub -----------------------------------------------------------------------------------
+
+
+class PubSubRig(BrokerRig):
+    name = "pubsub"
+    lease_seconds_min = 10
+    restart_unsupported = (
+        "the Pub/Sub emulator keeps topics, subscriptions and messages in memory only: "
+        "a restarted emulator is empty, so a restart mid-stream cannot be run on this rig"
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        from tests.integration.pubsub.test_pubsub_contract import PubSubContractBroker
+        from tests.support.pubsub_emulator import pubsub_emulator_process
+
+        self._context = pubsub_emulator_process(Path(tempfile.mkdtemp(prefix="reliability-pubsub-")))
+        emulator = self._context.__enter__()
+        self.env.set("PUBSUB_EMULATOR_HOST", emulator.host)
+        self.conn_id = self.env.connection("gcp_reliability", emulator.connection())
+        self.contract = PubSubContractBroker(emulator)
+
+    def trigger_kwargs(self) -> dict[str, Any]:
+        return {"gcp_conn_id": self.conn_id}
+
+    def close(self) -> None:
+        self._context.__exit__(None, None, None)
+        super().close()
+
+
+# -- Service Bus -------------------------------------------------------------------------------
+
+
+class ServiceBusRig(BrokerRig):
+    name = "servicebus"
+    lease_seconds_min = 5
+
+    def __init__(self) -> None:
+        super().__init__()
+        from tests.integration.servicebus.test_servicebus_contract import ServiceBusContractBroker
+        from tests.support.servicebus_server import ServiceBusServer
+
+        key_name, key = "RootManageSharedAccessKey", "cmVsaWFiaWxpdHkta2V5LTQ0Mg=="
+        self.server = ServiceBusServer(sas_keys={key_name: key})
+        self.server.start()
+        self.conn_id = self.env.connection(
+            "azure_service_bus_reliability", self.server.connection(key_name=key_name, key=key)
+        )
+        self.contract = ServiceBusContractBroker(self.server)
+
+    def trigger_kwargs(self) -> dict[str, Any]:
+        return {"azure_service_bus_conn_id": self.conn_id}
+
+    def stop_broker(self) -> None:
+        self.server.stop()
+
+    def start_broker(self) -> None:
+        # Entities, messages and locks live in the server object: a new listener on the same
+        # port serves the same state, as a namespace does after a gateway restart.
+        self.server.start()
+
+    def close(self) -> None:
+        self.server.stop()
+        super().close()
+
+
+RIGS: dict[str, type[BrokerRig]] = {
+    "sqs": SqsRig,
+    "kafka": KafkaRig,
+    "pubsub": PubSubRig,
+    "servicebus": ServiceBusRig,
+}
+
+
+@contextlib.contextmanager
+def broker_rig(name: str) -> Iterator[BrokerRig]:
+    """Start ``name``'s broker for the block; a broker that cannot start raises (never skips)."""
+    try:
+        rig = RIGS[name]()
+    except Exception as exc:
+        raise RuntimeError(f"the {name} broker for the reliability scenarios could not start: {exc}") from exc
+    try:
+        yield rig
+    finally:
+        rig.close()
