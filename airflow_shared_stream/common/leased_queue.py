@@ -364,6 +364,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
       call; a message larger than the byte bound is passed alone.
     * ``lag_interval_seconds``: how often :meth:`broker_lag` is sampled (if implemented).
     * ``ack_linger_seconds``: longest an unordered ACK waits for a full batch (0: ack inline).
+    * ``ack_sends_in_flight``: most ACK batches sent in the background at once.
     """
 
     broker: ClassVar[str] = "leased_queue"
@@ -373,6 +374,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     dead_letter_batch_bytes: ClassVar[int | None] = None
     lag_interval_seconds: ClassVar[float] = 30.0
     ack_linger_seconds: ClassVar[float] = ACK_LINGER_SECONDS
+    ack_sends_in_flight: ClassVar[int] = ACK_SENDS_IN_FLIGHT
 
     def __init__(self, *, max_in_flight: int, stream_label: str) -> None:
         self._window = CreditWindow(max_in_flight)
@@ -388,7 +390,10 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         self._held_back: set[int] = set()
         self._lag_task: asyncio.Task[None] | None = None
         self._acks: AckBatcher[Handle] = AckBatcher(
-            self._send_acks, batch_limit=self.settle_batch_limit, linger=self.ack_linger_seconds
+            self._send_acks,
+            batch_limit=self.settle_batch_limit,
+            linger=self.ack_linger_seconds,
+            max_sending=self.ack_sends_in_flight,
         )
 
     # -- what a broker supplies ---------------------------------------------------------------

@@ -9,19 +9,31 @@ DEAD-LETTER  ``dead_letter_message`` with ``reason`` (``rejected`` or ``unproces
 ===========  ===============================================================================
 
 Every settlement goes through the receiver that received the message (a peek-lock token is only
-valid there). Service Bus settles one message per call, and the SDK waits for each outcome by
-polling the connection that the receive loop's pending ``receive_messages`` is reading: one
-after another, settlements cost about 0.2 s each behind it (5 messages a second, measured against
-the test server in its own process). So the settlements of a batch are sent together and their
-outcomes awaited together (at most ``settle_batch_limit`` at once), and unordered ACKs are
-coalesced across advances by the template's ACK batcher, as on SQS and Pub/Sub.
+valid there). Service Bus settles one message per call, and the SDK (7.15) waits for each
+outcome (``rcv-settle-mode second``). What a settlement costs is set by one lock in the SDK's
+transport: reading a frame and writing one take the same socket lock, and a read holds it for
+up to the receiver's socket timeout (0.2 s by default) when nothing arrives. A receive pending on
+an idle link reads in such rounds, so each settlement waits for one to end before its frame can
+even be written: 0.2 s each, one after another, measured against the test server. Outcome
+waiters, too, read one frame per turn and then sit the timeout out once the outcomes have been
+read by someone else: 100 completes awaited together took 0.21 s, 200 awaited five at a time
+12.9 s. So:
 
-While a message waits for its trigger events to be persisted, its lock is renewed
-(``renew_message_lock``, one call after another: the SDK fails concurrent management requests)
-by the template's lease keeper, for at most the triggerer's ack timeout. A lock that is lost
-anyway (the renewal came too late, the link dropped) is not an error of the stream: Service Bus
-redelivers the message, so the settlement is logged and counted (``lease_losses``) and the
-stream goes on.
+* the receivers use a socket timeout of ``RECEIVER_SOCKET_TIMEOUT_SECONDS`` (20 ms), which
+  bounds every such wait;
+* the settlements of a batch are sent together and their outcomes awaited together (at most
+  ``settle_batch_limit``), which pays the wait once per batch rather than once per message;
+* unordered ACKs are coalesced across advances by the template's ACK batcher, as on SQS and
+  Pub/Sub, and sent in the background, at most ``ACK_SENDS_IN_FLIGHT`` batches at once, so the
+  advance returns and the next receive overlaps them.
+
+Outcomes are still awaited: a complete the service refused (the lock was lost) is counted and
+logged, not assumed.
+
+While a message waits for its trigger events to be persisted, its lock is renewed by the
+template's lease keeper, for at most the triggerer's ack timeout. A lock that is lost anyway (the
+renewal came too late, the link dropped) is not an error of the stream: Service Bus redelivers
+the message, so the settlement is logged and counted (``lease_losses``) and the stream goes on.
 
 Sessions: on a session-enabled entity (``session_enabled=True``) the producer holds up to
 ``max_concurrent_sessions`` session receivers, accepting the next available session whenever it
@@ -62,8 +74,25 @@ log = logging.getLogger(__name__)
 DEFAULT_LOCK_DURATION_SECONDS = 60.0
 """Service Bus's default lock duration: renewals run every third of it."""
 
-SETTLE_CONCURRENCY = 100
-"""Settlements (complete, abandon, dead-letter, lock renewal) in flight at once on one stream."""
+SETTLE_BATCH_LIMIT = 100
+"""Most messages per ACK, abandon, dead-letter or lock-renewal batch (the ACK batcher's batch)."""
+
+RECEIVER_SOCKET_TIMEOUT_SECONDS = 0.02
+"""Socket timeout of the receivers (the SDK's ``socket_timeout``; its default is 0.2 s).
+
+The SDK reads in rounds of this length while a receive waits on an idle link, holding the socket
+lock that every settlement and management request needs to write its frame (see the module
+docstring): it is the longest a settlement waits behind a pending receive. Measured on the
+benchmark (bench/watchers.py, test server on loopback), 1 / 10 watchers: 0.2 s gave 880 / 620
+messages/s, 0.05 s 1,200 / 1,320, 0.02 s 1,880 / 1,310, 0.01 s 1,110 / 840, 0.005 s 160 /
+1,350 (shorter rounds cut frames being read in half more often; the SDK keeps the partial frame
+and resumes, so a short timeout costs CPU, never data). An idle stream pays one wake-up per
+round, 50 a second."""
+
+ACK_SENDS_IN_FLIGHT = 2
+"""ACK batches sent in the background at once: one written while another's outcomes arrive.
+More waiters on one connection read each other's outcomes and wait out the socket timeout more
+often (the benchmark gave about the same at 1 and 2, less at 4 and 8)."""
 
 DEAD_LETTER_DESCRIPTION_LIMIT = 4096
 """Service Bus limits a dead-letter description; longer ones are cut (with an ellipsis)."""
@@ -199,8 +228,9 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
     """
 
     broker = "servicebus"
-    settle_batch_limit = SETTLE_CONCURRENCY
-    dead_letter_batch_limit = SETTLE_CONCURRENCY
+    settle_batch_limit = SETTLE_BATCH_LIMIT
+    dead_letter_batch_limit = SETTLE_BATCH_LIMIT
+    ack_sends_in_flight = ACK_SENDS_IN_FLIGHT
 
     def __init__(
         self,
@@ -301,7 +331,12 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
     def _new_receiver(self, **kwargs: Any) -> Any:
         from azure.servicebus import ServiceBusReceiveMode
 
-        common = {"receive_mode": ServiceBusReceiveMode.PEEK_LOCK, "prefetch_count": 0, **kwargs}
+        common = {
+            "receive_mode": ServiceBusReceiveMode.PEEK_LOCK,
+            "prefetch_count": 0,
+            "socket_timeout": RECEIVER_SOCKET_TIMEOUT_SECONDS,
+            **kwargs,
+        }
         if self._entity.queue_name is not None:
             return self._client.get_queue_receiver(self._entity.queue_name, **common)
         return self._client.get_subscription_receiver(
