@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import contextlib
 import itertools
 import logging
 import time

@@ -1,4 +1,4 @@
-"""AckBatcher: ACKs from many advances go out in full batches, in the background, never before they are queued."""
+"""AckBatcher: ACKs from many advances go out in full batches, in the background, never early."""
 
 from __future__ import annotations
 
