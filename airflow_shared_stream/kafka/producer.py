@@ -743,3 +743,4 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 await consumer.stop()
             except Exception as exc:
                 log.warning("Stopping the Kafka consumer failed: %s", type(exc).__name__)
+        self.metrics.flush()  # what was counted since the last interval
