@@ -428,7 +428,6 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         assert self._leases is not None
         self._raise_ack_error()
-        started = time.monotonic()
         later: list[Delivery[Handle]] = []
         try:
             plan = self.plan_settlement(batch)
@@ -444,8 +443,9 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
                     for i in batch
                     if i.broker_payload.delivery.lease not in deferred
                 ]
-                async with self._leases.settling(now):
-                    await self._settle(plan)
+                with self.metrics.timed(m.ADVANCE_LATENCY):
+                    async with self._leases.settling(now):
+                        await self._settle(plan)
             # Only after everything else of the batch settled: a failed dead-letter copy
             # raises above and the whole batch comes back, its ACKs included.
             await self._acks.add(later)
@@ -455,7 +455,6 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             raise
         finally:
             self._finish_tracking(batch, keep={d.lease for d in later})
-            self.metrics.timing_ms(m.ADVANCE_LATENCY, (time.monotonic() - started) * 1000.0)
         if self._window.in_flight == 0:
             await self._acks.flush()  # nothing else is in flight: no other ACK could join these
         self._count(batch, plan)
