@@ -21,6 +21,7 @@ STATIC = ROOT / "docs" / "_static"
 STYLE = {
     "ours": ("tab:blue", "o"),
     "ceiling": ("tab:green", "^"),
+    "template": ("tab:olive", "v"),
     "bare": ("tab:gray", "s"),
     "per-watcher": ("tab:red", "x"),
     "official": ("tab:purple", "D"),

@@ -5,9 +5,13 @@ For each broker (SQS, Kafka, Pub/Sub, Service Bus) and each watcher count N (1, 
 1,000), in ONE run, through Airflow's real ``SharedStreamManager`` on this machine's broker:
 
 * ``ours``: this provider's shared-stream trigger (one consumer, N watchers);
-* ``ceiling``: the manager's own in-memory ceiling, the public
-  :class:`airflow_shared_stream.testing.InMemoryProducer` (the leased-queue template without a
-  broker): nothing a provider does can beat it;
+* ``ceiling``: the manager's own in-memory ceiling: Airflow's ``SharedStreamManager`` and this
+  provider's watcher filter fed by :class:`CeilingProducer`, the smallest correct producer
+  (pre-built bytes; decode, take a credit, yield, settle = return the credit). Nothing a
+  provider does can beat it;
+* ``template``: for reference, the leased-queue template over memory
+  (:class:`airflow_shared_stream.testing.InMemoryProducer`): what SQS, Pub/Sub and Service Bus
+  share without a broker. Its distance to ``ceiling`` is the template's own cost per message;
 * ``bare``: the broker client's own consume-and-settle loop, no Airflow (no fan-out);
 * ``per-watcher``: one independent poller per watcher, as Airflow's providers do today. SQS:
   amazon's ``SqsSensorTrigger``, re-run after each event as the triggerer re-runs a watcher's
@@ -61,10 +65,10 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -74,16 +78,19 @@ if OFFICIAL_PROVIDERS.is_dir():
     sys.path.append(str(OFFICIAL_PROVIDERS))
 
 from airflow.sdk.module_loading import import_string  # noqa: E402
-from airflow.triggers.shared_stream import SharedStreamManager  # noqa: E402
+from airflow.triggers.shared_stream import AdvanceItem, SharedStreamManager, SharedStreamProducer  # noqa: E402
 
+from airflow_shared_stream.common.flow_control import CreditWindow, yield_point  # noqa: E402
+from airflow_shared_stream.common.matching import RawMessage, build_message  # noqa: E402
+from airflow_shared_stream.common.settlement import decide  # noqa: E402
 from airflow_shared_stream.testing import InMemoryProducer, InMemoryTrigger  # noqa: E402
 from bench.machine import describe  # noqa: E402
 from tests.support.processes import free_port, running, wait_for_port  # noqa: E402
 from tests.support.request_log import RecordingProxy  # noqa: E402
 
-VARIANTS = ("ours", "ceiling", "bare", "per-watcher", "in-flight")
+VARIANTS = ("ours", "ceiling", "template", "bare", "per-watcher", "in-flight")
 """What ``--variants`` selects; on Kafka, ``per-watcher`` runs the official shared stream (``official``)."""
-ROWS = ("ours", "ceiling", "bare", "per-watcher", "official")
+ROWS = ("ours", "ceiling", "template", "bare", "per-watcher", "official")
 BROKERS = ("sqs", "kafka", "pubsub", "servicebus")
 IN_FLIGHT_WATCHERS = 10
 """Watchers of the ``in-flight`` hold (memory per in-flight trigger event)."""
@@ -396,6 +403,8 @@ class Sqs:
             )
         elif variant == "ceiling":
             await run_ceiling(cell, budget, sync)
+        elif variant == "template":
+            await run_template(cell, budget, sync)
         elif variant == "bare":
             await self.bare(cell, self.queue(messages), budget)
         elif variant == "per-watcher":
@@ -525,7 +534,9 @@ class Kafka:
         topic = f"watchers-{uuid.uuid4().hex[:8]}"
         await kt.prepare_topic(self.bootstrap, topic, messages)
         if variant == "ceiling":
-            await run_ceiling(cell, budget, sync, bulk=True)
+            await run_ceiling(cell, budget, sync)
+        elif variant == "template":
+            await run_template(cell, budget, sync)
         elif variant == "in-flight":
             await hold_in_flight(kt.make_factory("ours", self.bootstrap, topic), cell, budget)
         elif variant == "bare":
@@ -542,8 +553,56 @@ class Kafka:
         return cell
 
 
+class CeilingProducer(SharedStreamProducer):
+    """
+    The smallest correct producer: what the manager's ceiling is measured with.
+
+    Per message it does only what every at-least-once producer must: build the message the
+    watchers see from the broker's bytes (:func:`build_message`, JSON decoding included), take
+    a credit of the window, yield, and give the subscribers a turn; ``advance`` decides each
+    message's settlement and returns the credits. No broker, no lease, no metric: a provider
+    can approach this, not beat it.
+    """
+
+    bodies: ClassVar[dict[str, list[str]]] = {}
+
+    def __init__(self, *, stream: str, max_in_flight: int, max_payload_bytes: int, **_shaping: Any) -> None:
+        self.stream = stream
+        self._window = CreditWindow(max_in_flight)
+        self._max_payload_bytes = max_payload_bytes
+
+    async def open_stream(self) -> AsyncIterator[tuple[RawMessage, int]]:
+        bodies, number = self.bodies[self.stream], 0
+        while number < len(bodies):
+            credits = await self._window.wait_for_credit()
+            for body in bodies[number : number + credits]:
+                message = build_message(
+                    body,
+                    metadata={"number": number},
+                    label=f"{self.stream}#{number}",
+                    max_payload_bytes=self._max_payload_bytes,
+                )
+                self._window.take()
+                yield message, number
+                number += 1
+                await yield_point()
+        await asyncio.Event().wait()  # the stream stays open, as a broker's would
+
+    def get_advance_lane(self, broker_payload: int) -> Hashable:
+        return self.stream
+
+    async def advance(self, batch: Sequence[AdvanceItem]) -> None:
+        for item in batch:
+            decide(item.outcome)
+        self._window.release(len(batch))
+
+
+class CeilingTrigger(InMemoryTrigger):
+    producer_class = CeilingProducer  # type: ignore[assignment]
+
+
 class BulkInMemoryProducer(InMemoryProducer):
-    """The in-memory ceiling shaped like a Kafka fetch: one receive takes every free credit."""
+    """The leased-queue template over memory; one receive takes every free credit, like a Kafka fetch."""
 
     receive_limit = None
     settle_batch_limit = None
@@ -553,21 +612,34 @@ class BulkInMemoryTrigger(InMemoryTrigger):
     producer_class = BulkInMemoryProducer
 
 
-async def run_ceiling(cell: Cell, budget: float, sync: float, *, bulk: bool = False) -> None:
-    """
-    The manager's ceiling: the leased-queue template over an in-memory queue.
+def _bodies(messages: int) -> list[dict[str, Any]]:
+    return [{"n": n, "kind": "order", "pad": "x" * 60} for n in range(messages)]
 
-    ``bulk`` for Kafka: a Kafka fetch returns up to the credit window at once, where a leased
-    queue receives at most ten per call; with ten the in-memory "ceiling" would sit below
-    the Kafka producer it bounds.
-    """
+
+async def run_ceiling(cell: Cell, budget: float, sync: float) -> None:
+    """The manager's ceiling: Airflow's manager and our filter, fed by :class:`CeilingProducer`."""
     stream = f"ceiling-{uuid.uuid4().hex[:8]}"
-    queue = InMemoryProducer.queue(stream)
-    for n in range(cell.messages):
-        queue.publish({"n": n, "kind": "order", "pad": "x" * 60})
-    trigger = BulkInMemoryTrigger if bulk else InMemoryTrigger
+    CeilingProducer.bodies[stream] = [json.dumps(body) for body in _bodies(cell.messages)]
     try:
-        await drive_shared(lambda: trigger(stream), cell, Meter(None), budget, sync)
+        await drive_shared(lambda: CeilingTrigger(stream), cell, Meter(None), budget, sync)
+    finally:
+        CeilingProducer.bodies.pop(stream, None)
+
+
+async def run_template(cell: Cell, budget: float, sync: float) -> None:
+    """
+    The leased-queue template over an in-memory queue (:class:`InMemoryProducer`), for reference.
+
+    What SQS, Pub/Sub and Service Bus share, without a broker: its distance to the ceiling is
+    the template's own cost per message. One receive takes every free credit, as a Kafka fetch
+    or a Pub/Sub pull of the window would.
+    """
+    stream = f"template-{uuid.uuid4().hex[:8]}"
+    queue = InMemoryProducer.queue(stream)
+    for body in _bodies(cell.messages):
+        queue.publish(body)
+    try:
+        await drive_shared(lambda: BulkInMemoryTrigger(stream), cell, Meter(None), budget, sync)
     finally:
         InMemoryProducer.queues.pop(stream, None)
 
@@ -753,7 +825,9 @@ class PubSub:
             else:
                 await hold_in_flight(lambda: PubSubSharedStreamTrigger(sub), cell, budget)
         elif variant == "ceiling":
-            await run_ceiling(cell, budget, sync, bulk=True)
+            await run_ceiling(cell, budget, sync)
+        elif variant == "template":
+            await run_template(cell, budget, sync)
         elif variant == "bare":
             _, [sub] = self.topic(messages)
             await self.bare(cell, sub, budget)
@@ -874,7 +948,9 @@ class ServiceBus:
             else:
                 await hold_in_flight(make, cell, budget)
         elif variant == "ceiling":
-            await run_ceiling(cell, budget, sync, bulk=True)
+            await run_ceiling(cell, budget, sync)
+        elif variant == "template":
+            await run_template(cell, budget, sync)
         elif variant == "bare":
             await self.bare(cell, self.queue(messages), budget)
         elif variant == "per-watcher":

@@ -494,21 +494,24 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         assert self._leases is not None
         self._raise_ack_error()
-        started = time.monotonic()
         later: list[Delivery[Handle]] = []
         try:
             plan = self.plan_settlement(batch)
-            if self.ack_linger_seconds > 0:
-                later = [d for d in plan[Settlement.ACK] if d.lane is None]
-                plan[Settlement.ACK] = [d for d in plan[Settlement.ACK] if d.lane is not None]
-            deferred = {d.lease for d in later}
-            now = (
-                i.broker_payload.delivery.lease
-                for i in batch
-                if i.broker_payload.delivery.lease not in deferred
-            )
-            async with self._leases.settling(now):
-                await self._settle(plan)
+            acks = plan[Settlement.ACK]
+            if self.ack_linger_seconds > 0 and acks:
+                later = [d for d in acks if d.lane is None]
+                ordered = [d for d in acks if d.lane is not None] if len(later) < len(acks) else []
+                plan[Settlement.ACK] = ordered
+            if len(later) < len(batch):  # something settles now (often nothing: every ACK waits)
+                deferred = {d.lease for d in later}
+                now = [
+                    i.broker_payload.delivery.lease
+                    for i in batch
+                    if i.broker_payload.delivery.lease not in deferred
+                ]
+                with self.metrics.timed(m.ADVANCE_LATENCY):
+                    async with self._leases.settling(now):
+                        await self._settle(plan)
             # Only after everything else of the batch settled: a failed dead-letter copy
             # raises above and the whole batch comes back, its ACKs included.
             await self._acks.add(later)
@@ -518,7 +521,6 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             raise
         finally:
             self._finish_tracking(batch, keep={d.lease for d in later})
-            self.metrics.timing_ms(m.ADVANCE_LATENCY, (time.monotonic() - started) * 1000.0)
         if self._window.in_flight == 0:
             await self._acks.flush()  # nothing else is in flight: no other ACK could join these
         self._count(batch, plan)
@@ -544,7 +546,11 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
 
         Returns deliveries for ACK and REDELIVER and :class:`DeadLetter` letters for DEAD_LETTER.
         """
-        plan: dict[Settlement, list[Any]] = {settlement: [] for settlement in Settlement}
+        plan: dict[Settlement, list[Any]] = {
+            Settlement.ACK: [],
+            Settlement.REDELIVER: [],
+            Settlement.DEAD_LETTER: [],
+        }
         for item in batch:
             payload: InFlight[Handle] = item.broker_payload
             delivery = payload.delivery
@@ -701,6 +707,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
                     )
             await self._leases.stop()
         await self.disconnect()
+        self.metrics.flush()  # what was counted since the last interval
 
 
 def _nobody(item: AdvanceItem) -> bool:

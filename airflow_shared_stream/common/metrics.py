@@ -13,6 +13,7 @@ Metric names never contain credentials: the stream label is built from the upstr
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -55,7 +56,10 @@ BROKER_LAG = "broker_lag"
 
 # Timers
 ADVANCE_LATENCY = "advance_latency"
-"""Milliseconds one ``advance`` call took, broker settlement calls included."""
+"""Milliseconds the broker calls one ``advance`` made inline took (Kafka: a dead-letter send;
+leased queues: dead letters, redeliveries, ordered ACKs). Advances that only hand work on (a
+commit target to the committer, an ACK to the ACK batcher) take microseconds and are not timed:
+one timer per message would be most of a stream's StatsD traffic and say nothing."""
 
 ALL_METRICS = (
     RECEIVED,
@@ -72,6 +76,14 @@ ALL_METRICS = (
     BROKER_LAG,
     ADVANCE_LATENCY,
 )
+
+FLUSH_INTERVAL_SECONDS = 1.0
+"""Counters and gauges of a stream are sent at most this often (timers are sent as they come).
+
+A stream counts several things per message; one ``Stats`` call each cost the template a third of
+its time per message at one watcher (bench/results/watchers_*.md). StatsD aggregates counters
+over its own flush interval (10 s by default) and keeps only a gauge's last value, so sending a
+second's sum, and the last gauge value, shows the same graphs for a fraction of the calls."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
@@ -108,16 +120,23 @@ class StreamMetrics:
     Never raises: a metrics backend that fails must not fail a stream, so every send is
     guarded and logged at debug level.
 
-    Sent several times per message, so each send is kept to Airflow's own call: names are
-    built once per metric, the stats module is looked up once, and the guard is a plain
-    ``try`` (a context manager per send cost four times Airflow's ``Stats.incr`` itself).
+    Counted several times per message, so counters and gauges are coalesced: inside an event
+    loop they are kept in a dict and sent together :data:`FLUSH_INTERVAL_SECONDS` after the
+    first change (one timer per interval, nothing while the stream is idle); outside one (a
+    thread, a test) they are sent at once. The owner calls :meth:`flush` when the stream closes,
+    so nothing counted is left unsent. Names are built once per metric and the stats module is
+    looked up once.
     """
 
-    def __init__(self, broker: str, stream: str) -> None:
+    def __init__(self, broker: str, stream: str, *, flush_interval: float = FLUSH_INTERVAL_SECONDS) -> None:
         self.broker = stream_label(broker)
         self.stream = stream_label(stream)
         self.tags = {"broker": self.broker, "stream": self.stream}
+        self.flush_interval = flush_interval
         self._names: dict[str, str] = {}
+        self._counts: dict[str, int] = {}
+        self._gauges: dict[str, float] = {}
+        self._flush_timer: asyncio.TimerHandle | None = None
 
     def name(self, metric: str) -> str:
         name = self._names.get(metric)
@@ -128,22 +147,47 @@ class StreamMetrics:
     def incr(self, metric: str, count: int = 1) -> None:
         if count <= 0:
             return
-        try:
-            _stats().incr(self.name(metric), count, tags=self.tags)
-        except Exception as exc:  # pragma: no cover - depends on the deployment's backend
-            _failed(exc)
+        counts = self._counts
+        counts[metric] = counts.get(metric, 0) + count
+        if self._flush_timer is None:
+            self._schedule_flush()
 
     def gauge(self, metric: str, value: float) -> None:
-        try:
-            _stats().gauge(self.name(metric), value, tags=self.tags)
-        except Exception as exc:  # pragma: no cover - depends on the deployment's backend
-            _failed(exc)
+        self._gauges[metric] = value
+        if self._flush_timer is None:
+            self._schedule_flush()
 
     def timing_ms(self, metric: str, milliseconds: float) -> None:
         try:
             _stats().timing(self.name(metric), milliseconds, tags=self.tags)
         except Exception as exc:  # pragma: no cover - depends on the deployment's backend
             _failed(exc)
+
+    def _schedule_flush(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop in this thread: nothing would run a timer
+            self.flush()
+            return
+        self._flush_timer = loop.call_later(self.flush_interval, self.flush)
+
+    def flush(self) -> None:
+        """Send the counters and gauges kept since the last flush."""
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        counts, self._counts = self._counts, {}
+        gauges, self._gauges = self._gauges, {}
+        for metric, count in counts.items():
+            try:
+                _stats().incr(self.name(metric), count, tags=self.tags)
+            except Exception as exc:  # pragma: no cover - depends on the deployment's backend
+                _failed(exc)
+        for metric, value in gauges.items():
+            try:
+                _stats().gauge(self.name(metric), value, tags=self.tags)
+            except Exception as exc:  # pragma: no cover - depends on the deployment's backend
+                _failed(exc)
 
     def watchers_failed(self, batch: Sequence[Any]) -> None:
         """

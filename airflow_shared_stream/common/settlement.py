@@ -36,6 +36,10 @@ class Settlement(enum.Enum):
     REDELIVER = "redeliver"
     DEAD_LETTER = "dead_letter"
 
+    # Members are singletons, so identity is a valid hash; Enum's own hashes the member's name
+    # in Python, and every advance builds and reads a dict keyed by settlement.
+    __hash__ = object.__hash__
+
 
 def decide(outcome: AdvanceOutcome) -> Settlement:
     """Map one message's resolution counts to its settlement (see the module table)."""

@@ -600,11 +600,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         Dead letters are produced and acknowledged by the broker here, before the commit that
         passes them is even queued. The commit itself is sent by the committer task.
         """
-        started = time.monotonic()
         try:
             await self._advance(batch)
         finally:
-            self.metrics.timing_ms(m.ADVANCE_LATENCY, (time.monotonic() - started) * 1000.0)
             self.metrics.gauge(m.IN_FLIGHT, self.credits.in_flight)
 
     async def _advance(self, batch: Sequence[AdvanceItem]) -> None:
@@ -657,7 +655,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             if settlement is not Settlement.REDELIVER:
                 settled.append((item.broker_payload.offset, item.broker_payload.seq))
         if dead:
-            await self._dead_letter(dead)
+            with self.metrics.timed(m.ADVANCE_LATENCY):  # the one broker call an advance makes
+                await self._dead_letter(dead)
             # The send suspended this advance: a rebalance may have revoked the partition and
             # cleared its lane meanwhile. Settle only a lane that is still the one read from.
             if not self.ownership.owns(tp, epoch):
@@ -743,3 +742,4 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 await consumer.stop()
             except Exception as exc:
                 log.warning("Stopping the Kafka consumer failed: %s", type(exc).__name__)
+        self.metrics.flush()  # what was counted since the last interval

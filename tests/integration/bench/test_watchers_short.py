@@ -3,7 +3,7 @@ The short form of ``bench/watchers.py``: the script runs end to end on each leas
 (SQS on moto, Pub/Sub on Google's emulator, Service Bus on the test server in a child process)
 and its accounting holds: every message reaches every watcher, requests per message are read off
 the wire (or the SDK, or the server) and stay flat in the watcher count, the in-memory ceiling
-makes no request, and the in-flight hold measures memory. Timing is not checked (the machine is
+and template make no request, and the in-flight hold measures memory. Timing is not checked (the machine is
 shared). Kafka's cells are the same code path and are left to the full run.
 
 The per-watcher anchors (amazon's, google's and azure's triggers) need the ``bench`` extra and
@@ -47,6 +47,7 @@ def test_the_watchers_benchmark_runs_and_counts_requests_per_message(tmp_path, b
             "--variants",
             "ours",
             "ceiling",
+            "template",
             "bare",
             "in-flight",
             "--in-flight-window",
@@ -60,7 +61,7 @@ def test_the_watchers_benchmark_runs_and_counts_requests_per_message(tmp_path, b
         ]
     )
     cells = {(c.variant, c.watchers): c for c in results[broker]}
-    expected = {(v, n) for v in ("ours", "ceiling", "bare") for n in (1, 3)}
+    expected = {(v, n) for v in ("ours", "ceiling", "template", "bare") for n in (1, 3)}
     assert set(cells) == expected | {("in-flight", bench_watchers.IN_FLIGHT_WATCHERS)}
     for cell in cells.values():
         assert cell.error is None, cell
@@ -82,8 +83,9 @@ def test_the_watchers_benchmark_runs_and_counts_requests_per_message(tmp_path, b
     if broker == "servicebus":  # one settlement per message, every message settled
         assert cells[("ours", 3)].requests["settle"] == MESSAGES
 
-    # The in-memory ceiling makes no broker requests.
+    # The in-memory ceiling and the template over memory make no broker requests.
     assert cells[("ceiling", 1)].requests == {}
+    assert cells[("template", 1)].requests == {}
 
     held = cells[("in-flight", bench_watchers.IN_FLIGHT_WATCHERS)]
     assert held.heap_per_event_bytes is not None

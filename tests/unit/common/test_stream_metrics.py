@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -64,3 +65,29 @@ def test_a_failing_backend_never_fails_the_stream(monkeypatch):
     stream.timing_ms(metrics.ADVANCE_LATENCY, 1.0)
     with stream.timed(metrics.ADVANCE_LATENCY):
         pass
+
+
+async def test_in_an_event_loop_counters_and_gauges_are_sent_once_per_interval(stats):
+    stream = StreamMetrics("sqs", "orders", flush_interval=0.05)
+    for _ in range(1000):
+        stream.incr(metrics.RECEIVED)
+        stream.gauge(metrics.IN_FLIGHT, 3)
+    stream.gauge(metrics.IN_FLIGHT, 0)
+    assert stats.sent == []  # one message's worth of Stats calls each, before coalescing
+    await asyncio.sleep(0.2)
+    tags = {"broker": "sqs", "stream": "orders"}
+    assert stats.sent == [
+        ("incr", "shared_stream.sqs.orders.received", 1000, tags),
+        ("gauge", "shared_stream.sqs.orders.in_flight", 0, tags),
+    ]
+
+
+async def test_flush_sends_what_was_kept_at_once_and_an_idle_stream_sends_nothing(stats):
+    stream = StreamMetrics("kafka", "orders", flush_interval=60.0)
+    stream.incr(metrics.ACKED, 2)
+    stream.incr(metrics.ACKED, 3)
+    stream.flush()
+    assert [(kind, value) for kind, _, value, _ in stats.sent] == [("incr", 5)]
+    stream.flush()
+    await asyncio.sleep(0)
+    assert len(stats.sent) == 1
