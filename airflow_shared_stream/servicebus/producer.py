@@ -509,25 +509,72 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         self, deliveries: Sequence[Delivery[Any]], seconds: float
     ) -> Collection[Delivery[Any]]:
         """
-        Renew the locks, one call after another.
+        Renew the locks: one ``renew-lock`` request per receiver for all its messages.
 
-        Not together, as settlements are: the SDK fails management requests that race on one
-        receiver ("Management Operation error occurred", then the handler shuts down). Behind a
-        pending receive each renewal costs about 0.2 s (see the module docstring), so a round over
-        N held messages takes about N / 5 s: see docs/benchmarks.rst.
+        The ``$management`` ``com.microsoft:renew-lock`` operation takes a list of lock tokens;
+        the SDK's public ``renew_message_lock`` sends one token per request, and each request
+        behind a pending receive waits for the receiver's socket timeout (module docstring), so
+        a round over N held messages cost N such waits. Requests go one after another, never
+        together: the SDK fails management requests that race on one receiver ("Management
+        Operation error occurred", then the handler shuts down). Sessions renew their session's
+        lock once per round (a session message's lock is its session's).
         """
         lost: list[Delivery[Any]] = []
-        renewed_sessions: set[int] = set()
+        by_receiver: dict[int, list[Delivery[Any]]] = {}
         for delivery in deliveries:
+            by_receiver.setdefault(id(delivery.handle.receiver), []).append(delivery)
+        for group in by_receiver.values():
+            receiver = group[0].handle.receiver
+            if self._session_enabled:
+                try:
+                    await receiver.session.renew_lock()
+                except Exception as exc:
+                    if not _is_lock_lost(exc):
+                        raise self._explain("renew a lock on", exc) from None
+                    self._count_lost(f"session lock renewal of {group[0].message.label}", exc, metric=False)
+                    lost.extend(group)
+            elif not await self._renew_together(receiver, group):
+                lost.extend(await self._renew_one_by_one(group))
+        return lost
+
+    async def _renew_together(self, receiver: Any, group: Sequence[Delivery[Any]]) -> bool:
+        """
+        Renew every lock of ``group`` in one request; ``False`` if it must be done one by one.
+
+        Uses the SDK's ``_renew_locks`` (the request ``renew_message_lock`` sends, with all the
+        tokens) and records each new expiry on its message as ``renew_message_lock`` does: the
+        SDK refuses to settle a message whose recorded lock has run out. Falls back (``False``)
+        when the SDK lacks it, or when a lock in the request is lost: the service then renews
+        none of them, and renewing one by one tells which one is gone.
+        """
+        renew_locks = getattr(receiver, "_renew_locks", None)
+        if renew_locks is None or len(group) == 1:
+            return False
+        try:
+            from azure.servicebus._common.constants import MGMT_RESPONSE_MESSAGE_EXPIRATION
+            from azure.servicebus._common.utils import utc_from_timestamp
+        except ImportError:
+            return False
+        try:
+            answer = await renew_locks(*(d.handle.message.lock_token for d in group))
+        except Exception as exc:
+            if _is_lock_lost(exc):
+                log.debug("A lock of %d renewed together was lost; renewing one by one", len(group))
+                return False
+            raise self._explain("renew the locks on", exc) from None
+        expirations = list(answer.get(MGMT_RESPONSE_MESSAGE_EXPIRATION) or ())
+        if len(expirations) != len(group):
+            return False
+        for delivery, expiry_ms in zip(group, expirations, strict=True):
+            delivery.handle.message._expiry = utc_from_timestamp(expiry_ms / 1000.0)
+        return True
+
+    async def _renew_one_by_one(self, group: Sequence[Delivery[Any]]) -> list[Delivery[Any]]:
+        lost: list[Delivery[Any]] = []
+        for delivery in group:
             received: _Received = delivery.handle
             try:
-                if self._session_enabled:
-                    # A session message's lock is its session's lock: renew each session once.
-                    if id(received.receiver) not in renewed_sessions:
-                        renewed_sessions.add(id(received.receiver))
-                        await received.receiver.session.renew_lock()
-                else:
-                    await received.receiver.renew_message_lock(received.message)
+                await received.receiver.renew_message_lock(received.message)
             except Exception as exc:
                 if _is_lock_lost(exc):
                     # Returned as lost: the lease keeper counts it (lease_losses) and stops renewing.
