@@ -61,9 +61,9 @@ import logging
 import time
 from collections.abc import (
     AsyncIterator,
-    Awaitable,
     Callable,
     Collection,
+    Coroutine,
     Hashable,
     Iterable,
     Iterator,
@@ -244,7 +244,7 @@ class AckBatcher(Generic[Handle]):
 
     def __init__(
         self,
-        send: Callable[[list[Delivery[Handle]]], Awaitable[None]],
+        send: Callable[[list[Delivery[Handle]]], Coroutine[Any, Any, None]],
         *,
         batch_limit: int | None,
         linger: float,
