@@ -565,7 +565,7 @@ class CeilingProducer(SharedStreamProducer):
     can approach this, not beat it.
     """
 
-    bodies: ClassVar[dict[str, list[str]]] = {}
+    bodies: ClassVar[dict[str, list[bytes]]] = {}
 
     def __init__(self, *, stream: str, max_in_flight: int, max_payload_bytes: int, **_shaping: Any) -> None:
         self.stream = stream
@@ -620,7 +620,7 @@ def _bodies(messages: int) -> list[dict[str, Any]]:
 async def run_ceiling(cell: Cell, budget: float, sync: float) -> None:
     """The manager's ceiling: Airflow's manager and our filter, fed by :class:`CeilingProducer`."""
     stream = f"ceiling-{uuid.uuid4().hex[:8]}"
-    CeilingProducer.bodies[stream] = [json.dumps(body) for body in _bodies(cell.messages)]
+    CeilingProducer.bodies[stream] = [json.dumps(body).encode() for body in _bodies(cell.messages)]
     try:
         await drive_shared(lambda: CeilingTrigger(stream), cell, Meter(None), budget, sync)
     finally:
