@@ -491,7 +491,7 @@ async def _warm_sqs_client(endpoint: str) -> None:
 
 
 class Kafka:
-    """noida-db on loopback; the variants of bench/kafka_throughput.py, metered."""
+    """noida-db on loopback (its own binary); the topic and variants of bench/kafka_variants.py."""
 
     name = "kafka"
     versions = [
@@ -525,30 +525,31 @@ class Kafka:
         pass
 
     async def run(self, variant: str, watchers: int, messages: int, partitions: int = 1) -> Cell:
-        from bench import kafka_throughput as kt
+        from bench import kafka_variants as kv
 
         name = "kafka" if partitions == 1 else f"kafka-{partitions}p"
         cell = Cell(name, "official" if variant == "per-watcher" else variant, watchers, messages)
         budget, sync = self.args.budget, self.args.sync
-        kt.PARTITIONS = partitions
-        topic = f"watchers-{uuid.uuid4().hex[:8]}"
-        await kt.prepare_topic(self.bootstrap, topic, messages)
         if variant == "ceiling":
             await run_ceiling(cell, budget, sync)
-        elif variant == "template":
+            return cell
+        if variant == "template":
             await run_template(cell, budget, sync)
-        elif variant == "in-flight":
-            await hold_in_flight(kt.make_factory("ours", self.bootstrap, topic), cell, budget)
+            return cell
+        topic = f"watchers-{uuid.uuid4().hex[:8]}"
+        await kv.prepare_topic(self.bootstrap, topic, messages, partitions)
+        if variant == "in-flight":
+            await hold_in_flight(kv.make_factory("ours", self.bootstrap, topic), cell, budget)
         elif variant == "bare":
             meter = Meter(None)
             meter.start()
-            result = await kt.bare_loop(self.bootstrap, topic, messages)
+            seconds = await kv.bare_loop(self.bootstrap, topic, messages)
             meter.first_event()
             cell.delivered = messages
             meter.stop(cell, rss_kib())
-            cell.seconds, cell.cpu_seconds = result.seconds, float("nan")
+            cell.seconds, cell.cpu_seconds = seconds, float("nan")
         else:
-            factory = kt.make_factory("ours" if variant == "ours" else "official", self.bootstrap, topic)
+            factory = kv.make_factory("ours" if variant == "ours" else "official", self.bootstrap, topic)
             await drive_shared(factory, cell, Meter(None), budget, sync)
         return cell
 
@@ -564,7 +565,7 @@ class CeilingProducer(SharedStreamProducer):
     can approach this, not beat it.
     """
 
-    bodies: ClassVar[dict[str, list[str]]] = {}
+    bodies: ClassVar[dict[str, list[bytes]]] = {}
 
     def __init__(self, *, stream: str, max_in_flight: int, max_payload_bytes: int, **_shaping: Any) -> None:
         self.stream = stream
@@ -619,7 +620,7 @@ def _bodies(messages: int) -> list[dict[str, Any]]:
 async def run_ceiling(cell: Cell, budget: float, sync: float) -> None:
     """The manager's ceiling: Airflow's manager and our filter, fed by :class:`CeilingProducer`."""
     stream = f"ceiling-{uuid.uuid4().hex[:8]}"
-    CeilingProducer.bodies[stream] = [json.dumps(body) for body in _bodies(cell.messages)]
+    CeilingProducer.bodies[stream] = [json.dumps(body).encode() for body in _bodies(cell.messages)]
     try:
         await drive_shared(lambda: CeilingTrigger(stream), cell, Meter(None), budget, sync)
     finally:
@@ -1190,6 +1191,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--kafka-partitions", type=int, default=3, help="also run Kafka on this many partitions"
     )
     parser.add_argument("--output-dir", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument(
+        "--tag",
+        default="",
+        help="suffix of the result files (watchers_<broker>-<tag>.md), e.g. for a --sync run",
+    )
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument(
         "--update",
@@ -1234,14 +1240,15 @@ def main(argv: list[str] | None = None) -> dict[str, list[Cell]]:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     for broker, cells in results.items():
         versions = BROKER_CLASSES[broker.split("-")[0]].versions
-        previous = args.output_dir / f"watchers_{broker}.json"
+        stem = f"watchers_{broker}-{args.tag}" if args.tag else f"watchers_{broker}"
+        previous = args.output_dir / f"{stem}.json"
         if args.update and previous.exists():
             cells = _merge(previous, cells)
-        (args.output_dir / f"watchers_{broker}.md").write_text(render(broker, cells, args, versions))
-        (args.output_dir / f"watchers_{broker}.json").write_text(
+        (args.output_dir / f"{stem}.md").write_text(render(broker, cells, args, versions))
+        previous.write_text(
             json.dumps({"load_at_end": os.getloadavg(), "cells": [c.as_row() for c in cells]}, indent=1)
         )
-        print(f"wrote {args.output_dir / f'watchers_{broker}.md'}")
+        print(f"wrote {args.output_dir / f'{stem}.md'}")
     return results
 
 

@@ -36,6 +36,14 @@ ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = "tests/integration/{broker}/test_{broker}_contract.py::Test{Broker}Contract::{test}"
 
 
+TIMED_DEAD_LETTER = (
+    "        if dead:\n"
+    "            with self.metrics.timed(m.ADVANCE_LATENCY):  # the one broker call an advance makes\n"
+)
+DEAD_LETTER_SEND = TIMED_DEAD_LETTER + "                await self._dead_letter(dead)\n"
+"""Kafka's advance sending its dead letters and waiting for the broker's acknowledgement."""
+
+
 @dataclass(frozen=True)
 class Mutant:
     name: str
@@ -146,20 +154,19 @@ MUTANTS: tuple[Mutant, ...] = (
         name="dead-letter sent fire-and-forget",
         broker="kafka",
         path="airflow_shared_stream/kafka/producer.py",
-        original="        if dead:\n            await self._dead_letter(dead)\n",
-        mutated="        if dead:\n            asyncio.ensure_future(self._dead_letter(dead))\n",
+        original=DEAD_LETTER_SEND,
+        mutated=f"{TIMED_DEAD_LETTER}                asyncio.ensure_future(self._dead_letter(dead))\n",
         caught_by=("test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream",),
     ),
     Mutant(
         name="dead-letter after the commit",
         broker="kafka",
         path="airflow_shared_stream/kafka/producer.py",
-        original="        if dead:\n            await self._dead_letter(dead)\n",
+        original=DEAD_LETTER_SEND,
         mutated=(
-            "        if dead:\n"
-            "            self.committer.queue(tp, dead[-1].offset + 1, epoch)\n"
-            "            await self.committer.flush()\n"
-            "            await self._dead_letter(dead)\n"
+            TIMED_DEAD_LETTER + "                self.committer.queue(tp, dead[-1].offset + 1, epoch)\n"
+            "                await self.committer.flush()\n"
+            "                await self._dead_letter(dead)\n"
         ),
         caught_by=("test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream",),
     ),
@@ -167,13 +174,12 @@ MUTANTS: tuple[Mutant, ...] = (
         name="dead-letter skipped when the send fails",
         broker="kafka",
         path="airflow_shared_stream/kafka/producer.py",
-        original="        if dead:\n            await self._dead_letter(dead)\n",
+        original=DEAD_LETTER_SEND,
         mutated=(
-            "        if dead:\n"
-            "            try:\n"
-            "                await self._dead_letter(dead)\n"
-            "            except Exception:\n"
-            "                pass\n"
+            TIMED_DEAD_LETTER + "                try:\n"
+            "                    await self._dead_letter(dead)\n"
+            "                except Exception:\n"
+            "                    pass\n"
         ),
         caught_by=("test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream",),
     ),

@@ -610,14 +610,23 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             self._backoff.someone_subscribed()
 
     def _count(self, batch: Sequence[AdvanceItem], plan: dict[Settlement, list[Any]]) -> None:
-        self.metrics.incr(m.ACKED, len(plan[Settlement.ACK]))
-        self.metrics.incr(m.REDELIVERED, len(plan[Settlement.REDELIVER]))
-        self.metrics.incr(m.DEAD_LETTERED, len(plan[Settlement.DEAD_LETTER]))
-        self.metrics.incr(m.NO_SUBSCRIBER, sum(1 for item in batch if _nobody(item)))
-        self.metrics.watchers_failed(batch)
-        self.metrics.incr(
-            m.FANNED_OUT, sum(i.outcome.acked + i.outcome.failed + i.outcome.rejected for i in batch)
-        )
+        fanned_out = nobody = failed = failed_messages = 0
+        for item in batch:  # one pass: this runs once per message at one watcher
+            outcome = item.outcome
+            resolved = outcome.acked + outcome.failed + outcome.rejected
+            fanned_out += resolved
+            if resolved == 0:
+                nobody += 1
+            elif outcome.failed:
+                failed += outcome.failed
+                failed_messages += 1
+        metrics = self.metrics
+        metrics.incr(m.ACKED, len(plan[Settlement.ACK]))
+        metrics.incr(m.REDELIVERED, len(plan[Settlement.REDELIVER]))
+        metrics.incr(m.DEAD_LETTERED, len(plan[Settlement.DEAD_LETTER]))
+        metrics.incr(m.NO_SUBSCRIBER, nobody)
+        metrics.incr(m.FANNED_OUT, fanned_out)
+        metrics.failed_deliveries(failed, failed_messages)
         log.debug(
             "%s advance: ack=%d redeliver=%d dead_letter=%d",
             self.broker,

@@ -198,9 +198,13 @@ class StreamMetrics:
         per batch. ``batch`` holds Airflow ``AdvanceItem`` objects.
         """
         failed = sum(item.outcome.failed for item in batch)
+        if failed > 0:
+            self.failed_deliveries(failed, sum(1 for item in batch if item.outcome.failed))
+
+    def failed_deliveries(self, failed: int, messages: int) -> None:
+        """:meth:`watchers_failed` for a producer that counted ``failed`` deliveries of ``messages``."""
         if failed <= 0:
             return
-        messages = sum(1 for item in batch if item.outcome.failed)
         self.incr(WATCHER_FAILURES, failed)
         log.warning(
             "%d message(s) of %s stream %s were not finished by every watcher (%d failed "

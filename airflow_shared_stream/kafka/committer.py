@@ -38,6 +38,8 @@ class OffsetCommitter:
         (``AIOKafkaConsumer.commit``).
     :param owns: whether a partition is still owned under an assignment epoch.
     :param describe_error: turns a client error into the stream's error (scrubbed of secrets).
+    :param before_round: called first in every flush (a round, a revoke's flush, the final
+        one): the producer folds the ACKs it was advanced since the last round into targets.
     :param after_round: called after every round that sent something (metrics).
     """
 
@@ -47,12 +49,14 @@ class OffsetCommitter:
         commit: Callable[[dict[TopicPartition, int]], Awaitable[object]],
         owns: Callable[[TopicPartition, int], bool],
         describe_error: Callable[[str, BaseException], KafkaSharedStreamError],
+        before_round: Callable[[], None] | None = None,
         after_round: Callable[[], Awaitable[None]] | None = None,
         interval: float = COMMIT_INTERVAL,
     ) -> None:
         self._commit = commit
         self._owns = owns
         self._describe_error = describe_error
+        self._before_round = before_round
         self._after_round = after_round
         self.interval = interval
         self._pending: dict[TopicPartition, tuple[int, int]] = {}
@@ -71,8 +75,14 @@ class OffsetCommitter:
         self._pending[tp] = (offset, epoch)
         self._wakeup.set()
 
+    def wake(self) -> None:
+        """Have a round run soon: ``before_round`` has something to fold into targets."""
+        self._wakeup.set()
+
     async def flush(self, only: Iterable[TopicPartition] | None = None) -> None:
         """Send the pending targets (of ``only`` these partitions) in one request, now."""
+        if self._before_round is not None:
+            self._before_round()
         chosen = set(only) if only is not None else None
         taken = [tp for tp in self._pending if chosen is None or tp in chosen]
         pending = {tp: self._pending.pop(tp) for tp in taken}

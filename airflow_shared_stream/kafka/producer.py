@@ -65,7 +65,7 @@ from aiokafka.errors import (  # noqa: E402
     TopicAuthorizationFailedError,
     UnsupportedSaslMechanismError,
 )
-from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer  # noqa: E402
+from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome, SharedStreamProducer  # noqa: E402
 
 from airflow_shared_stream.common import metrics as m  # noqa: E402
 from airflow_shared_stream.common.errors import SecretScrubber  # noqa: E402
@@ -180,6 +180,11 @@ def build_raw_message(record: Any, max_payload_bytes: int) -> RawMessage:
     )
 
 
+def _acked_by_all(outcome: AdvanceOutcome) -> bool:
+    """Settled ACK: some watcher fired, none failed or rejected (:func:`~.settlement.decide`)."""
+    return outcome.failed == 0 and outcome.rejected == 0 and outcome.acked > 0
+
+
 def _always(tp: TopicPartition, epoch: int) -> bool:
     """Manually assigned partitions are never revoked: a watcher's position is always ours to send."""
     return True
@@ -220,8 +225,11 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             commit=self._commit,
             owns=self.ownership.owns,
             describe_error=self._error,
+            before_round=self.fold_advanced_acks,
             after_round=self._report_lag,
         )
+        self._advanced_acks: list[Sequence[AdvanceItem]] = []
+        """ACK-only batches advanced since the last fold (see :meth:`fold_advanced_acks`)."""
         self.metrics = StreamMetrics("kafka", ".".join(self.topics))
         self._identity = (tuple(self.topics), kafka_config_id)
         self._claimed_group: str | None = None
@@ -610,50 +618,18 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self.credits.release(len(batch))
         if self.committer.error is not None:
             raise self.committer.error
+        if all(_acked_by_all(item.outcome) for item in batch):
+            self._advanced_acks.append(batch)
+            self.committer.wake()
+            return
+        self.fold_advanced_acks()  # a lane's earlier ACKs are folded before this batch
         first: KafkaBrokerPayload = batch[0].broker_payload
         tp = TopicPartition(first.topic, first.partition)
-        epoch = self.ownership.epoch(tp)
-        if first.epoch != epoch:
-            # Read before the partition was last revoked: its owner since then reads them again
-            # from the last commit. Later items of the lane may be fresh reads (same batch).
-            fresh = [item for item in batch if item.broker_payload.epoch == epoch]
-            log.info(
-                "Not settling %d message(s) of %s/%d read before a rebalance: the partition's "
-                "owner since then reads them again from the last commit",
-                len(batch) - len(fresh),
-                first.topic,
-                first.partition,
-            )
-            batch = fresh
-            if not batch:
-                return
-        if not self.ownership.owns(tp, epoch):
-            log.info(
-                "Not settling %d message(s) of %s/%d: the partition is not assigned here now",
-                len(batch),
-                first.topic,
-                first.partition,
-            )
+        current = self._settleable(tp, batch)
+        if current is None:
             return
-        items: list[tuple[int, Settlement]] = []
-        settled: list[tuple[int, int]] = []
-        dead: list[KafkaBrokerPayload] = []
-        counts = dict.fromkeys(Settlement, 0)
-        nobody = resolved = 0
-        for item in batch:
-            outcome = item.outcome
-            settlement = decide(outcome)
-            counts[settlement] += 1
-            resolved += outcome.acked + outcome.failed + outcome.rejected
-            if settlement is Settlement.DEAD_LETTER:
-                dead.append(item.broker_payload)
-            elif outcome.acked == outcome.failed == outcome.rejected == 0:
-                # Nobody was subscribed: do not spin re-reading it until somebody is.
-                self.paused_until = time.monotonic() + ZERO_SUBSCRIBER_BACKOFF
-                nobody += 1
-            items.append((item.broker_payload.offset, settlement))
-            if settlement is not Settlement.REDELIVER:
-                settled.append((item.broker_payload.offset, item.broker_payload.seq))
+        epoch, batch = current
+        dead = [item.broker_payload for item in batch if decide(item.outcome) is Settlement.DEAD_LETTER]
         if dead:
             with self.metrics.timed(m.ADVANCE_LATENCY):  # the one broker call an advance makes
                 await self._dead_letter(dead)
@@ -668,6 +644,87 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                     tp.partition,
                 )
                 return
+        self._fold(tp, epoch, batch)
+
+    def fold_advanced_acks(self) -> None:
+        """
+        Fold the ACK-only batches advanced since the last call into commit targets and positions.
+
+        With persistence confirmed per event, the manager advances one message at a time, and
+        folding each on its own (ledger, commit target, every watcher's position, metrics) cost
+        more than the rest of the message's way through the stream. An ACK needs nothing from
+        the broker, so ``advance`` only keeps it, and the committer calls this before each
+        round (every ``COMMIT_INTERVAL``), before a flush, and :meth:`advance` before any batch
+        that is not all ACKs, so each lane is still folded in advance order. The partition
+        checks run here, on the state at fold time: a batch of a partition revoked meanwhile is
+        left to its next owner, as it would have been had the revoke come first.
+        """
+        pending, self._advanced_acks = self._advanced_acks, []
+        lanes: dict[tuple[str, int], list[AdvanceItem]] = {}
+        for batch in pending:
+            first: KafkaBrokerPayload = batch[0].broker_payload
+            lane = lanes.get((first.topic, first.partition))
+            if lane is None:
+                lanes[(first.topic, first.partition)] = list(batch)
+            else:
+                lane.extend(batch)
+        for (topic, partition), items in lanes.items():
+            tp = TopicPartition(topic, partition)
+            current = self._settleable(tp, items)
+            if current is not None:
+                self._fold(tp, *current)
+
+    def _settleable(
+        self, tp: TopicPartition, batch: Sequence[AdvanceItem]
+    ) -> tuple[int, Sequence[AdvanceItem]] | None:
+        """The partition's epoch and the items of ``batch`` read under it, or ``None`` if not ours."""
+        first: KafkaBrokerPayload = batch[0].broker_payload
+        epoch = self.ownership.epoch(tp)
+        if first.epoch != epoch:
+            # Read before the partition was last revoked: its owner since then reads them again
+            # from the last commit. Later items of the lane may be fresh reads (same batch).
+            fresh = [item for item in batch if item.broker_payload.epoch == epoch]
+            log.info(
+                "Not settling %d message(s) of %s/%d read before a rebalance: the partition's "
+                "owner since then reads them again from the last commit",
+                len(batch) - len(fresh),
+                first.topic,
+                first.partition,
+            )
+            batch = fresh
+            if not batch:
+                return None
+        if not self.ownership.owns(tp, epoch):
+            log.info(
+                "Not settling %d message(s) of %s/%d: the partition is not assigned here now",
+                len(batch),
+                first.topic,
+                first.partition,
+            )
+            return None
+        return epoch, batch
+
+    def _fold(self, tp: TopicPartition, epoch: int, batch: Sequence[AdvanceItem]) -> None:
+        """Settle a lane's items (dead letters already sent): commit target, positions, seek, metrics."""
+        items: list[tuple[int, Settlement]] = []
+        settled: list[tuple[int, int]] = []
+        counts = dict.fromkeys(Settlement, 0)
+        nobody = resolved = 0
+        for item in batch:
+            outcome = item.outcome
+            settlement = decide(outcome)
+            counts[settlement] += 1
+            resolved += outcome.acked + outcome.failed + outcome.rejected
+            if (
+                settlement is Settlement.REDELIVER
+                and outcome.acked == outcome.failed == outcome.rejected == 0
+            ):
+                # Nobody was subscribed: do not spin re-reading it until somebody is.
+                self.paused_until = time.monotonic() + ZERO_SUBSCRIBER_BACKOFF
+                nobody += 1
+            items.append((item.broker_payload.offset, settlement))
+            if settlement is not Settlement.REDELIVER:
+                settled.append((item.broker_payload.offset, item.broker_payload.seq))
         action = self.ledger.settle((tp.topic, tp.partition), items)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("Kafka advance %s/%d %s -> %s", tp.topic, tp.partition, describe_batch(batch), action)

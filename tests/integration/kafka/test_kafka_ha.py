@@ -34,16 +34,24 @@ def _round(round_no: int, count: int = 10) -> set[tuple[int, int, int]]:
     return {(p, round_no, i) for p in range(PARTITIONS) for i in range(count)}
 
 
-async def test_watchers_of_one_stream_on_two_triggerers_each_see_every_record(kafka):
+async def _two_watchers_of_one_topic(
+    kafka,
+) -> tuple[str, str, KafkaSharedStreamTrigger, KafkaSharedStreamTrigger]:
+    """A fresh topic of PARTITIONS partitions and two watchers of it that select differently."""
     topic = kafka.name("t")
     await kafka.create_topics(topic, partitions=PARTITIONS)
     group = kafka.name("g")
-    first = KafkaSharedStreamTrigger(
-        [topic], kafka_config_id=kafka.conn_id, group_id=group, match="value.r > `0`"
+    common = {"kafka_config_id": kafka.conn_id, "group_id": group}
+    return (
+        topic,
+        group,
+        KafkaSharedStreamTrigger([topic], **common, match="value.r > `0`"),
+        KafkaSharedStreamTrigger([topic], **common, match="value.r > `-1`"),
     )
-    second = KafkaSharedStreamTrigger(
-        [topic], kafka_config_id=kafka.conn_id, group_id=group, match="value.r > `-1`"
-    )
+
+
+async def test_watchers_of_one_stream_on_two_triggerers_each_see_every_record(kafka):
+    topic, group, first, second = await _two_watchers_of_one_topic(kafka)
     async with SharedStreamHarness() as triggerer_a, SharedStreamHarness() as triggerer_b:
         a = triggerer_a.add(first)
         b = triggerer_b.add(second)
@@ -62,15 +70,7 @@ async def test_watchers_of_one_stream_on_two_triggerers_each_see_every_record(ka
 
 
 async def test_a_watcher_moved_to_another_triggerer_resumes_from_its_own_position(kafka):
-    topic = kafka.name("t")
-    await kafka.create_topics(topic, partitions=PARTITIONS)
-    group = kafka.name("g")
-    mover = KafkaSharedStreamTrigger(
-        [topic], kafka_config_id=kafka.conn_id, group_id=group, match="value.r > `0`"
-    )
-    stayer = KafkaSharedStreamTrigger(
-        [topic], kafka_config_id=kafka.conn_id, group_id=group, match="value.r > `-1`"
-    )
+    topic, group, mover, stayer = await _two_watchers_of_one_topic(kafka)
     mover_group = watcher_group_id(group, mover.watcher_digest())
     async with SharedStreamHarness() as triggerer_b:
         s = triggerer_b.add(stayer)
@@ -109,15 +109,7 @@ async def test_a_brand_new_watcher_starts_at_the_streams_read_position_and_ancho
     reads), not at the topic's beginning, and that start is committed as its own position before
     its first record, so a move to another triggerer before then resumes there.
     """
-    topic = kafka.name("t")
-    await kafka.create_topics(topic, partitions=PARTITIONS)
-    group = kafka.name("g")
-    first = KafkaSharedStreamTrigger(
-        [topic], kafka_config_id=kafka.conn_id, group_id=group, match="value.r > `0`"
-    )
-    late = KafkaSharedStreamTrigger(
-        [topic], kafka_config_id=kafka.conn_id, group_id=group, match="value.r > `-1`"
-    )
+    topic, group, first, late = await _two_watchers_of_one_topic(kafka)
     late_group = watcher_group_id(group, late.watcher_digest())
     ends = {p: 10 for p in range(PARTITIONS)}
     async with SharedStreamHarness() as triggerer:

@@ -12,6 +12,7 @@ from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 from airflow_shared_stream.common.metrics import StreamMetrics
 from airflow_shared_stream.kafka import KafkaSharedStreamError, KafkaSharedStreamProducer
 from airflow_shared_stream.kafka.producer import KafkaBrokerPayload
+from tests.support.waiting import eventually
 
 TP = TopicPartition("t", 0)
 LANE = ("t", 0)
@@ -209,3 +210,41 @@ async def test_advance_reports_settlements_fan_out_and_latency():
     }
     assert metrics.gauges["in_flight"] == 0
     assert metrics.timings == ["advance_latency"]
+
+
+async def test_ack_only_advances_are_folded_at_the_committers_round_in_one_request():
+    """One message per advance at one watcher: folding each on its own cost more than the rest."""
+    consumer = RecordingConsumer()
+    producer = producer_with(consumer)
+    for offset in range(3):
+        producer.credits.take()
+        await producer.advance(batch((offset, ACK)))
+    assert producer.credits.in_flight == 0  # credits come back at once
+    assert producer.ledger.committed(LANE) is None  # not folded yet
+    producer.committer.start()  # its round folds them and sends one commit
+    await eventually(lambda: consumer.commits, bool, timeout=5, what="the committer's round")
+    await producer.committer.stop()
+    assert producer.ledger.committed(LANE) == 3
+    assert consumer.commits == [{TP: 3}]
+
+
+async def test_a_batch_that_is_not_all_acks_folds_the_earlier_acks_of_its_lane_first():
+    consumer = RecordingConsumer()
+    producer = producer_with(consumer)
+    await producer.advance(batch((0, ACK)))
+    await producer.advance(batch((1, ACK)))
+    await producer.advance(batch((2, FAIL), (3, ACK)))
+    assert consumer.seeks == [(TP, 2)]
+    await producer.committer.flush()
+    assert consumer.commits == [{TP: 2}]  # past the ACKs, held at the redelivered offset
+
+
+async def test_acks_of_a_partition_revoked_before_the_fold_are_left_to_its_next_owner():
+    consumer = RecordingConsumer()
+    producer = producer_with(consumer)
+    await producer.advance(batch((0, ACK)))
+    await producer.on_partitions_revoked([TP])  # folds and commits what is settled first
+    assert consumer.commits == [{TP: 1}]
+    await producer.advance(batch((1, ACK)))  # read under the old assignment
+    await producer.committer.flush()
+    assert consumer.commits == [{TP: 1}]
