@@ -24,8 +24,8 @@ read by someone else: 100 completes awaited together took 0.21 s, 200 awaited fi
 * the settlements of a batch are sent together and their outcomes awaited together (at most
   ``settle_batch_limit``), which pays the wait once per batch rather than once per message;
 * unordered ACKs are coalesced across advances by the template's ACK batcher, as on SQS and
-  Pub/Sub, and sent in the background, at most ``ACK_SENDS_IN_FLIGHT`` batches at once, so the
-  advance returns and the next receive overlaps them.
+  Pub/Sub, and sent in the background, one batch at a time (``ACK_SENDS_IN_FLIGHT``), so the
+  advance returns and the next receive overlaps it.
 
 Outcomes are still awaited: a complete the service refused (the lock was lost) is counted and
 logged, not assumed.
@@ -89,10 +89,13 @@ messages/s, 0.05 s 1,200 / 1,320, 0.02 s 1,880 / 1,310, 0.01 s 1,110 / 840, 0.00
 and resumes, so a short timeout costs CPU, never data). An idle stream pays one wake-up per
 round, 50 a second."""
 
-ACK_SENDS_IN_FLIGHT = 2
-"""ACK batches sent in the background at once: one written while another's outcomes arrive.
-More waiters on one connection read each other's outcomes and wait out the socket timeout more
-often (the benchmark gave about the same at 1 and 2, less at 4 and 8)."""
+ACK_SENDS_IN_FLIGHT = 1
+"""ACK batches sent in the background at once on a stream: one.
+
+Still in the background (the advance returns and the next receive goes out meanwhile), but a
+second batch of outcome waiters on the same connection reads the first one's outcomes and waits
+the socket timeout out more often: bench/watchers.py at 10 watchers gave 1,640-2,320 messages/s
+with 1 (five runs), 1,380-1,590 with 2 (five runs), 1,320 with 4."""
 
 DEAD_LETTER_DESCRIPTION_LIMIT = 4096
 """Service Bus limits a dead-letter description; longer ones are cut (with an ellipsis)."""
