@@ -103,9 +103,11 @@ ACK_SENDS_IN_FLIGHT = 4
 """Most ACK batches on the wire at once per stream (each at most ``settle_batch_limit``).
 
 An ACK batch is sent in the background, so the advance that filled it returns, its credits come
-back and the next receive goes out while the broker confirms it; on Service Bus, whose SDK waits
-about 0.2 s for each round of settlement outcomes behind a pending receive, that round trip set
-the stream's pace when batches went out one after another inside ``advance``. Bounded, because a
+back and the next receive goes out while the broker confirms it; on Service Bus, whose SDK
+awaited each round of settlement outcomes for up to 0.2 s behind a pending receive (see
+:mod:`airflow_shared_stream.servicebus.producer`), that round trip set the stream's pace when
+batches went out one after another inside ``advance``. A broker may lower it
+(``LeasedQueueProducer.ack_sends_in_flight``; Service Bus sends one at a time). Bounded, because a
 message whose ACK is queued or on the wire no longer holds a credit: when this many batches are
 in flight, the advance that fills the next one waits for one of them to finish, so at most
 ``ACK_SENDS_IN_FLIGHT * settle_batch_limit`` messages (plus one partial batch) wait for their ACK
