@@ -65,7 +65,7 @@ from aiokafka.errors import (  # noqa: E402
     TopicAuthorizationFailedError,
     UnsupportedSaslMechanismError,
 )
-from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome, SharedStreamProducer  # noqa: E402
+from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer  # noqa: E402
 
 from airflow_shared_stream.common import metrics as m  # noqa: E402
 from airflow_shared_stream.common.errors import SecretScrubber  # noqa: E402
@@ -178,11 +178,6 @@ def build_raw_message(record: Any, max_payload_bytes: int) -> RawMessage:
         binary="reject",
         body_field="value",
     )
-
-
-def _acked_by_all(outcome: AdvanceOutcome) -> bool:
-    """Settled ACK: some watcher fired, none failed or rejected (:func:`~.settlement.decide`)."""
-    return outcome.failed == 0 and outcome.rejected == 0 and outcome.acked > 0
 
 
 def _always(tp: TopicPartition, epoch: int) -> bool:
@@ -605,20 +600,23 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         """
         Settle one partition's resolved prefix (see the module docstring).
 
-        Dead letters are produced and acknowledged by the broker here, before the commit that
-        passes them is even queued. The commit itself is sent by the committer task.
+        A batch of ACKs only is kept for :meth:`fold_advanced_acks`. Otherwise the earlier ACKs
+        are folded first, dead letters are produced and acknowledged by the broker here, before
+        the commit that passes them is even queued, and the lane is folded. The commit itself
+        is sent by the committer task.
         """
-        try:
-            await self._advance(batch)
-        finally:
-            self.metrics.gauge(m.IN_FLIGHT, self.credits.in_flight)
-
-    async def _advance(self, batch: Sequence[AdvanceItem]) -> None:
         # Every advanced message returns its credit, whatever happens below.
-        self.credits.release(len(batch))
+        credits = self.credits
+        credits.release(len(batch))
+        self.metrics.gauge(m.IN_FLIGHT, credits.in_flight)
         if self.committer.error is not None:
             raise self.committer.error
-        if all(_acked_by_all(item.outcome) for item in batch):
+        for item in batch:
+            outcome = item.outcome
+            if outcome.failed or outcome.rejected or not outcome.acked:
+                break  # not all ACKs (see settlement.decide)
+        else:
+            # All ACKs, the common case: kept for the committer's next round.
             self._advanced_acks.append(batch)
             self.committer.wake()
             return
