@@ -255,6 +255,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         """
         self._consumer = consumer
         self._dlq = dead_letter_producer
+        self.watchers.before_leave = self.fold_advanced_acks
 
     def _assignment(self) -> set[TopicPartition]:
         consumer = self._consumer
@@ -777,6 +778,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         if self._claimed_group is not None:
             group_claims.release(self._claimed_group, self._identity)
             self._claimed_group = None
+        if self.watchers.before_leave == self.fold_advanced_acks:
+            self.watchers.before_leave = None
         await self.committer.stop()
         # Every watcher's last position reaches the broker before the client goes: the ones that
         # left (their final send runs in the background) and the ones still here.
