@@ -250,39 +250,46 @@ class SharedStreamTrigger(BaseEventTrigger):
         return {"match": self.match, "reject": self.reject, "max_in_flight": self.max_in_flight}
 
     async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
+        """
+        Match, reject or let go of each message of the stream, for this watcher.
+
+        One generator for the whole filter: every async-generator layer between the manager and
+        the triggerer's loop costs each event of each watcher a resume of its own, and this runs
+        once per message per watcher. What a watcher holds while it runs (its place in the
+        stream's shape check; a Kafka watcher's own position) comes from :meth:`_watching`.
+        """
+        with self._watching() as passed:
+            async for raw in shared_stream:
+                message: RawMessage = raw
+                if passed is not None and passed(message):
+                    continue
+                if message.unprocessable is not None:
+                    log.error("Rejecting unprocessable message %s: %s", message.label, message.unprocessable)
+                    reject_shared_stream_event()
+                    continue
+                verdict, reason = self._matcher.evaluate(message.envelope)
+                if verdict is Verdict.MATCH:
+                    yield TriggerEvent(message.envelope)
+                elif verdict is Verdict.REJECT:
+                    log.warning("Rejecting message %s: %s", message.label, reason)
+                    message.rejections.append(f"{self._watcher_name()}: {reason}")
+                    reject_shared_stream_event()
+
+    @contextmanager
+    def _watching(self) -> Iterator[Callable[[RawMessage], bool] | None]:
+        """
+        Held while this watcher's filter runs; yields what says a message was already passed.
+
+        Registers the watcher's shape with its stream (a disagreeing watcher fails here, at its
+        first message). A broker whose watchers keep positions of their own (Kafka) extends it
+        and yields the test that lets go, unevaluated, of what the watcher already handled.
+        """
         if not self.identity_fields:
             # A trigger that builds its key by hand has no declared shape to check.
-            async for event in self._filter(shared_stream):
-                yield event
+            yield None
             return
         with stream_shapes.watching(self.shared_stream_key(), self.normalized_shape(), type(self)):
-            async for event in self._filter(shared_stream):
-                yield event
-
-    async def _filter(
-        self,
-        shared_stream: AsyncIterator[Any],
-        passed: Callable[[RawMessage], bool] | None = None,
-    ) -> AsyncIterator[TriggerEvent]:
-        """
-        Match, reject or let go of each message; ``passed`` says which ones this watcher already
-        handled before (a Kafka watcher's own durable position): those are let go unevaluated.
-        """
-        async for raw in shared_stream:
-            message: RawMessage = raw
-            if passed is not None and passed(message):
-                continue
-            if message.unprocessable is not None:
-                log.error("Rejecting unprocessable message %s: %s", message.label, message.unprocessable)
-                reject_shared_stream_event()
-                continue
-            verdict, reason = self._matcher.evaluate(message.envelope)
-            if verdict is Verdict.MATCH:
-                yield TriggerEvent(message.envelope)
-            elif verdict is Verdict.REJECT:
-                log.warning("Rejecting message %s: %s", message.label, reason)
-                message.rejections.append(f"{self._watcher_name()}: {reason}")
-                reject_shared_stream_event()
+            yield None
 
     def _watcher_name(self) -> str:
         trigger_id = getattr(self, "trigger_id", None)

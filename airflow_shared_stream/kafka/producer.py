@@ -65,7 +65,7 @@ from aiokafka.errors import (  # noqa: E402
     TopicAuthorizationFailedError,
     UnsupportedSaslMechanismError,
 )
-from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome, SharedStreamProducer  # noqa: E402
+from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer  # noqa: E402
 
 from airflow_shared_stream.common import metrics as m  # noqa: E402
 from airflow_shared_stream.common.errors import SecretScrubber  # noqa: E402
@@ -180,11 +180,6 @@ def build_raw_message(record: Any, max_payload_bytes: int) -> RawMessage:
     )
 
 
-def _acked_by_all(outcome: AdvanceOutcome) -> bool:
-    """Settled ACK: some watcher fired, none failed or rejected (:func:`~.settlement.decide`)."""
-    return outcome.failed == 0 and outcome.rejected == 0 and outcome.acked > 0
-
-
 def _always(tp: TopicPartition, epoch: int) -> bool:
     """Manually assigned partitions are never revoked: a watcher's position is always ours to send."""
     return True
@@ -260,6 +255,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         """
         self._consumer = consumer
         self._dlq = dead_letter_producer
+        self.watchers.before_leave = self.fold_advanced_acks
 
     def _assignment(self) -> set[TopicPartition]:
         consumer = self._consumer
@@ -605,20 +601,23 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         """
         Settle one partition's resolved prefix (see the module docstring).
 
-        Dead letters are produced and acknowledged by the broker here, before the commit that
-        passes them is even queued. The commit itself is sent by the committer task.
+        A batch of ACKs only is kept for :meth:`fold_advanced_acks`. Otherwise the earlier ACKs
+        are folded first, dead letters are produced and acknowledged by the broker here, before
+        the commit that passes them is even queued, and the lane is folded. The commit itself
+        is sent by the committer task.
         """
-        try:
-            await self._advance(batch)
-        finally:
-            self.metrics.gauge(m.IN_FLIGHT, self.credits.in_flight)
-
-    async def _advance(self, batch: Sequence[AdvanceItem]) -> None:
         # Every advanced message returns its credit, whatever happens below.
-        self.credits.release(len(batch))
+        credits = self.credits
+        credits.release(len(batch))
+        self.metrics.gauge(m.IN_FLIGHT, credits.in_flight)
         if self.committer.error is not None:
             raise self.committer.error
-        if all(_acked_by_all(item.outcome) for item in batch):
+        for item in batch:
+            outcome = item.outcome
+            if outcome.failed or outcome.rejected or not outcome.acked:
+                break  # not all ACKs (see settlement.decide)
+        else:
+            # All ACKs, the common case: kept for the committer's next round.
             self._advanced_acks.append(batch)
             self.committer.wake()
             return
@@ -779,6 +778,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         if self._claimed_group is not None:
             group_claims.release(self._claimed_group, self._identity)
             self._claimed_group = None
+        if self.watchers.before_leave == self.fold_advanced_acks:
+            self.watchers.before_leave = None
         await self.committer.stop()
         # Every watcher's last position reaches the broker before the client goes: the ones that
         # left (their final send runs in the background) and the ones still here.

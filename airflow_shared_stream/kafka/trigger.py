@@ -16,10 +16,9 @@ payload, so it lands in ``AssetEvent.extra["payload"]``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar
-
-from airflow.triggers.base import TriggerEvent
 
 from airflow_shared_stream.common.matching import RawMessage
 from airflow_shared_stream.common.trigger import (
@@ -126,24 +125,21 @@ class KafkaSharedStreamTrigger(SharedStreamTrigger):
         stream = stream_ref(self.topics, self.kafka_config_id, self.group_id)
         return watcher_digest(stream, self.match, self.reject)
 
-    async def _filter(
-        self,
-        shared_stream: AsyncIterator[Any],
-        passed: Callable[[RawMessage], bool] | None = None,
-    ) -> AsyncIterator[TriggerEvent]:
+    @contextmanager
+    def _watching(self) -> Iterator[Callable[[RawMessage], bool] | None]:
         """
-        The common filter, skipping what this watcher already passed, in this triggerer or another.
+        The common hold, plus this watcher's own position: records it passed are let go unevaluated.
 
         The watcher joins its stream's registry here, the one place of ours that runs for every
         watcher inside the triggerer; the producer admits it (loads its position) from its loop.
         """
-        watchers = watchers_of(stream_ref(self.topics, self.kafka_config_id, self.group_id))
-        cursor = watchers.join(self.watcher_digest(), self._watcher_name())
-        try:
-            async for event in super()._filter(shared_stream, cursor.passed):
-                yield event
-        finally:
-            watchers.leave(cursor)
+        with super()._watching():
+            watchers = watchers_of(stream_ref(self.topics, self.kafka_config_id, self.group_id))
+            cursor = watchers.join(self.watcher_digest(), self._watcher_name())
+            try:
+                yield cursor.passed
+            finally:
+                watchers.leave(cursor)
 
 
 def _former_positional(args: tuple[Any, ...]) -> dict[str, Any]:

@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_shared_stream.common.matching import RawMessage
@@ -111,6 +111,9 @@ class StreamWatchers:
         self.pending: list[WatcherCursor] = []
         """Joined, not yet admitted by the producer."""
         self._closing: set[asyncio.Task[None]] = set()
+        self.before_leave: Callable[[], None] | None = None
+        """The producer's fold of the ACKs it keeps for its committer's round: called before a
+        watcher's last position is sent, so that position covers everything it persisted."""
 
     def join(self, digest: str, label: str) -> WatcherCursor:
         cursor = self.cursors.get(digest)
@@ -125,6 +128,8 @@ class StreamWatchers:
         cursor.refs -= 1
         if cursor.refs > 0:
             return
+        if cursor.committer is not None and self.before_leave is not None:
+            self.before_leave()
         self.cursors.pop(cursor.digest, None)
         with contextlib.suppress(ValueError):
             self.pending.remove(cursor)

@@ -11,6 +11,7 @@ from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 
 from airflow_shared_stream.common.metrics import StreamMetrics
 from airflow_shared_stream.kafka import KafkaSharedStreamError, KafkaSharedStreamProducer
+from airflow_shared_stream.kafka.committer import OffsetCommitter
 from airflow_shared_stream.kafka.producer import KafkaBrokerPayload
 from tests.support.waiting import eventually
 
@@ -248,3 +249,23 @@ async def test_acks_of_a_partition_revoked_before_the_fold_are_left_to_its_next_
     await producer.advance(batch((1, ACK)))  # read under the old assignment
     await producer.committer.flush()
     assert consumer.commits == [{TP: 1}]
+
+
+async def test_a_leaving_watchers_last_position_covers_the_acks_kept_for_the_round():
+    producer = producer_with(RecordingConsumer())
+    sent: list[dict[TopicPartition, int]] = []
+
+    async def commit(offsets: dict[TopicPartition, int]) -> None:
+        sent.append(dict(offsets))
+
+    cursor = producer.watchers.join("digest", "trigger 1")
+    producer.watchers.take_pending()
+    cursor.since_seq, cursor.next[TP] = 0, 0
+    cursor.committer = OffsetCommitter(
+        commit=commit, owns=lambda tp, epoch: True, describe_error=producer._error
+    )
+    cursor.committer.start()
+    await producer.advance([AdvanceItem(KafkaBrokerPayload("t", 0, 0, 0, 0), ACK)])
+    producer.watchers.leave(cursor)  # before the stream committer's round folded the ACK
+    await producer.watchers.closed()
+    assert sent == [{TP: 1}]
