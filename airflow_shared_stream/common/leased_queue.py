@@ -42,9 +42,12 @@ in two or three pieces; acking each piece on its own cost SQS 2.4 DeleteMessageB
 ten messages (bench/results/sqs_lanes.md). The batcher sends the ACKs once
 ``settle_batch_limit`` are waiting, once no other message is in flight (nothing more could
 join the batch), or ``ack_linger_seconds`` after the first one waited, whichever comes first,
-the way the Kafka committer coalesces commits. An ACK is only ever queued by ``advance``, so
-nothing is acked before the manager advanced it; the lease of a queued message is kept until
-its ACK is on the wire; ``aclose`` sends what is queued. Ordered lanes are
+the way the Kafka committer coalesces commits. A batch is sent in the background (a few at
+once, ``ACK_SENDS_IN_FLIGHT``), so ``advance`` returns and the credits come back without
+waiting for the broker's round trip. An ACK is only ever queued by ``advance``, so nothing is
+acked before the manager advanced it; the lease of a queued message is kept until its ACK is on
+the wire; a failed send is raised from the next advance; ``aclose`` sends what is queued and
+waits for what is on the wire. Ordered lanes are
 acked at once: the broker holds the rest of a FIFO group back until its in-flight messages are
 deleted, so lingering would stall the lane.
 """
@@ -53,15 +56,14 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
 from collections.abc import (
     AsyncIterator,
-    Awaitable,
     Callable,
     Collection,
+    Coroutine,
     Hashable,
     Iterable,
     Iterator,
@@ -94,7 +96,22 @@ queued messages, so it is safe with any lease; a triggerer that dies meanwhile o
 redelivery, which at-least-once allows."""
 
 ACK_FLUSH_TIMEOUT_SECONDS = 10.0
-"""How long ``aclose`` waits to send the ACKs still queued (then the broker redelivers them)."""
+"""How long ``aclose`` waits for the ACKs still queued or on the wire (then the broker redelivers
+them)."""
+
+ACK_SENDS_IN_FLIGHT = 4
+"""Most ACK batches on the wire at once per stream (each at most ``settle_batch_limit``).
+
+An ACK batch is sent in the background, so the advance that filled it returns, its credits come
+back and the next receive goes out while the broker confirms it; on Service Bus, whose SDK
+awaited each round of settlement outcomes for up to 0.2 s behind a pending receive (see
+:mod:`airflow_shared_stream.servicebus.producer`), that round trip set the stream's pace when
+batches went out one after another inside ``advance``. A broker may lower it
+(``LeasedQueueProducer.ack_sends_in_flight``; Service Bus sends one at a time). Bounded, because a
+message whose ACK is queued or on the wire no longer holds a credit: when this many batches are
+in flight, the advance that fills the next one waits for one of them to finish, so at most
+``ACK_SENDS_IN_FLIGHT * settle_batch_limit`` messages (plus one partial batch) wait for their ACK
+beyond the credit window, and the manager is slowed down rather than memory growing."""
 
 NO_SUBSCRIBER_BACKOFF_MIN = 0.25
 NO_SUBSCRIBER_BACKOFF_MAX = 5.0
@@ -210,80 +227,126 @@ class NoSubscriberBackoff:
 
 class AckBatcher(Generic[Handle]):
     """
-    Coalesce ACKs from many advances into full broker batches.
+    Coalesce ACKs from many advances into full broker batches, sent in the background.
 
-    ``send`` settles one batch (at most ``batch_limit`` deliveries) and is called with full
-    batches as soon as they fill, and with whatever is queued ``linger`` seconds after the
-    first delivery of a round was queued. A failed background send is kept in :attr:`error`
-    (the producer raises it from its next advance, so the stream fails as it would have had
-    the ACK been sent inline) and its messages come back when their leases run out.
+    ``send`` settles one batch (at most ``batch_limit`` deliveries). A batch is started as soon
+    as it fills (in :meth:`add`), and whatever is queued is started ``linger`` seconds after the
+    first delivery of a round was queued, or at once by :meth:`flush`. Each send runs as a task
+    of its own, at most ``max_sending`` at once: :meth:`add` and :meth:`flush` wait for a free
+    slot, never for the send they start, so an advance does not wait for the broker's round trip
+    unless ``max_sending`` batches are already on the wire.
+
+    At-least-once is kept by the caller's ``send`` and by the order of events: a delivery is
+    only ever queued by an advance (the manager advanced it), ``send`` keeps its lease until the
+    ACK is on the wire, and :meth:`drain` (``aclose``) starts what is queued and waits for every
+    send. A failed send is kept in :attr:`error` (the first one): the producer raises it from its
+    next advance or receive, so the stream fails as it would have had the ACK been sent inline,
+    and the messages of that batch come back when their leases run out.
     """
 
     def __init__(
         self,
-        send: Callable[[list[Delivery[Handle]]], Awaitable[None]],
+        send: Callable[[list[Delivery[Handle]]], Coroutine[Any, Any, None]],
         *,
         batch_limit: int | None,
         linger: float,
+        max_sending: int = ACK_SENDS_IN_FLIGHT,
     ) -> None:
+        if max_sending < 1:
+            raise ValueError(f"max_sending must be at least 1, got {max_sending}")
         self._send = send
         self.batch_limit = batch_limit
         self.linger = linger
+        self.max_sending = max_sending
         self._queued: list[Delivery[Handle]] = []
+        # send task -> the batch it carries, until the task is done
+        self._sending: dict[asyncio.Task[None], list[Delivery[Handle]]] = {}
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.error: BaseException | None = None
 
     def __len__(self) -> int:
-        return len(self._queued)
+        """Deliveries whose ACK is not settled yet: queued, or on the wire."""
+        return len(self._queued) + sum(len(batch) for batch in self._sending.values())
 
     @property
     def queued(self) -> list[Delivery[Handle]]:
-        """Deliveries waiting for their ACK (a copy)."""
-        return list(self._queued)
+        """Deliveries whose ACK is queued or on the wire (a copy)."""
+        return [*itertools.chain.from_iterable(self._sending.values()), *self._queued]
+
+    @property
+    def sending(self) -> int:
+        """ACK batches on the wire now."""
+        return len(self._sending)
 
     async def add(self, deliveries: Sequence[Delivery[Handle]]) -> None:
-        """Queue ``deliveries`` for ACK; send every batch that is full now."""
+        """Queue ``deliveries`` for ACK; start sending every batch that is full now."""
         if not deliveries:
             return
         self._queued.extend(deliveries)
         limit = self.batch_limit
         while limit and len(self._queued) >= limit:
-            batch, self._queued = self._queued[:limit], self._queued[limit:]
-            await self._send(batch)
+            await self._start(limit)
         if self._queued:
             self._wakeup.set()
 
     async def flush(self) -> None:
-        """Send everything queued now, in batches of at most ``batch_limit``."""
+        """Start sending everything queued now, in batches of at most ``batch_limit``."""
         while self._queued:
-            size = self.batch_limit or len(self._queued)
-            batch, self._queued = self._queued[:size], self._queued[size:]
-            await self._send(batch)
+            await self._start(self.batch_limit or len(self._queued))
+
+    async def drain(self) -> None:
+        """Send everything queued and wait for every send; raise the first failure not raised yet."""
+        await self.flush()
+        while self._sending:
+            await asyncio.wait(list(self._sending))
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
+
+    async def _start(self, size: int) -> None:
+        while len(self._sending) >= self.max_sending:
+            await asyncio.wait(list(self._sending), return_when=asyncio.FIRST_COMPLETED)
+        if not self._queued:  # another caller started them while this one waited for a slot
+            return
+        batch, self._queued = self._queued[:size], self._queued[size:]
+        task = asyncio.create_task(self._send(batch), name="shared-stream-ack-send")
+        self._sending[task] = batch
+        task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        batch = self._sending.pop(task, [])
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.warning(
+                "Sending %d ACK(s) failed (%s: %s); the broker redelivers them",
+                len(batch),
+                type(exc).__name__,
+                exc,
+            )
+            if self.error is None:
+                self.error = exc
 
     async def _run(self) -> None:
         while True:
             await self._wakeup.wait()
             await asyncio.sleep(self.linger)
             self._wakeup.clear()
-            try:
-                await self.flush()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("Sending queued ACKs failed (%s: %s)", type(exc).__name__, exc)
-                self.error = exc
+            await self.flush()
 
     def start(self) -> None:
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="shared-stream-ack-batcher")
 
     async def stop(self) -> None:
+        """Stop lingering and cancel the sends still on the wire (after :meth:`drain`, none are)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        tasks = [*([task] if task is not None else []), *self._sending]
+        for each in tasks:
+            each.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
@@ -302,6 +365,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
       call; a message larger than the byte bound is passed alone.
     * ``lag_interval_seconds``: how often :meth:`broker_lag` is sampled (if implemented).
     * ``ack_linger_seconds``: longest an unordered ACK waits for a full batch (0: ack inline).
+    * ``ack_sends_in_flight``: most ACK batches sent in the background at once.
     """
 
     broker: ClassVar[str] = "leased_queue"
@@ -311,6 +375,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     dead_letter_batch_bytes: ClassVar[int | None] = None
     lag_interval_seconds: ClassVar[float] = 30.0
     ack_linger_seconds: ClassVar[float] = ACK_LINGER_SECONDS
+    ack_sends_in_flight: ClassVar[int] = ACK_SENDS_IN_FLIGHT
 
     def __init__(self, *, max_in_flight: int, stream_label: str) -> None:
         self._window = CreditWindow(max_in_flight)
@@ -326,7 +391,10 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         self._held_back: set[int] = set()
         self._lag_task: asyncio.Task[None] | None = None
         self._acks: AckBatcher[Handle] = AckBatcher(
-            self._send_acks, batch_limit=self.settle_batch_limit, linger=self.ack_linger_seconds
+            self._send_acks,
+            batch_limit=self.settle_batch_limit,
+            linger=self.ack_linger_seconds,
+            max_sending=self.ack_sends_in_flight,
         )
 
     # -- what a broker supplies ---------------------------------------------------------------
@@ -625,14 +693,14 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         if self._leases is not None and len(self._acks):
             # Advanced by the manager, so done: send them rather than let them come back.
             try:
-                await asyncio.wait_for(self._acks.flush(), ACK_FLUSH_TIMEOUT_SECONDS)
+                await asyncio.wait_for(self._acks.drain(), ACK_FLUSH_TIMEOUT_SECONDS)
             except Exception as exc:
                 log.warning(
                     "Sending %d queued ACK(s) on close failed (%s); the broker will redeliver them",
                     len(self._acks),
                     type(exc).__name__,
                 )
-        await self._acks.stop()  # after the flush: a round sleeping on its linger has nothing left
+        await self._acks.stop()  # after the drain: nothing is left to send, unless it timed out
         if self._leases is not None:
             still_acking = {d.lease for d in self._acks.queued}
             unsettled = [d for d in self.held_deliveries() if d.lease not in still_acking]

@@ -9,19 +9,31 @@ DEAD-LETTER  ``dead_letter_message`` with ``reason`` (``rejected`` or ``unproces
 ===========  ===============================================================================
 
 Every settlement goes through the receiver that received the message (a peek-lock token is only
-valid there). Service Bus settles one message per call, and the SDK waits for each outcome by
-polling the connection that the receive loop's pending ``receive_messages`` is reading: one
-after another, settlements cost about 0.2 s each behind it (5 messages a second, measured against
-the test server in its own process). So the settlements of a batch are sent together and their
-outcomes awaited together (at most ``settle_batch_limit`` at once), and unordered ACKs are
-coalesced across advances by the template's ACK batcher, as on SQS and Pub/Sub.
+valid there). Service Bus settles one message per call, and the SDK (7.15) waits for each
+outcome (``rcv-settle-mode second``). What a settlement costs is set by one lock in the SDK's
+transport: reading a frame and writing one take the same socket lock, and a read holds it for
+up to the receiver's socket timeout (0.2 s by default) when nothing arrives. A receive pending on
+an idle link reads in such rounds, so each settlement waits for one to end before its frame can
+even be written: 0.2 s each, one after another, measured against the test server. Outcome
+waiters, too, read one frame per turn and then sit the timeout out once the outcomes have been
+read by someone else: 100 completes awaited together took 0.21 s, 200 awaited five at a time
+12.9 s. So:
 
-While a message waits for its trigger events to be persisted, its lock is renewed
-(``renew_message_lock``, one call after another: the SDK fails concurrent management requests)
-by the template's lease keeper, for at most the triggerer's ack timeout. A lock that is lost
-anyway (the renewal came too late, the link dropped) is not an error of the stream: Service Bus
-redelivers the message, so the settlement is logged and counted (``lease_losses``) and the
-stream goes on.
+* the receivers use a socket timeout of ``RECEIVER_SOCKET_TIMEOUT_SECONDS`` (20 ms), which
+  bounds every such wait;
+* the settlements of a batch are sent together and their outcomes awaited together (at most
+  ``settle_batch_limit``), which pays the wait once per batch rather than once per message;
+* unordered ACKs are coalesced across advances by the template's ACK batcher, as on SQS and
+  Pub/Sub, and sent in the background, one batch at a time (``ACK_SENDS_IN_FLIGHT``), so the
+  advance returns and the next receive overlaps it.
+
+Outcomes are still awaited: a complete the service refused (the lock was lost) is counted and
+logged, not assumed.
+
+While a message waits for its trigger events to be persisted, its lock is renewed by the
+template's lease keeper, for at most the triggerer's ack timeout. A lock that is lost anyway (the
+renewal came too late, the link dropped) is not an error of the stream: Service Bus redelivers
+the message, so the settlement is logged and counted (``lease_losses``) and the stream goes on.
 
 Sessions: on a session-enabled entity (``session_enabled=True``) the producer holds up to
 ``max_concurrent_sessions`` session receivers, accepting the next available session whenever it
@@ -62,8 +74,28 @@ log = logging.getLogger(__name__)
 DEFAULT_LOCK_DURATION_SECONDS = 60.0
 """Service Bus's default lock duration: renewals run every third of it."""
 
-SETTLE_CONCURRENCY = 100
-"""Settlements (complete, abandon, dead-letter, lock renewal) in flight at once on one stream."""
+SETTLE_BATCH_LIMIT = 100
+"""Most messages per ACK, abandon, dead-letter or lock-renewal batch (the ACK batcher's batch)."""
+
+RECEIVER_SOCKET_TIMEOUT_SECONDS = 0.02
+"""Socket timeout of the receivers (the SDK's ``socket_timeout``; its default is 0.2 s).
+
+The SDK reads in rounds of this length while a receive waits on an idle link, holding the socket
+lock that every settlement and management request needs to write its frame (see the module
+docstring): it is the longest a settlement waits behind a pending receive. Measured on the
+benchmark (bench/watchers.py, test server on loopback), 1 / 10 watchers: 0.2 s gave 880 / 620
+messages/s, 0.05 s 1,200 / 1,320, 0.02 s 1,880 / 1,310, 0.01 s 1,110 / 840, 0.005 s 160 /
+1,350 (shorter rounds cut frames being read in half more often; the SDK keeps the partial frame
+and resumes, so a short timeout costs CPU, never data). An idle stream pays one wake-up per
+round, 50 a second."""
+
+ACK_SENDS_IN_FLIGHT = 1
+"""ACK batches sent in the background at once on a stream: one.
+
+Still in the background (the advance returns and the next receive goes out meanwhile), but a
+second batch of outcome waiters on the same connection reads the first one's outcomes and waits
+the socket timeout out more often: bench/watchers.py at 10 watchers gave 1,640-2,320 messages/s
+with 1 (five runs), 1,380-1,590 with 2 (five runs), 1,320 with 4."""
 
 DEAD_LETTER_DESCRIPTION_LIMIT = 4096
 """Service Bus limits a dead-letter description; longer ones are cut (with an ellipsis)."""
@@ -199,8 +231,9 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
     """
 
     broker = "servicebus"
-    settle_batch_limit = SETTLE_CONCURRENCY
-    dead_letter_batch_limit = SETTLE_CONCURRENCY
+    settle_batch_limit = SETTLE_BATCH_LIMIT
+    dead_letter_batch_limit = SETTLE_BATCH_LIMIT
+    ack_sends_in_flight = ACK_SENDS_IN_FLIGHT
 
     def __init__(
         self,
@@ -301,7 +334,12 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
     def _new_receiver(self, **kwargs: Any) -> Any:
         from azure.servicebus import ServiceBusReceiveMode
 
-        common = {"receive_mode": ServiceBusReceiveMode.PEEK_LOCK, "prefetch_count": 0, **kwargs}
+        common = {
+            "receive_mode": ServiceBusReceiveMode.PEEK_LOCK,
+            "prefetch_count": 0,
+            "socket_timeout": RECEIVER_SOCKET_TIMEOUT_SECONDS,
+            **kwargs,
+        }
         if self._entity.queue_name is not None:
             return self._client.get_queue_receiver(self._entity.queue_name, **common)
         return self._client.get_subscription_receiver(
@@ -474,25 +512,72 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         self, deliveries: Sequence[Delivery[Any]], seconds: float
     ) -> Collection[Delivery[Any]]:
         """
-        Renew the locks, one call after another.
+        Renew the locks: one ``renew-lock`` request per receiver for all its messages.
 
-        Not together, as settlements are: the SDK fails management requests that race on one
-        receiver ("Management Operation error occurred", then the handler shuts down). Behind a
-        pending receive each renewal costs about 0.2 s (see the module docstring), so a round over
-        N held messages takes about N / 5 s: see docs/benchmarks.rst.
+        The ``$management`` ``com.microsoft:renew-lock`` operation takes a list of lock tokens;
+        the SDK's public ``renew_message_lock`` sends one token per request, and each request
+        behind a pending receive waits for the receiver's socket timeout (module docstring), so
+        a round over N held messages cost N such waits. Requests go one after another, never
+        together: the SDK fails management requests that race on one receiver ("Management
+        Operation error occurred", then the handler shuts down). Sessions renew their session's
+        lock once per round (a session message's lock is its session's).
         """
         lost: list[Delivery[Any]] = []
-        renewed_sessions: set[int] = set()
+        by_receiver: dict[int, list[Delivery[Any]]] = {}
         for delivery in deliveries:
+            by_receiver.setdefault(id(delivery.handle.receiver), []).append(delivery)
+        for group in by_receiver.values():
+            receiver = group[0].handle.receiver
+            if self._session_enabled:
+                try:
+                    await receiver.session.renew_lock()
+                except Exception as exc:
+                    if not _is_lock_lost(exc):
+                        raise self._explain("renew a lock on", exc) from None
+                    self._count_lost(f"session lock renewal of {group[0].message.label}", exc, metric=False)
+                    lost.extend(group)
+            elif not await self._renew_together(receiver, group):
+                lost.extend(await self._renew_one_by_one(group))
+        return lost
+
+    async def _renew_together(self, receiver: Any, group: Sequence[Delivery[Any]]) -> bool:
+        """
+        Renew every lock of ``group`` in one request; ``False`` if it must be done one by one.
+
+        Uses the SDK's ``_renew_locks`` (the request ``renew_message_lock`` sends, with all the
+        tokens) and records each new expiry on its message as ``renew_message_lock`` does: the
+        SDK refuses to settle a message whose recorded lock has run out. Falls back (``False``)
+        when the SDK lacks it, or when a lock in the request is lost: the service then renews
+        none of them, and renewing one by one tells which one is gone.
+        """
+        renew_locks = getattr(receiver, "_renew_locks", None)
+        if renew_locks is None or len(group) == 1:
+            return False
+        try:
+            from azure.servicebus._common.constants import MGMT_RESPONSE_MESSAGE_EXPIRATION
+            from azure.servicebus._common.utils import utc_from_timestamp
+        except ImportError:
+            return False
+        try:
+            answer = await renew_locks(*(d.handle.message.lock_token for d in group))
+        except Exception as exc:
+            if _is_lock_lost(exc):
+                log.debug("A lock of %d renewed together was lost; renewing one by one", len(group))
+                return False
+            raise self._explain("renew the locks on", exc) from None
+        expirations = list(answer.get(MGMT_RESPONSE_MESSAGE_EXPIRATION) or ())
+        if len(expirations) != len(group):
+            return False
+        for delivery, expiry_ms in zip(group, expirations, strict=True):
+            delivery.handle.message._expiry = utc_from_timestamp(expiry_ms / 1000.0)
+        return True
+
+    async def _renew_one_by_one(self, group: Sequence[Delivery[Any]]) -> list[Delivery[Any]]:
+        lost: list[Delivery[Any]] = []
+        for delivery in group:
             received: _Received = delivery.handle
             try:
-                if self._session_enabled:
-                    # A session message's lock is its session's lock: renew each session once.
-                    if id(received.receiver) not in renewed_sessions:
-                        renewed_sessions.add(id(received.receiver))
-                        await received.receiver.session.renew_lock()
-                else:
-                    await received.receiver.renew_message_lock(received.message)
+                await received.receiver.renew_message_lock(received.message)
             except Exception as exc:
                 if _is_lock_lost(exc):
                     # Returned as lost: the lease keeper counts it (lease_losses) and stops renewing.

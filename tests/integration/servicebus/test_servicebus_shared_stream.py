@@ -131,10 +131,12 @@ async def test_lock_is_renewed_while_the_event_awaits_persistence(servicebus, se
 
 
 async def test_lost_lock_is_a_redelivery_not_a_crash(servicebus, servicebus_connection):
-    queue = servicebus.create_queue(lock_duration=1)
+    queue = servicebus.create_queue(lock_duration=3)
     [sent] = servicebus.send(queue, [{"n": 1}])
     # The producer believes locks last 300 s, so it does not renew within this test: the
-    # server's 1 s lock runs out before the message is settled.
+    # server's 3 s lock runs out before the message is settled. (The redelivered message's new
+    # lock must outlast the wait for the first ACK's refusal, which is answered in the
+    # background: with 1 s it sometimes expired in the receiver's buffer before its ACK.)
     producer = ServiceBusSharedStreamProducer(
         queue_name=queue,
         azure_service_bus_conn_id=servicebus_connection,
@@ -146,13 +148,14 @@ async def test_lost_lock_is_a_redelivery_not_a_crash(servicebus, servicebus_conn
     try:
         raw, handle = await anext(stream)
         assert raw.envelope["message_id"] == sent
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(3.5)
         await producer.advance([AdvanceItem(handle, AdvanceOutcome(acked=1, failed=0, rejected=0))])
-        assert producer.lost_locks == 1
+        # The ACK goes out in the background: its refusal is counted once it is answered.
+        await eventually(lambda: producer.lost_locks, lambda n: n == 1, timeout=10, what="lock lost")
         raw, handle = await asyncio.wait_for(anext(stream), timeout=10)
         assert (raw.envelope["message_id"], raw.envelope["delivery_count"]) == (sent, 1)
         await producer.advance([AdvanceItem(handle, AdvanceOutcome(acked=1, failed=0, rejected=0))])
-        assert servicebus.messages(queue) == []
+        await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=10, what="completed")
     finally:
         await stream.aclose()
         await producer.aclose()

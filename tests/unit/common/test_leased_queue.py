@@ -77,6 +77,14 @@ class RecordedBroker(LeasedQueueProducer[str]):
         self.calls.append(("disconnect", []))
 
 
+async def acks_sent(producer: RecordedBroker, timeout: float = 5.0) -> None:
+    """Wait until no ACK is queued or on the wire (they are sent in the background)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while len(producer._acks):
+        assert asyncio.get_running_loop().time() < deadline, "the queued ACKs were not sent"
+        await asyncio.sleep(0.01)
+
+
 async def take(producer: RecordedBroker, count: int) -> list[Any]:
     stream = producer.open_stream()
     payloads = [(await anext(stream))[1] for _ in range(count)]
@@ -116,8 +124,9 @@ async def test_unordered_messages_share_the_lane_of_their_receive_call_and_are_n
     m1, m2 = await take(producer, 2)
     assert producer.get_advance_lane(m1) == producer.get_advance_lane(m2)
     await producer.advance(items([m1, m2], FAILED, ACKED))
-    # Unordered: the ACK is coalesced (sent here because nothing else is in flight), so it may
-    # follow the redelivery; what matters is that m2 is not held back behind m1.
+    await acks_sent(producer)
+    # Unordered: the ACK is coalesced (sent now, in the background, because nothing else is in
+    # flight), so it may follow the redelivery; what matters is that m2 is not held back behind m1.
     assert sorted(producer.calls) == [("ack", ["m2"]), ("redeliver", ["m1"])]
 
 
@@ -126,6 +135,7 @@ async def test_settlement_is_chunked_and_dead_letters_carry_their_reason():
     payloads = await take(producer, 5)
     payloads[4].delivery.message.rejections.append("trigger 7: reject expression 'body.bad' matched")
     await producer.advance(items(payloads, ACKED, ACKED, ACKED, ACKED, REJECTED))
+    await acks_sent(producer)
     assert producer.calls == [
         ("dead_letter", ["m4:rejected"]),
         ("ack", ["m0", "m1"]),
