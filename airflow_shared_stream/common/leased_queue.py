@@ -390,6 +390,8 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         self._lane_in_flight: dict[Hashable, set[int]] = {}
         self._held_back: set[int] = set()
         self._lag_task: asyncio.Task[None] | None = None
+        self._receiving: asyncio.Task[Sequence[Delivery[Handle]]] | None = None
+        """The receive read ahead while the previous batch is being yielded."""
         self._acks: AckBatcher[Handle] = AckBatcher(
             self._send_acks,
             batch_limit=self.settle_batch_limit,
@@ -456,22 +458,60 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         self._leases.start()
         self._acks.start()
         self._lag_task = asyncio.create_task(self._sample_lag(), name=f"shared-stream-lag[{self.broker}]")
-        while True:
-            self._raise_ack_error()
-            await self._backoff.wait()
-            if self._window.available == 0:
-                self.metrics.incr(m.CREDIT_WAITS)
-            credits = await self._window.wait_for_credit()
-            want = min(credits, self.receive_limit) if self.receive_limit else credits
-            deliveries = await self.receive(want)
-            if len(deliveries) > want:
-                raise RuntimeError(
-                    f"{type(self).__name__}.receive returned {len(deliveries)} messages for {want} credits"
-                )
-            receive_lane = ("receive", next(self._receives))
-            for delivery in deliveries:
-                yield delivery.message, self._start_tracking(delivery, receive_lane)
-                await yield_point()
+        try:
+            while True:
+                self._raise_ack_error()
+                if self._receiving is None:
+                    self._receiving = self._receive_ahead()
+                deliveries = await self._receiving
+                self._receiving = None
+                if self._window.available > 0:
+                    # Read ahead: the next receive's round trip overlaps the fan-out of this batch.
+                    self._receiving = self._receive_ahead()
+                receive_lane = ("receive", next(self._receives))
+                for delivery in deliveries:
+                    yield delivery.message, self._start_tracking(delivery, receive_lane)
+                    await yield_point()
+        finally:
+            await self._stop_receiving()
+
+    def _receive_ahead(self) -> asyncio.Task[Sequence[Delivery[Handle]]]:
+        return asyncio.create_task(self._receive_batch(), name=f"shared-stream-receive[{self.broker}]")
+
+    async def _stop_receiving(self) -> None:
+        """Cancel a receive read ahead; what it got is held, and ``aclose`` gives it back."""
+        receiving, self._receiving = self._receiving, None
+        if receiving is not None:
+            receiving.cancel()
+            await asyncio.gather(receiving, return_exceptions=True)
+
+    async def _receive_batch(self) -> Sequence[Delivery[Handle]]:
+        """
+        Wait for credit and receive; the messages hold their credits and leases from here on.
+
+        Credits are taken when the broker hands the messages over, not when they are yielded, so
+        a batch read ahead (while the previous one is still being yielded) counts against the
+        window and never holds more than ``max_in_flight`` unsettled messages.
+        """
+        assert self._leases is not None
+        await self._backoff.wait()
+        if self._window.available == 0:
+            self.metrics.incr(m.CREDIT_WAITS)
+        credits = await self._window.wait_for_credit()
+        want = min(credits, self.receive_limit) if self.receive_limit else credits
+        deliveries = await self.receive(want)
+        if len(deliveries) > want:
+            raise RuntimeError(
+                f"{type(self).__name__}.receive returned {len(deliveries)} messages for {want} credits"
+            )
+        for delivery in deliveries:
+            self._window.take()
+            self._leases.hold(delivery.lease)
+            self._leased[delivery.lease] = delivery
+        if deliveries:
+            self.metrics.incr(m.RECEIVED, len(deliveries))
+            self.metrics.gauge(m.IN_FLIGHT, self._window.in_flight)
+        return deliveries
 
     def _start_tracking(self, delivery: Delivery[Handle], receive_lane: Hashable) -> InFlight[Handle]:
         assert self._leases is not None
@@ -481,11 +521,6 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         else:
             advance_lane = ("lane", delivery.lane)
             self._lane_in_flight.setdefault(delivery.lane, set()).add(sequence)
-        self._window.take()
-        self._leases.hold(delivery.lease)
-        self._leased[delivery.lease] = delivery
-        self.metrics.incr(m.RECEIVED)
-        self.metrics.gauge(m.IN_FLIGHT, self._window.in_flight)
         return InFlight(delivery, sequence, advance_lane)
 
     def get_advance_lane(self, broker_payload: InFlight[Handle]) -> Hashable:
@@ -686,6 +721,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         persisted), so it is sent first and is never among the messages given back; giving it
         back before its ACK would hand a finished message to the next stream.
         """
+        await self._stop_receiving()
         if self._lag_task is not None:
             self._lag_task.cancel()
             await asyncio.gather(self._lag_task, return_exceptions=True)

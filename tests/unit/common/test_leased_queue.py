@@ -43,7 +43,7 @@ class RecordedBroker(LeasedQueueProducer[str]):
     async def receive(self, max_messages: int) -> Sequence[Delivery[str]]:
         taken, self.waiting = self.waiting[:max_messages], self.waiting[max_messages:]
         if not taken:
-            await asyncio.sleep(3600)
+            await asyncio.sleep(0.01)  # a short long-poll: what is published meanwhile comes next
         return [
             Delivery(
                 message=build_message(body, metadata={"id": mid}, label=mid, max_payload_bytes=1000),
