@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -210,10 +211,11 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
         return [self._delivery(r) for r in received]
 
     def _delivery(self, received: Any) -> Delivery[PubSubMessageHandle]:
+        """One pulled message (a raw protobuf ``ReceivedMessage``, see :meth:`PubSubClient.pull`)."""
         message = received.message
-        publish_time = _timestamp(message.publish_time)
+        publish_time = _rfc3339(message.publish_time)
         attributes = dict(message.attributes)
-        data = bytes(message.data)
+        data = message.data
         raw = build_message(
             data,
             metadata={
@@ -338,12 +340,17 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
                 )
 
 
-def _timestamp(value: Any) -> str:
-    """RFC 3339 in UTC with the nanoseconds Pub/Sub keeps (``2026-11-22T04:30:00.123456789Z``)."""
-    rfc3339 = getattr(value, "rfc3339", None)
-    if callable(rfc3339):
-        return rfc3339()
-    return value.isoformat() if value is not None else ""
+def _rfc3339(timestamp: Any) -> str:
+    """
+    A protobuf ``Timestamp`` as RFC 3339 in UTC, as the SDK's ``DatetimeWithNanoseconds`` writes it.
+
+    Six fraction digits when the nanoseconds are zero, else the nanoseconds without trailing
+    zeros: ``2026-11-22T04:30:00.000000Z``, ``2026-11-22T04:30:00.123456789Z``.
+    """
+    seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(timestamp.seconds))
+    nanos = timestamp.nanos
+    fraction = f"{nanos:09d}".rstrip("0") if nanos else "000000"
+    return f"{seconds}.{fraction}Z"
 
 
 def _truncate(text: str, limit: int) -> str:

@@ -112,8 +112,17 @@ def _start_triggerer(airflow: AirflowDeployment, name: str, capacity: int, watch
         ids = airflow.watcher_trigger_ids()
         return watchers <= ids.keys() and {ids[w] for w in watchers} <= airflow.assigned_trigger_ids()
 
+    def kafka_watchers_joined() -> bool:
+        # Assigned is not yet started: a brand-new Kafka watcher starts at the stream's read
+        # position when its triggerer starts it (docs/ha.rst), so records produced before this
+        # line would be, by design, before its start.
+        ids = airflow.watcher_trigger_ids()
+        log = airflow.log_path(name).read_text(errors="replace")
+        return all(f"Kafka watcher trigger {ids[w]} joined" in log for w in watchers if w in KAFKA_WATCHERS)
+
     try:
         wait_until(running, 120, f"{name} to run {sorted(watchers)}", interval=0.5)
+        wait_until(kafka_watchers_joined, 120, f"the Kafka watchers on {name} to join", interval=0.5)
     except RuntimeError as exc:
         raise RuntimeError(f"{exc}\n{tail(airflow.log_path(name))}") from None
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
+import pytest
 from google.protobuf import timestamp_pb2
 from google.pubsub_v1 import PubsubMessage, ReceivedMessage
 
@@ -27,15 +29,19 @@ def producer(*, ordered: bool, max_payload_bytes: int = 65536) -> PubSubSharedSt
     return p
 
 
-def received(data: bytes, *, key: str = "", attempt: int = 0, ack_id: str = "ack-1") -> ReceivedMessage:
+def received(data: bytes, *, key: str = "", attempt: int = 0, ack_id: str = "ack-1", nanos: int = 0) -> Any:
+    """A pulled message as :meth:`PubSubClient.pull` returns it: the raw protobuf."""
     when = timestamp_pb2.Timestamp()
     when.FromDatetime(datetime.datetime(2026, 11, 22, 4, 30, tzinfo=datetime.timezone.utc))
-    return ReceivedMessage(
-        ack_id=ack_id,
-        delivery_attempt=attempt,
-        message=PubsubMessage(
-            data=data, attributes={"tier": "vip"}, message_id="m-1", publish_time=when, ordering_key=key
-        ),
+    when.nanos = nanos
+    return ReceivedMessage.pb(
+        ReceivedMessage(
+            ack_id=ack_id,
+            delivery_attempt=attempt,
+            message=PubsubMessage(
+                data=data, attributes={"tier": "vip"}, message_id="m-1", publish_time=when, ordering_key=key
+            ),
+        )
     )
 
 
@@ -52,6 +58,22 @@ def test_envelope_fields_and_no_ack_id():
     }
     assert delivery.lease == "ack-1"
     assert "ack-1" not in str(delivery.message.envelope)
+
+
+@pytest.mark.parametrize(
+    ("nanos", "written"),
+    [
+        (0, "2026-11-22T04:30:00.000000Z"),
+        (123456000, "2026-11-22T04:30:00.123456Z"),
+        (123456789, "2026-11-22T04:30:00.123456789Z"),
+        (5000000, "2026-11-22T04:30:00.005Z"),
+    ],
+)
+def test_publish_time_is_written_as_the_sdk_writes_it(nanos: int, written: str):
+    raw = received(b"{}", nanos=nanos)
+    assert producer(ordered=False)._delivery(raw).message.envelope["publish_time"] == written
+    # The same text google-cloud-pubsub's proto-plus DatetimeWithNanoseconds gives.
+    assert ReceivedMessage.wrap(raw).message.publish_time.rfc3339() == written
 
 
 def test_ordering_key_is_a_lane_only_on_an_ordered_subscription():
