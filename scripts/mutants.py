@@ -78,9 +78,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="no credit window",
         broker="sqs",
-        path="airflow_shared_stream/common/leased_queue.py",
-        original="            credits = await self._window.wait_for_credit()\n",
-        mutated="            credits = 10\n            self._window.max_in_flight = 10**9\n",
+        path="airflow_shared_stream/common/flow_control.py",
+        original="        return self.max_in_flight - self._in_flight - self._reserved\n",
+        mutated="        return 10**9  # mutant: every credit is always free\n",
         caught_by=("test_credit_window_bounds_what_is_received_from_the_broker",),
     ),
     Mutant(

@@ -81,6 +81,7 @@ class CreditWindow:
             raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
         self.max_in_flight = max_in_flight
         self._in_flight = 0
+        self._reserved = 0
         self._credit_returned = asyncio.Event()
 
     @property
@@ -90,11 +91,31 @@ class CreditWindow:
     @property
     def available(self) -> int:
         """Credits free right now: the most messages worth fetching from the broker."""
-        return self.max_in_flight - self._in_flight
+        return self.max_in_flight - self._in_flight - self._reserved
+
+    def reserve(self, count: int) -> None:
+        """
+        Set ``count`` credits aside for a receive call that is about to ask the broker for them.
+
+        Several receives in flight at once each ask for what they reserved, so together they
+        never ask for more than the window; :meth:`receive_reserved` settles the reservation.
+        """
+        if not 0 < count <= self.available:
+            raise RuntimeError(f"cannot reserve {count} credit(s) with {self.available} free")
+        self._reserved += count
+
+    def receive_reserved(self, reserved: int, received: int) -> None:
+        """A receive got ``received`` messages for ``reserved`` credits: spend those, free the rest."""
+        if not 0 <= received <= reserved:
+            raise RuntimeError(f"{received} message(s) received for {reserved} reserved credit(s)")
+        self._reserved -= reserved
+        self._in_flight += received
+        if received < reserved:
+            self._credit_returned.set()
 
     async def wait_for_credit(self) -> int:
         """Wait until at least one credit is free and return how many are."""
-        while self._in_flight >= self.max_in_flight:
+        while self.available <= 0:
             self._credit_returned.clear()
             await self._credit_returned.wait()
         return self.available
@@ -111,7 +132,7 @@ class CreditWindow:
         For a producer that sized its fetch by :attr:`available`: the credits are there, and
         skipping the await keeps the per-message path cheap.
         """
-        if self._in_flight >= self.max_in_flight:
+        if self.available <= 0:
             raise RuntimeError("credit window is full: size fetches by CreditWindow.available")
         self._in_flight += 1
 

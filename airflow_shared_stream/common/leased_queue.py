@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import collections
 import itertools
 import logging
 import time
@@ -366,6 +367,9 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     * ``lag_interval_seconds``: how often :meth:`broker_lag` is sampled (if implemented).
     * ``ack_linger_seconds``: longest an unordered ACK waits for a full batch (0: ack inline).
     * ``ack_sends_in_flight``: most ACK batches sent in the background at once.
+    * ``receives_in_flight``: most receive calls in flight at once (1: one receive, read ahead
+      while the previous batch is fanned out). More pays where a receive's round trip, not the
+      fan-out, sets the pace and the broker hands out less than the window per call (Pub/Sub).
     """
 
     broker: ClassVar[str] = "leased_queue"
@@ -376,6 +380,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     lag_interval_seconds: ClassVar[float] = 30.0
     ack_linger_seconds: ClassVar[float] = ACK_LINGER_SECONDS
     ack_sends_in_flight: ClassVar[int] = ACK_SENDS_IN_FLIGHT
+    receives_in_flight: ClassVar[int] = 1
 
     def __init__(self, *, max_in_flight: int, stream_label: str) -> None:
         self._window = CreditWindow(max_in_flight)
@@ -390,8 +395,10 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         self._lane_in_flight: dict[Hashable, set[int]] = {}
         self._held_back: set[int] = set()
         self._lag_task: asyncio.Task[None] | None = None
-        self._receiving: asyncio.Task[Sequence[Delivery[Handle]]] | None = None
-        """The receive read ahead while the previous batch is being yielded."""
+        self._receiving: collections.deque[asyncio.Task[Sequence[Delivery[Handle]]]] = collections.deque()
+        """Receives in flight, oldest first: their batches are yielded in this order."""
+        self._waiting_for_credit = False
+        """A receive is waiting for credit to reserve: none may start behind it until it has."""
         self._acks: AckBatcher[Handle] = AckBatcher(
             self._send_acks,
             batch_limit=self.settle_batch_limit,
@@ -461,13 +468,11 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         try:
             while True:
                 self._raise_ack_error()
-                if self._receiving is None:
-                    self._receiving = self._receive_ahead()
-                deliveries = await self._receiving
-                self._receiving = None
-                if self._window.available > 0:
-                    # Read ahead: the next receive's round trip overlaps the fan-out of this batch.
-                    self._receiving = self._receive_ahead()
+                self._start_receives()
+                deliveries = await self._receiving[0]
+                self._receiving.popleft()
+                # Read ahead: the next receives' round trips overlap the fan-out of this batch.
+                self._start_receives()
                 receive_lane = ("receive", next(self._receives))
                 for delivery in deliveries:
                     yield delivery.message, self._start_tracking(delivery, receive_lane)
@@ -475,37 +480,78 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         finally:
             await self._stop_receiving()
 
-    def _receive_ahead(self) -> asyncio.Task[Sequence[Delivery[Handle]]]:
-        return asyncio.create_task(self._receive_batch(), name=f"shared-stream-receive[{self.broker}]")
+    def _start_receives(self) -> None:
+        """
+        Keep up to ``receives_in_flight`` receive calls running, in the order they will be yielded.
+
+        Each reserves its credits here, at once. Only when none are free is one started that
+        waits for credit inside its task, and only as the sole receive; nothing is started
+        behind it until it has reserved. So the receive the stream awaits never waits for
+        credits that receives queued behind it hold in messages not yet yielded: the window
+        cannot deadlock. Each asks for at most its share of the window
+        (``max_in_flight // receives_in_flight``), so one receive does not take every credit
+        and leave the others nothing to ask for.
+        """
+        while len(self._receiving) < self.receives_in_flight and not self._waiting_for_credit:
+            free = min(self._window.available, self._receive_size())
+            reserved: int | None = free
+            if free > 0:
+                self._window.reserve(free)
+            elif self._receiving:
+                return
+            else:
+                reserved = None  # the sole receive: it waits for credit, then reserves
+                self._waiting_for_credit = True
+            self._receiving.append(
+                asyncio.create_task(
+                    self._receive_batch(reserved), name=f"shared-stream-receive[{self.broker}]"
+                )
+            )
+
+    def _receive_size(self) -> int:
+        """Most messages one receive call asks for: the broker's limit and this call's share of the window."""
+        share = max(1, self._window.max_in_flight // self.receives_in_flight)
+        return min(share, self.receive_limit) if self.receive_limit else share
 
     async def _stop_receiving(self) -> None:
-        """Cancel a receive read ahead; what it got is held, and ``aclose`` gives it back."""
-        receiving, self._receiving = self._receiving, None
-        if receiving is not None:
-            receiving.cancel()
-            await asyncio.gather(receiving, return_exceptions=True)
+        """Cancel the receives read ahead; what they got is held, and ``aclose`` gives it back."""
+        receiving = list(self._receiving)
+        self._receiving.clear()
+        for task in receiving:
+            task.cancel()
+        await asyncio.gather(*receiving, return_exceptions=True)
 
-    async def _receive_batch(self) -> Sequence[Delivery[Handle]]:
+    async def _receive_batch(self, reserved: int | None) -> Sequence[Delivery[Handle]]:
         """
-        Wait for credit and receive; the messages hold their credits and leases from here on.
+        Receive for ``reserved`` credits, or wait for credit and reserve first (``None``).
 
-        Credits are taken when the broker hands the messages over, not when they are yielded, so
-        a batch read ahead (while the previous one is still being yielded) counts against the
-        window and never holds more than ``max_in_flight`` unsettled messages.
+        The messages hold their credits and leases from the moment the broker hands them over,
+        not from when they are yielded, so batches read ahead (while an earlier one is still
+        being yielded) count against the window and never hold more than ``max_in_flight``
+        unsettled messages; credits a receive reserved and did not fill are freed at once.
         """
         assert self._leases is not None
-        await self._backoff.wait()
-        if self._window.available == 0:
-            self.metrics.incr(m.CREDIT_WAITS)
-        credits = await self._window.wait_for_credit()
-        want = min(credits, self.receive_limit) if self.receive_limit else credits
-        deliveries = await self.receive(want)
-        if len(deliveries) > want:
-            raise RuntimeError(
-                f"{type(self).__name__}.receive returned {len(deliveries)} messages for {want} credits"
-            )
+        if reserved is None:
+            try:
+                self.metrics.incr(m.CREDIT_WAITS)
+                credits = await self._window.wait_for_credit()
+                reserved = min(credits, self._receive_size())
+                self._window.reserve(reserved)
+            finally:
+                self._waiting_for_credit = False
+        received = 0
+        try:
+            await self._backoff.wait()
+            deliveries = await self.receive(reserved)
+            if len(deliveries) > reserved:
+                raise RuntimeError(
+                    f"{type(self).__name__}.receive returned {len(deliveries)} messages "
+                    f"for {reserved} credits"
+                )
+            received = len(deliveries)
+        finally:
+            self._window.receive_reserved(reserved, received)
         for delivery in deliveries:
-            self._window.take()
             self._leases.hold(delivery.lease)
             self._leased[delivery.lease] = delivery
         if deliveries:

@@ -45,6 +45,13 @@ require_sdk("google.pubsub_v1", "pubsub")
 
 log = logging.getLogger(__name__)
 
+PULLS_IN_FLIGHT = 2
+"""Unary pulls in flight at once, each for at most half the credit window.
+
+A pull's round trip, not the fan-out, set the stream's pace at one to ten watchers: one pull at
+a time (read ahead while the previous batch was fanned out) waited about 4 ms per 100 messages
+on the emulator, which hands out at most 100 per pull (bench/results/watchers_pubsub.md). Two
+pulls overlap those waits; the window still bounds what the two hold together."""
 PULL_WAIT_SECONDS = 10.0
 """Long-poll wait of one pull: Pub/Sub answers as soon as messages are there."""
 CLOSE_NACK_SECONDS = 5.0
@@ -88,6 +95,7 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
     client_class: ClassVar[type[PubSubClient]] = PubSubClient
     """The client the stream talks through (tests swap in one that records what the broker accepted)."""
     receive_limit = PULL_LIMIT
+    receives_in_flight = PULLS_IN_FLIGHT
     settle_batch_limit = ACK_IDS_PER_CALL
     dead_letter_batch_limit = PUBLISH_LIMIT
     dead_letter_batch_bytes = PUBLISH_BYTES

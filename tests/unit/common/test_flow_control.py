@@ -59,3 +59,17 @@ def test_take_spends_a_free_credit_and_refuses_past_the_window():
     assert window.available == 0
     with pytest.raises(RuntimeError, match="credit window is full"):
         window.take()
+
+
+def test_reserved_credits_are_not_available_and_unfilled_ones_come_back():
+    window = CreditWindow(10)
+    window.reserve(6)
+    assert window.available == 4
+    assert window.in_flight == 0
+    with pytest.raises(RuntimeError):
+        window.reserve(5)
+    window.receive_reserved(6, 2)
+    assert window.in_flight == 2
+    assert window.available == 8
+    with pytest.raises(RuntimeError):
+        window.receive_reserved(1, 2)

@@ -212,3 +212,80 @@ async def test_an_unordered_ack_waits_for_a_batch_keeps_its_lease_and_is_sent_on
     assert ("ack", ["m0"]) in producer.calls, "aclose sends the queued ACKs"
     assert producer.calls.index(("ack", ["m0"])) < producer.calls.index(("disconnect", []))
     assert all("m1" not in handles for _, handles in producer.calls), "m1 was never advanced"
+
+
+class TwoReceives(RecordedBroker):
+    """Two receive calls in flight at once; each records how many credits it asked for."""
+
+    receives_in_flight = 2
+
+    def __init__(self, messages: list[tuple[str, str | None, str]], *, max_in_flight: int) -> None:
+        super().__init__(messages, max_in_flight=max_in_flight)
+        self.asked: list[int] = []
+        self.concurrent = 0
+        self.most_concurrent = 0
+
+    async def receive(self, max_messages: int) -> Sequence[Delivery[str]]:
+        self.asked.append(max_messages)
+        self.concurrent += 1
+        self.most_concurrent = max(self.most_concurrent, self.concurrent)
+        try:
+            await asyncio.sleep(0.01)  # a round trip, so the two overlap
+            return await super().receive(max_messages)
+        finally:
+            self.concurrent -= 1
+
+
+async def test_two_receives_overlap_each_ask_for_a_share_and_yield_in_receive_order():
+    producer = TwoReceives([(f"m{i:02d}", None, "x") for i in range(40)], max_in_flight=20)
+    stream = producer.open_stream()
+    seen: list[str] = []
+    for _ in range(40):
+        _message, payload = await anext(stream)
+        seen.append(payload.delivery.message_id)
+        assert producer._window.in_flight + producer._window._reserved <= 20
+        await producer.advance(items([payload], ACKED))
+    assert seen == [f"m{i:02d}" for i in range(40)], "batches were yielded out of receive order"
+    assert producer.most_concurrent == 2
+    assert max(producer.asked) <= 10, "a receive asked for more than its share of the window"
+    await stream.aclose()
+    await producer.aclose()
+
+
+async def test_receives_read_ahead_never_hold_more_than_the_window():
+    producer = TwoReceives([(f"m{i}", None, "x") for i in range(30)], max_in_flight=6)
+    stream = producer.open_stream()
+    held = [(await anext(stream))[1] for _ in range(3)]
+    await asyncio.sleep(0.1)  # every receive that could start has finished
+    assert producer._window.in_flight + producer._window._reserved <= 6
+    assert len(producer.held_deliveries()) <= 6, "received past the window"
+    await producer.advance(items(held, ACKED, ACKED, ACKED))
+    await stream.aclose()
+    await producer.aclose()
+
+
+async def test_a_window_of_one_with_two_receives_does_not_deadlock():
+    producer = TwoReceives([(f"m{i}", None, "x") for i in range(5)], max_in_flight=1)
+    stream = producer.open_stream()
+    for _ in range(5):
+        _, payload = await asyncio.wait_for(anext(stream), 2.0)
+        await producer.advance(items([payload], ACKED))
+    await stream.aclose()
+    await producer.aclose()
+    assert producer._window.in_flight == 0
+    assert producer._window._reserved == 0
+
+
+async def test_a_failed_receive_frees_its_reserved_credits():
+    producer = TwoReceives([], max_in_flight=4)
+
+    async def refused(max_messages: int) -> Sequence[Delivery[str]]:
+        raise ConnectionError("the broker went away")
+
+    producer.receive = refused  # type: ignore[method-assign]
+    stream = producer.open_stream()
+    with pytest.raises(ConnectionError):
+        await anext(stream)
+    assert producer._window._reserved == 0
+    assert producer._window.in_flight == 0
+    await producer.aclose()
