@@ -370,6 +370,8 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     * ``receives_in_flight``: most receive calls in flight at once (1: one receive, read ahead
       while the previous batch is fanned out). More pays where a receive's round trip, not the
       fan-out, sets the pace and the broker hands out less than the window per call (Pub/Sub).
+      Batches are then yielded as their receives return, so a broker sets it to 1 on a stream
+      with ordered lanes (an instance attribute set in ``connect`` will do).
     """
 
     broker: ClassVar[str] = "leased_queue"
@@ -380,7 +382,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     lag_interval_seconds: ClassVar[float] = 30.0
     ack_linger_seconds: ClassVar[float] = ACK_LINGER_SECONDS
     ack_sends_in_flight: ClassVar[int] = ACK_SENDS_IN_FLIGHT
-    receives_in_flight: ClassVar[int] = 1
+    receives_in_flight: int = 1  # not a ClassVar: a stream may lower it in connect()
 
     def __init__(self, *, max_in_flight: int, stream_label: str) -> None:
         self._window = CreditWindow(max_in_flight)
@@ -396,7 +398,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         self._held_back: set[int] = set()
         self._lag_task: asyncio.Task[None] | None = None
         self._receiving: collections.deque[asyncio.Task[Sequence[Delivery[Handle]]]] = collections.deque()
-        """Receives in flight, oldest first: their batches are yielded in this order."""
+        """Receives in flight, oldest first."""
         self._waiting_for_credit = False
         """A receive is waiting for credit to reserve: none may start behind it until it has."""
         self._acks: AckBatcher[Handle] = AckBatcher(
@@ -469,8 +471,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             while True:
                 self._raise_ack_error()
                 self._start_receives()
-                deliveries = await self._receiving[0]
-                self._receiving.popleft()
+                deliveries = await self._next_received()
                 # Read ahead: the next receives' round trips overlap the fan-out of this batch.
                 self._start_receives()
                 receive_lane = ("receive", next(self._receives))
@@ -480,9 +481,27 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         finally:
             await self._stop_receiving()
 
+    async def _next_received(self) -> Sequence[Delivery[Handle]]:
+        """
+        The batch of the first receive to return (the oldest first when several have).
+
+        With one receive in flight that is simply it. With several, a receive the broker holds
+        open (a long poll with nothing for it) does not hold back batches the others already
+        got, which is why ``receives_in_flight`` above one is only for streams whose batches
+        may be yielded in the order they arrive (no ordered lanes).
+        """
+        if len(self._receiving) > 1:
+            await asyncio.wait(self._receiving, return_when=asyncio.FIRST_COMPLETED)
+            done = next(task for task in self._receiving if task.done())
+        else:
+            done = self._receiving[0]
+        deliveries = await done
+        self._receiving.remove(done)
+        return deliveries
+
     def _start_receives(self) -> None:
         """
-        Keep up to ``receives_in_flight`` receive calls running, in the order they will be yielded.
+        Keep up to ``receives_in_flight`` receive calls running.
 
         Each reserves its credits here, at once. Only when none are free is one started that
         waits for credit inside its task, and only as the sole receive; nothing is started

@@ -46,7 +46,8 @@ require_sdk("google.pubsub_v1", "pubsub")
 log = logging.getLogger(__name__)
 
 PULLS_IN_FLIGHT = 2
-"""Unary pulls in flight at once, each for at most half the credit window.
+"""Unary pulls in flight at once, each for at most half the credit window (one on a subscription
+with message ordering).
 
 A pull's round trip, not the fan-out, set the stream's pace at one to ten watchers: one pull at
 a time (read ahead while the previous batch was fanned out) waited about 4 ms per 100 messages
@@ -163,6 +164,10 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
                 )
             await self._client.get_topic(self.dead_letter_topic)
         self._ordered = bool(subscription.enable_message_ordering)
+        if self._ordered:
+            # Batches of concurrent pulls are yielded as they return: keep an ordering key's
+            # messages in the order Pub/Sub handed them out.
+            self.receives_in_flight = 1
         policy = subscription.dead_letter_policy
         self._policy_topic = policy.dead_letter_topic or None
         self._policy_attempts = policy.max_delivery_attempts or (5 if self._policy_topic else 0)
