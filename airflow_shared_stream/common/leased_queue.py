@@ -399,8 +399,6 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         self._lag_task: asyncio.Task[None] | None = None
         self._receiving: collections.deque[asyncio.Task[Sequence[Delivery[Handle]]]] = collections.deque()
         """Receives in flight, oldest first."""
-        self._waiting_for_credit = False
-        """A receive is waiting for credit to reserve: none may start behind it until it has."""
         self._acks: AckBatcher[Handle] = AckBatcher(
             self._send_acks,
             batch_limit=self.settle_batch_limit,
@@ -485,11 +483,16 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         """
         The batch of the first receive to return (the oldest first when several have).
 
-        With one receive in flight that is simply it. With several, a receive the broker holds
-        open (a long poll with nothing for it) does not hold back batches the others already
-        got, which is why ``receives_in_flight`` above one is only for streams whose batches
-        may be yielded in the order they arrive (no ordered lanes).
+        With nothing in flight (no credit was free to start a receive) it waits for credit
+        first. With one receive in flight that is simply it. With several, a receive the broker
+        holds open (a long poll with nothing for it) does not hold back batches the others
+        already got, which is why ``receives_in_flight`` above one is only for streams whose
+        batches may be yielded in the order they arrive (no ordered lanes).
         """
+        while not self._receiving:
+            self.metrics.incr(m.CREDIT_WAITS)
+            await self._window.wait_for_credit()
+            self._start_receives()
         if len(self._receiving) > 1:
             await asyncio.wait(self._receiving, return_when=asyncio.FIRST_COMPLETED)
             done = next(task for task in self._receiving if task.done())
@@ -501,31 +504,20 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
 
     def _start_receives(self) -> None:
         """
-        Keep up to ``receives_in_flight`` receive calls running.
+        Start receives, up to ``receives_in_flight``, for the credits free right now.
 
-        Each reserves its credits here, at once. Only when none are free is one started that
-        waits for credit inside its task, and only as the sole receive; nothing is started
-        behind it until it has reserved. So the receive the stream awaits never waits for
-        credits that receives queued behind it hold in messages not yet yielded: the window
-        cannot deadlock. Each asks for at most its share of the window
-        (``max_in_flight // receives_in_flight``), so one receive does not take every credit
-        and leave the others nothing to ask for.
+        Each reserves its credits as it starts, so none ever waits for credit while others
+        hold credits in messages not yet yielded: the window cannot deadlock. Each asks for at
+        most its share of the window (``max_in_flight // receives_in_flight``), so one receive
+        does not take every credit and leave the others nothing to ask for.
         """
-        while len(self._receiving) < self.receives_in_flight and not self._waiting_for_credit:
-            free = min(self._window.available, self._receive_size())
-            reserved: int | None = free
-            if free > 0:
-                self._window.reserve(free)
-            elif self._receiving:
+        while len(self._receiving) < self.receives_in_flight:
+            credits = min(self._window.available, self._receive_size())
+            if credits <= 0:
                 return
-            else:
-                reserved = None  # the sole receive: it waits for credit, then reserves
-                self._waiting_for_credit = True
-            self._receiving.append(
-                asyncio.create_task(
-                    self._receive_batch(reserved), name=f"shared-stream-receive[{self.broker}]"
-                )
-            )
+            self._window.reserve(credits)
+            name = f"shared-stream-receive[{self.broker}]"
+            self._receiving.append(asyncio.create_task(self._receive_batch(credits), name=name))
 
     def _receive_size(self) -> int:
         """Most messages one receive call asks for: the broker's limit and this call's share of the window."""
@@ -540,9 +532,9 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             task.cancel()
         await asyncio.gather(*receiving, return_exceptions=True)
 
-    async def _receive_batch(self, reserved: int | None) -> Sequence[Delivery[Handle]]:
+    async def _receive_batch(self, reserved: int) -> Sequence[Delivery[Handle]]:
         """
-        Receive for ``reserved`` credits, or wait for credit and reserve first (``None``).
+        Receive for ``reserved`` credits (reserved by :meth:`_start_receives`).
 
         The messages hold their credits and leases from the moment the broker hands them over,
         not from when they are yielded, so batches read ahead (while an earlier one is still
@@ -550,14 +542,6 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         unsettled messages; credits a receive reserved and did not fill are freed at once.
         """
         assert self._leases is not None
-        if reserved is None:
-            try:
-                self.metrics.incr(m.CREDIT_WAITS)
-                credits = await self._window.wait_for_credit()
-                reserved = min(credits, self._receive_size())
-                self._window.reserve(reserved)
-            finally:
-                self._waiting_for_credit = False
         received = 0
         try:
             await self._backoff.wait()
