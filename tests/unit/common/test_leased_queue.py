@@ -10,6 +10,7 @@ import pytest
 from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 
 from airflow_shared_stream.common.leased_queue import (
+    ACK_QUEUED,
     DeadLetter,
     Delivery,
     LeasedQueueProducer,
@@ -212,6 +213,23 @@ async def test_an_unordered_ack_waits_for_a_batch_keeps_its_lease_and_is_sent_on
     assert ("ack", ["m0"]) in producer.calls, "aclose sends the queued ACKs"
     assert producer.calls.index(("ack", ["m0"])) < producer.calls.index(("disconnect", []))
     assert all("m1" not in handles for _, handles in producer.calls), "m1 was never advanced"
+
+
+async def test_a_queued_ack_keeps_the_handle_and_lease_not_the_message():
+    """Envelopes kept for the linger outlived two GC generations: only the handle is needed."""
+    producer = RecordedBroker([("m0", None, '{"n": 0}'), ("m1", None, "x")])
+    m0, _m1 = await take(producer, 2)
+    assert m0.delivery.message.envelope["body"] == {"n": 0}
+    await producer.advance(items([m0], ACKED))
+    (queued,) = producer._acks.queued
+    assert (queued.handle, queued.lease, queued.message_id) == ("m0", "m0", "m0")
+    assert queued.message is ACK_QUEUED, "the queued ACK dropped the message"
+    held = {d.lease: d for d in producer.held_deliveries()}
+    assert held["m0"] is queued, "lease renewals use the delivery the ACK queue holds"
+    await producer._extend(["m0"], 30.0)
+    assert producer.calls == [("extend", ["m0"])]
+    await producer.aclose()
+    assert ("ack", ["m0"]) in producer.calls
 
 
 class TwoReceives(RecordedBroker):

@@ -12,7 +12,7 @@ from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 from airflow_shared_stream.common.metrics import StreamMetrics
 from airflow_shared_stream.kafka import KafkaSharedStreamError, KafkaSharedStreamProducer
 from airflow_shared_stream.kafka.committer import OffsetCommitter
-from airflow_shared_stream.kafka.producer import KafkaBrokerPayload
+from airflow_shared_stream.kafka.producer import FOLD_ACKS_AT, KafkaBrokerPayload
 from tests.support.waiting import eventually
 
 TP = TopicPartition("t", 0)
@@ -47,7 +47,8 @@ class RecordingConsumer:
 def producer_with(
     consumer: RecordingConsumer, *, revokes: int = 0, dlq=None, **kwargs
 ) -> KafkaSharedStreamProducer:
-    producer = KafkaSharedStreamProducer(topics=["t"], group_id="g", max_in_flight=10, **kwargs)
+    kwargs.setdefault("max_in_flight", 10)
+    producer = KafkaSharedStreamProducer(topics=["t"], group_id="g", **kwargs)
     producer.attach(consumer, dlq)  # type: ignore[arg-type]
     for _ in range(revokes):
         producer.ownership.revoked([TP])
@@ -227,6 +228,21 @@ async def test_ack_only_advances_are_folded_at_the_committers_round_in_one_reque
     await producer.committer.stop()
     assert producer.ledger.committed(LANE) == 3
     assert consumer.commits == [{TP: 3}]
+
+
+async def test_ack_only_advances_are_folded_once_fold_acks_at_wait_without_a_round():
+    """Advance items kept for a whole round outlived two GC generations (FOLD_ACKS_AT)."""
+    consumer = RecordingConsumer()
+    producer = producer_with(consumer, max_in_flight=FOLD_ACKS_AT)
+    for offset in range(FOLD_ACKS_AT - 1):
+        producer.credits.take()
+        await producer.advance(batch((offset, ACK)))
+    assert producer.ledger.committed(LANE) is None  # below the threshold: kept for the round
+    producer.credits.take()
+    await producer.advance(batch((FOLD_ACKS_AT - 1, ACK)))
+    assert producer.ledger.committed(LANE) == FOLD_ACKS_AT  # folded in the advance that reached it
+    assert producer.committer.pending == {TP: FOLD_ACKS_AT}  # the commit still waits for the round
+    assert consumer.commits == []
 
 
 async def test_a_batch_that_is_not_all_acks_folds_the_earlier_acks_of_its_lane_first():
