@@ -48,11 +48,14 @@ BROKER_NOTES = {
     "pubsub": "Google's Pub/Sub emulator. broker_restart is an outage, not a restart: the emulator keeps "
     "its state in memory only (a restarted one is empty), so its JVM is frozen with SIGSTOP for 15 s and "
     "resumed with SIGCONT. 15 s, not the others' 2 s: longer than a pull's 10 s deadline and the 10 s "
-    "ack deadline, so pulls time out and are made again, lease renewals hang and the leases expire "
-    "(the emulator redelivers those messages on resume: duplicates), while acknowledge and "
-    "modify_ack_deadline (30 s deadline) hang and complete. In sigkill runs 'left on broker' is not "
-    "measured (the emulator has no backlog count; the acks of the killed processes are not in this "
-    "process's ledger).",
+    "ack deadline, so the pulls in flight time out and are made again, and the acknowledge and "
+    "modify_ack_deadline calls (lease renewals) sent before or during the freeze hang past every ack "
+    "deadline; shorter than those calls' own 30 s deadline, so they complete on resume. The emulator "
+    "applies them before it expires a deadline, so little or nothing is redelivered (a dead-letter copy "
+    "on the wire, whose lease is not renewed meanwhile, can come back and be copied twice). An outage "
+    "past the 30 s deadline fails the stream and redelivers: tests/integration/pubsub/test_pubsub_outage.py. "
+    "In sigkill runs 'left on broker' is not measured (the emulator has no backlog count; the acks of "
+    "the killed processes are not in this process's ledger).",
     "servicebus": "the AMQP 1.0 protocol-level fake of tests/support/servicebus_server.py (no Service Bus "
     "emulator installs here); restarted on the same port and state for broker_restart.",
 }
