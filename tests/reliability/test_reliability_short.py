@@ -4,11 +4,12 @@ broker, with few messages, against the real brokers (docs/reliability.rst).
 
 One test per broker runs that broker's scenarios one after another in this process (one broker
 start per broker). Scaled down from the long form so all four brokers take about three minutes on
-two cores: 100 messages, one SIGKILL instead of several, confirmations every 2.5 s instead of 5 s
-for the slow database, a 3 s ack timeout for the hung watcher, and no ``slow_watcher`` (the
-credit window it exercises is in the contract suite; the long form runs it). The scenarios and assertions are
-the long form's: nothing lost, exactly the poison messages dead-lettered, something in flight at
-each kill, nothing left on the broker.
+two cores (Pub/Sub about 65 s, 15 of them its outage): 100 messages, one SIGKILL instead of
+several, confirmations every 2.5 s instead of 5 s for the slow database, a 3 s ack timeout for
+the hung watcher, and no ``slow_watcher`` (the credit window it exercises is in the contract
+suite; the long form runs it). The scenarios and assertions are the long form's: nothing lost,
+exactly the poison messages dead-lettered, something in flight at each kill and at the broker
+outage, nothing left on the broker.
 """
 
 from __future__ import annotations
