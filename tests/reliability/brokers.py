@@ -275,7 +275,9 @@ class PubSubRig(BrokerRig):
     own deadline (``rpc_timeout``, 30 s), so they complete on resume; the emulator applies them
     before it expires any ack deadline (checked by hand: a renewal or ACK queued while it was
     frozen wins, a call whose deadline passed meanwhile is dropped and its messages come back),
-    so this outage shows no redelivery. 2 s would only have delayed a few calls. An outage past
+    so this outage shows little redelivery: in eight short-form runs, once, a poison message whose
+    dead-letter copy was on the wire (a lease is not renewed while it is settled) came back and
+    was copied twice. 2 s would only have delayed a few calls. An outage past
     ``rpc_timeout`` fails the stream: tests/integration/pubsub covers that with a short
     ``rpc_timeout``, since 35 s here would double the short form's time on Pub/Sub."""
     outage_title = "Pub/Sub emulator frozen mid-stream for 15 s (SIGSTOP), resumed (SIGCONT) with its state"
