@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-shared-stream-reliability-"))
 
 from bench.machine import describe  # noqa: E402
-from tests.reliability.brokers import BROKERS, broker_rig  # noqa: E402
+from tests.reliability.brokers import BROKERS, RIGS, broker_rig  # noqa: E402
 from tests.reliability.scenarios import SCENARIOS, Result, Scenario, run_scenario, table  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
@@ -45,19 +45,29 @@ BROKER_NOTES = {
     "kafka": "noida-db 0.2.3 (restarted on its port and data dir for broker_restart); the sigkill runs "
     "on Tansu, which evicts a member killed without leaving its group (noida-db never does). "
     "short_lease: max.poll.interval.ms (Kafka's lease on its partitions) at 2 s.",
-    "pubsub": "Google's Pub/Sub emulator. broker_restart is not run: the emulator keeps its state in "
-    "memory only. In sigkill runs 'left on broker' is not measured (the emulator has no backlog count; "
-    "the acks of the killed processes are not in this process's ledger).",
+    "pubsub": "Google's Pub/Sub emulator. broker_restart is an outage, not a restart: the emulator keeps "
+    "its state in memory only (a restarted one is empty), so its JVM is frozen with SIGSTOP for 15 s and "
+    "resumed with SIGCONT. 15 s, not the others' 2 s: longer than a pull's 10 s deadline and the 10 s "
+    "ack deadline, so the pulls in flight time out and are made again, and the acknowledge and "
+    "modify_ack_deadline calls (lease renewals) sent before or during the freeze hang past every ack "
+    "deadline; shorter than those calls' own 30 s deadline, so they complete on resume. The emulator "
+    "applies them before it expires a deadline, so little or nothing is redelivered (a dead-letter copy "
+    "on the wire, whose lease is not renewed meanwhile, can come back and be copied twice). An outage "
+    "past the 30 s deadline fails the stream and redelivers: tests/integration/pubsub/test_pubsub_outage.py. "
+    "In sigkill runs 'left on broker' is not measured (the emulator has no backlog count; the acks of "
+    "the killed processes are not in this process's ledger).",
     "servicebus": "the AMQP 1.0 protocol-level fake of tests/support/servicebus_server.py (no Service Bus "
     "emulator installs here); restarted on the same port and state for broker_restart.",
 }
 
 
 def scenarios_for(broker: str, names: list[str]) -> list[Scenario]:
-    chosen = [SCENARIOS[name] for name in names]
-    if broker == "pubsub":
-        chosen = [s for s in chosen if not s.broker_restart]
-    return chosen
+    return [SCENARIOS[name] for name in names]
+
+
+def title(broker: str, scenario: Scenario) -> str:
+    """The scenario's line in ``broker``'s table: ``broker_restart`` says what the rig does."""
+    return RIGS[broker].outage_title if scenario.broker_restart else scenario.title
 
 
 async def run_broker(broker: str, args: argparse.Namespace, workdir: Path) -> list[Result]:
@@ -82,7 +92,7 @@ async def run_broker(broker: str, args: argparse.Namespace, workdir: Path) -> li
 
 def write_table(broker: str, results: list[Result], args: argparse.Namespace, seconds: float) -> Path:
     scenarios = {s.name: s for s in scenarios_for(broker, args.scenario)}
-    described = "\n".join(f"- {name}: {s.title}" for name, s in scenarios.items())
+    described = "\n".join(f"- {name}: {title(broker, s)}" for name, s in scenarios.items())
     path = RESULTS / f"reliability_{broker}.md"
     path.write_text(
         f"Reliability scenarios on {broker}, written by scripts/reliability.py:\n\n"

@@ -9,16 +9,20 @@ so a reader who knows one broker's scenarios knows all four. What differs per br
 how the broker is started, stopped and restarted, and what it cannot do here:
 
 =============  ===================================  ==========================================
-broker         restart mid-stream (same port/state) SIGKILL of the consumer
+broker         outage mid-stream (broker_restart)   SIGKILL of the consumer
 =============  ===================================  ==========================================
-SQS            yes: moto's state lives in this       yes
-               process, its HTTP server restarts
-Kafka          yes: noida-db restarts on its port    on Tansu: noida-db never evicts a member
-               and data dir                          killed without leaving (TEST_RIG.md)
-Pub/Sub        no: the emulator keeps its state in   yes
-               memory only
-Service Bus    yes: the fake's state lives in this   yes
-               process, its AMQP listener restarts
+SQS            stopped 2 s, restarted: moto's       yes
+               state lives in this process, its
+               HTTP server restarts on its port
+Kafka          stopped 2 s, restarted: noida-db     on Tansu: noida-db never evicts a member
+               on its port and data dir             killed without leaving (TEST_RIG.md)
+Pub/Sub        frozen 15 s (SIGSTOP), resumed       yes
+               (SIGCONT): the emulator keeps its
+               state in memory only, so a restart
+               would lose it; a freeze keeps it
+Service Bus    stopped 2 s, restarted: the fake's   yes
+               state lives in this process, its
+               AMQP listener restarts
 =============  ===================================  ==========================================
 """
 
@@ -69,8 +73,11 @@ class BrokerRig(abc.ABC):
 
     name: str
     lease_seconds_min: int
-    restart_unsupported: str | None = None
-    """Why this rig cannot stop and restart the broker with its state, if it cannot."""
+    outage_seconds: float = 2.0
+    """How long ``broker_restart`` keeps the broker out (between :meth:`stop_broker` and
+    :meth:`start_broker`)."""
+    outage_title: str = "broker stopped mid-stream for 2 s, started again"
+    """What ``broker_restart`` does to this broker, for the long form's table."""
 
     def __init__(self) -> None:
         self.env = _Environment()
@@ -88,11 +95,13 @@ class BrokerRig(abc.ABC):
         """
         return self.contract
 
+    @abc.abstractmethod
     def stop_broker(self) -> None:
-        raise NotImplementedError(self.restart_unsupported)
+        """Take the broker out mid-stream, keeping its state (queues, messages, leases)."""
 
+    @abc.abstractmethod
     def start_broker(self) -> None:
-        raise NotImplementedError(self.restart_unsupported)
+        """Bring it back on the same address with that state."""
 
     def close(self) -> None:
         self.env.restore()
@@ -259,10 +268,19 @@ class KafkaRig(BrokerRig):
 class PubSubRig(BrokerRig):
     name = "pubsub"
     lease_seconds_min = 10
-    restart_unsupported = (
-        "the Pub/Sub emulator keeps topics, subscriptions and messages in memory only: "
-        "a restarted emulator is empty, so a restart mid-stream cannot be run on this rig"
-    )
+    outage_seconds = 15.0
+    """Longer than a pull's deadline (``PULL_WAIT_SECONDS``, 10 s) and the ack deadline (10 s here):
+    the pulls in flight time out and are made again, and the ACKs and lease renewals sent before
+    or during the freeze hang past every deadline the emulator tracks. Shorter than those calls'
+    own deadline (``rpc_timeout``, 30 s), so they complete on resume; the emulator applies them
+    before it expires any ack deadline (checked by hand: a renewal or ACK queued while it was
+    frozen wins, a call whose deadline passed meanwhile is dropped and its messages come back),
+    so this outage shows little redelivery: in eight short-form runs, once, a poison message whose
+    dead-letter copy was on the wire (a lease is not renewed while it is settled) came back and
+    was copied twice. 2 s would only have delayed a few calls. An outage past
+    ``rpc_timeout`` fails the stream: tests/integration/pubsub covers that with a short
+    ``rpc_timeout``, since 35 s here would double the short form's time on Pub/Sub."""
+    outage_title = "Pub/Sub emulator frozen mid-stream for 15 s (SIGSTOP), resumed (SIGCONT) with its state"
 
     def __init__(self) -> None:
         super().__init__()
@@ -271,6 +289,7 @@ class PubSubRig(BrokerRig):
 
         self._context = pubsub_emulator_process(Path(tempfile.mkdtemp(prefix="reliability-pubsub-")))
         emulator = self._context.__enter__()
+        self.emulator = emulator
         self.env.set("PUBSUB_EMULATOR_HOST", emulator.host)
         self.conn_id = self.env.connection("gcp_reliability", emulator.connection())
         self.contract = PubSubContractBroker(emulator)
@@ -278,8 +297,17 @@ class PubSubRig(BrokerRig):
     def trigger_kwargs(self) -> dict[str, Any]:
         return {"gcp_conn_id": self.conn_id}
 
+    def stop_broker(self) -> None:
+        # The emulator keeps topics, subscriptions and messages in memory only: a restarted one
+        # is empty. A frozen one keeps them, and to its clients it is a broker that stopped
+        # answering mid-call, which is the outage that matters to them.
+        self.emulator.freeze()
+
+    def start_broker(self) -> None:
+        self.emulator.resume()
+
     def close(self) -> None:
-        self._context.__exit__(None, None, None)
+        self._context.__exit__(None, None, None)  # resumes a frozen emulator before stopping it
         super().close()
 
 

@@ -4,7 +4,9 @@ Google's Pub/Sub emulator on loopback, for the integration suite, the e2e suite 
 The emulator ships with the Google Cloud CLI (Debian package ``google-cloud-cli-pubsub-emulator``);
 it cannot be installed from PyPI, so a machine without it FAILS the tests that need it with a
 message saying what to install (never a skip). Its launcher script execs java, so the PID we
-hold is the JVM's and stopping by PID stops the emulator.
+hold is the JVM's and stopping by PID stops the emulator. The JVM forks no helper process: it is
+alone in the process group :func:`~tests.support.processes.running` gives it (checked with
+``ps -g <pid>``), which is what :meth:`PubSubEmulator.freeze` signals.
 
 Helpers are synchronous (the generated GAPIC clients on an insecure channel to the emulator),
 because the e2e suite and the demo drive a whole deployment from plain, blocking code. They do
@@ -17,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
+import signal
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -42,6 +46,8 @@ class PubSubEmulator:
     port: int
     log_path: Path
     project: str = PROJECT
+    pid: int | None = None
+    """The JVM's PID (also its process group's id), when this process started the emulator."""
 
     @property
     def host(self) -> str:
@@ -55,6 +61,33 @@ class PubSubEmulator:
     def connection(self, **extra: Any) -> dict[str, Any]:
         """A ``google_cloud_platform`` connection (JSON form) naming this emulator's project."""
         return {"conn_type": "google_cloud_platform", "extra": {"project": self.project, **extra}}
+
+    # -- outage --------------------------------------------------------------------------------
+
+    def freeze(self) -> None:
+        """
+        SIGSTOP the emulator: an outage it survives with its state (it keeps everything in memory).
+
+        The port stays open and the kernel still accepts connections and bytes, but nothing
+        answers: every call in flight or made meanwhile (pull, acknowledge, modify_ack_deadline)
+        hangs until its own deadline, as against a broker that stopped responding. The whole
+        process group is stopped, so a helper the launcher might fork in a later release could
+        not keep answering alone. The emulator's clock keeps running: ack deadlines that pass
+        while it is frozen have expired when it resumes, and those messages are redelivered.
+        """
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT the emulator after :meth:`freeze`; it answers what was queued meanwhile."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, signum: int) -> None:
+        if self.pid is None:
+            raise RuntimeError("this emulator was not started here: its PID is unknown")
+        if os.getpgid(self.pid) == self.pid:
+            os.killpg(self.pid, signum)  # its own group (start_new_session): the JVM and any child
+        else:
+            os.kill(self.pid, signum)  # never the group of whoever started it (ours)
 
     # -- clients -------------------------------------------------------------------------------
 
@@ -215,7 +248,12 @@ def pubsub_emulator_process(data_dir: Path, *, timeout: float = 60.0) -> Iterato
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the Pub/Sub emulator was not ready within {timeout}s:\n{tail(log_path)}")
             time.sleep(0.1)
-        yield PubSubEmulator(port=port, log_path=log_path)
+        try:
+            yield PubSubEmulator(port=port, log_path=log_path, pid=proc.pid)
+        finally:
+            # A frozen emulator would sit out SIGTERM until the grace period ends in SIGKILL.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGCONT)
 
 
 def _read(path: Path) -> str:

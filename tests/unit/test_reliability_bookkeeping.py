@@ -27,7 +27,7 @@ def test_in_flight_counts_messages_bound_and_never_persisted_in_that_incarnation
     assert in_flight(tmp_path, 2) == 0
 
 
-def test_a_run_fails_on_loss_wrong_dead_letters_or_a_kill_with_nothing_in_flight():
+def test_a_run_fails_on_loss_wrong_dead_letters_or_a_kill_or_outage_with_nothing_in_flight():
     ok = Result("sqs", "sigkill", produced=100, poison=1, dead_lettered=1, finished=True, left_on_broker=0)
     ok.watchers["all"] = WatcherResult(expected=99, persisted_distinct=99, persisted_events=120, lost=0)
     ok.in_flight_at_kills = [12]
@@ -39,6 +39,11 @@ def test_a_run_fails_on_loss_wrong_dead_letters_or_a_kill_with_nothing_in_flight
     idle_kill = Result("sqs", "x", produced=1, poison=1, dead_lettered=1, finished=True)
     idle_kill.in_flight_at_kills = [3, 0]
     assert any("nothing in flight" in p for p in idle_kill.problems())
+    idle_outage = Result("pubsub", "broker_restart", produced=1, poison=1, dead_lettered=1, finished=True)
+    idle_outage.in_flight_at_outage = 0
+    assert idle_outage.problems() == ["the broker outage landed with nothing in flight"]
+    idle_outage.in_flight_at_outage = 40
+    assert idle_outage.problems() == []
     wrong = Result("sqs", "x", produced=1, poison=1, dead_lettered=0, wrongly_dead_lettered=1, finished=True)
     assert len(wrong.problems()) == 2
     hung = Result("sqs", "x", produced=1, poison=1, dead_lettered=1, finished=True)
