@@ -232,6 +232,20 @@ async def test_a_queued_ack_keeps_the_handle_and_lease_not_the_message():
     assert ("ack", ["m0"]) in producer.calls
 
 
+async def test_a_batch_of_unordered_acks_is_queued_counted_and_frees_its_credits():
+    """The ACK-only path (no settlement plan): what the general path did for such a batch."""
+    producer = RecordedBroker([("m0", None, "x"), ("m1", None, "x"), ("m2", None, "x")])
+    m0, m1, _m2 = await take(producer, 3)
+    await producer.advance(items([m0, m1], ACKED, AdvanceOutcome(acked=2, failed=0, rejected=0)))
+    assert producer._window.in_flight == 1
+    assert producer.metrics._counts == {"received": 3, "acked": 2, "fanned_out": 3}
+    assert [d.lease for d in producer._acks.queued] == ["m0", "m1"]
+    assert producer._leases is not None
+    assert "m0" in producer._leases, "a queued ACK keeps its lease until it is sent"
+    await producer.aclose()
+    assert ("ack", ["m0", "m1"]) in producer.calls
+
+
 class TwoReceives(RecordedBroker):
     """Two receive calls in flight at once; each records how many credits it asked for."""
 
