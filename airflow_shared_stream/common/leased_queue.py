@@ -596,9 +596,6 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         assert self._leases is not None
         self._raise_ack_error()
-        if self.ack_linger_seconds > 0 and _unordered_acks(batch):
-            await self._queue_acks(batch)
-            return
         later: list[Delivery[Handle]] = []
         try:
             plan = self.plan_settlement(batch)
@@ -629,31 +626,6 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         if self._window.in_flight == 0:
             await self._acks.flush()  # nothing else is in flight: no other ACK could join these
         self._count(batch, plan)
-
-    async def _queue_acks(self, batch: Sequence[AdvanceItem]) -> None:
-        """
-        Advance a batch of ACKs of unordered messages, the common case: queue them all.
-
-        What the general path does for such a batch, without building a settlement plan: with
-        persistence confirmed at once the manager advances one message at a time, and the plan
-        (a dict of lists, sets of leases, the lane bookkeeping, a metric per settlement) cost
-        more than queueing the ACK it decides. No unordered message is ever held back.
-        """
-        assert self._leases is not None
-        later = [self._queue_for_ack(item.broker_payload.delivery) for item in batch]
-        try:
-            await self._acks.add(later)
-        except BaseException:
-            self._leases.forget(d.lease for d in later if d not in self._acks.queued)
-            raise
-        finally:
-            self._window.release(len(batch))
-            self.metrics.gauge(m.IN_FLIGHT, self._window.in_flight)
-            self._backoff.someone_subscribed()
-        if self._window.in_flight == 0:
-            await self._acks.flush()  # nothing else is in flight: no other ACK could join these
-        self.metrics.incr(m.ACKED, len(batch))
-        self.metrics.incr(m.FANNED_OUT, sum(item.outcome.acked for item in batch))
 
     def _queue_for_ack(self, delivery: Delivery[Handle]) -> Delivery[Handle]:
         """The delivery an ACK queued for later keeps, and the lease keeper renews meanwhile."""
@@ -855,17 +827,6 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             await self._leases.stop()
         await self.disconnect()
         self.metrics.flush()  # what was counted since the last interval
-
-
-def _unordered_acks(batch: Sequence[AdvanceItem]) -> bool:
-    """Whether every message of ``batch`` settles as an ACK (see ``decide``) and has no lane."""
-    for item in batch:
-        outcome = item.outcome
-        if outcome.failed or outcome.rejected or not outcome.acked:
-            return False
-        if item.broker_payload.delivery.lane is not None:
-            return False
-    return bool(batch)
 
 
 def _nobody(item: AdvanceItem) -> bool:
