@@ -61,10 +61,6 @@ BROKER_NOTES = {
 }
 
 
-def scenarios_for(broker: str, names: list[str]) -> list[Scenario]:
-    return [SCENARIOS[name] for name in names]
-
-
 def title(broker: str, scenario: Scenario) -> str:
     """The scenario's line in ``broker``'s table: ``broker_restart`` says what the rig does."""
     return RIGS[broker].outage_title if scenario.broker_restart else scenario.title
@@ -73,7 +69,7 @@ def title(broker: str, scenario: Scenario) -> str:
 async def run_broker(broker: str, args: argparse.Namespace, workdir: Path) -> list[Result]:
     results = []
     with broker_rig(broker) as rig:
-        for scenario in scenarios_for(broker, args.scenario):
+        for scenario in (SCENARIOS[name] for name in args.scenario):
             for run in range(args.kill_runs if scenario.kills else args.runs):
                 result = await run_scenario(
                     rig,
@@ -91,7 +87,7 @@ async def run_broker(broker: str, args: argparse.Namespace, workdir: Path) -> li
 
 
 def write_table(broker: str, results: list[Result], args: argparse.Namespace, seconds: float) -> Path:
-    scenarios = {s.name: s for s in scenarios_for(broker, args.scenario)}
+    scenarios = {name: SCENARIOS[name] for name in args.scenario}
     described = "\n".join(f"- {name}: {title(broker, s)}" for name, s in scenarios.items())
     path = RESULTS / f"reliability_{broker}.md"
     path.write_text(

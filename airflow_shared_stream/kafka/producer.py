@@ -233,8 +233,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             after_round=self._report_lag,
         )
         self._advanced_acks: list[Sequence[AdvanceItem]] = []
-        self._advanced_ack_count = 0
         """ACK-only batches advanced since the last fold (see :meth:`fold_advanced_acks`)."""
+        self._advanced_ack_count = 0
+        """Messages in :attr:`_advanced_acks` (folded at ``FOLD_ACKS_AT``)."""
         self.metrics = StreamMetrics("kafka", ".".join(self.topics))
         self._identity = (tuple(self.topics), kafka_config_id)
         self._claimed_group: str | None = None
