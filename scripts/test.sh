@@ -16,5 +16,5 @@ trap 'rm -rf "$docs_out"' EXIT
 # other): about half the wall time of one process. PYTEST_WORKERS=0 runs everything in this process.
 workers=${PYTEST_WORKERS:-2}
 xdist=()
-if [ "$workers" != 0 ]; then xdist=(-n "$workers" --dist loadgroup); fi
+if [ "$workers" != 0 ]; then xdist=(-n "$workers"); fi
 .venv/bin/python -m pytest "${xdist[@]}" "$@"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,25 +22,36 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
-TESTS = Path(__file__).resolve().parent
-AIRFLOW_AND_SPARK = (TESTS / "e2e", TESTS / "integration" / "spark")
+AIRFLOW_AND_SPARK = ("tests/e2e/", "tests/integration/spark/")
 """Tests that run Airflow deployments or Spark JVMs: one xdist worker runs all of them, in order."""
 
 
-def xdist_group_of(path: Path) -> str:
+def worker_group(nodeid: str) -> str:
     """
-    The xdist group of a test file (``scripts/test.sh`` runs ``-n 2 --dist loadgroup``).
+    Which of the two xdist workers runs a test (``scripts/test.sh`` runs ``-n 2``).
 
-    Two groups, one per worker, measured to take about as long as each other: the Airflow
-    deployments and Spark clusters (e2e, Spark integration), and everything else (the brokers'
-    integration and reliability tests, unit tests). A group runs on one worker in collection
-    order, so module- and session-scoped fixtures (an Airflow deployment per e2e module, one Spark
-    cluster) are built once, and two Airflow deployments or Spark clusters never compete for the
-    machine's two cores at once.
+    Two groups, measured to take about as long as each other: the Airflow deployments and Spark
+    clusters (e2e, Spark integration), and everything else (the brokers' integration and
+    reliability tests, unit tests). A group runs on one worker in collection order, so module-
+    and session-scoped fixtures (an Airflow deployment per e2e module, one Spark cluster) are
+    built once, and two Airflow deployments or Spark clusters never compete for the machine's
+    two cores at once.
     """
-    return "airflow-and-spark" if any(path.is_relative_to(p) for p in AIRFLOW_AND_SPARK) else "brokers"
+    return "airflow-and-spark" if nodeid.startswith(AIRFLOW_AND_SPARK) else "brokers"
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(xdist_group_of(Path(item.fspath))))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """
+    xdist's scope scheduler with :func:`worker_group` as the scope.
+
+    (``--dist loadgroup`` with ``xdist_group`` marks would say the same, but pytest 9.2 builds
+    node ids in a way xdist 3.8's group suffix no longer reaches, and the groups are ignored.)
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkerGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return WorkerGroups(config, log)

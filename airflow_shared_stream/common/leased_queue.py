@@ -77,7 +77,7 @@ from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
 from airflow_shared_stream.common import metrics as m
 from airflow_shared_stream.common.flow_control import CreditWindow, ack_timeout_seconds, yield_point
-from airflow_shared_stream.common.leases import LeaseKeeper
+from airflow_shared_stream.common.leases import RENEWALS_IN_FLIGHT, LeaseKeeper
 from airflow_shared_stream.common.matching import RawMessage
 from airflow_shared_stream.common.metrics import StreamMetrics
 from airflow_shared_stream.common.settlement import Settlement, decide
@@ -383,6 +383,8 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     * ``lag_interval_seconds``: how often :meth:`broker_lag` is sampled (if implemented).
     * ``ack_linger_seconds``: longest an unordered ACK waits for a full batch (0: ack inline).
     * ``ack_sends_in_flight``: most ACK batches sent in the background at once.
+    * ``renewals_in_flight``: most lease-extension calls of one renewal pass at once (1 where the
+      SDK cannot take concurrent calls on one receiver: Service Bus).
     * ``receives_in_flight``: most receive calls in flight at once (1: one receive, read ahead
       while the previous batch is fanned out). More pays where a receive's round trip, not the
       fan-out, sets the pace and the broker hands out less than the window per call (Pub/Sub).
@@ -398,6 +400,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     lag_interval_seconds: ClassVar[float] = 30.0
     ack_linger_seconds: ClassVar[float] = ACK_LINGER_SECONDS
     ack_sends_in_flight: ClassVar[int] = ACK_SENDS_IN_FLIGHT
+    renewals_in_flight: ClassVar[int] = RENEWALS_IN_FLIGHT
     receives_in_flight: int = 1  # not a ClassVar: a stream may lower it in connect()
 
     def __init__(self, *, max_in_flight: int, stream_label: str) -> None:
@@ -475,6 +478,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             lease_seconds=lease_seconds,
             max_hold_seconds=ack_timeout_seconds(),
             batch_size=self.settle_batch_limit,
+            calls_in_flight=self.renewals_in_flight,
             on_extended=lambda n: self.metrics.incr(m.LEASE_EXTENSIONS, n),
             on_lost=lambda n: self.metrics.incr(m.LEASE_LOSSES, n),
         )

@@ -20,6 +20,9 @@ from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
+RENEWALS_IN_FLIGHT = 4
+"""Most lease-extension calls of one renewal pass on the wire at once (a broker may lower it)."""
+
 LeaseHandle = TypeVar("LeaseHandle", bound=Hashable)
 
 ExtendLeases = Callable[[list[LeaseHandle], float], Awaitable[Collection[LeaseHandle] | None]]
@@ -34,11 +37,18 @@ class LeaseKeeper(Generic[LeaseHandle]):
     """
     Extend the leases of outstanding messages until they are settled or held too long.
 
-    No lock spans a renewal pass or a settlement. A pass extends the held leases in chunks of
-    ``batch_size``; a settlement only waits for the one in-flight renewal call that includes one
-    of its own messages (so no renewal can land after the settlement and re-lease a message just
-    released to the broker), and a renewal never waits for a settlement, however long its
-    dead-letter retries take. Other leases keep being renewed meanwhile.
+    Passes start every ``renew_every`` seconds, counted from the start of the previous pass, and
+    a pass sends its chunks of ``batch_size`` leases together (at most ``calls_in_flight`` at
+    once): a lease goes at most ``renew_every`` plus one round trip without renewal, however many
+    messages are in flight. (Paced by a sleep after each pass, with its chunks sent one after
+    another, a pass of 200 SQS messages was 20 round trips on top of the pause, and under load a
+    2 s visibility ran out between two renewals.)
+
+    No lock spans a renewal pass or a settlement. A settlement only waits for the in-flight
+    renewal call that includes one of its own messages (so no renewal can land after the
+    settlement and re-lease a message just released to the broker), and a renewal never waits
+    for a settlement, however long its dead-letter retries take. Other leases keep being renewed
+    meanwhile.
 
     :param extend: broker call extending a list of leases to ``lease_seconds`` from now.
     :param lease_seconds: the lease each extension grants.
@@ -47,6 +57,7 @@ class LeaseKeeper(Generic[LeaseHandle]):
     :param renew_every: seconds between renewal passes; a third of the lease by default, so a
         lease survives one failed renewal.
     :param batch_size: most leases per extension call (the broker's batch limit).
+    :param calls_in_flight: most extension calls of one pass on the wire at once.
     :param on_extended: called with the number of leases each successful call extended.
     :param on_lost: called with the number of leases lost (refused by the broker, or let go at
         the ack timeout).
@@ -60,6 +71,7 @@ class LeaseKeeper(Generic[LeaseHandle]):
         max_hold_seconds: float,
         renew_every: float | None = None,
         batch_size: int | None = None,
+        calls_in_flight: int = RENEWALS_IN_FLIGHT,
         clock: Callable[[], float] = time.monotonic,
         on_extended: Callable[[int], None] | None = None,
         on_lost: Callable[[int], None] | None = None,
@@ -71,6 +83,9 @@ class LeaseKeeper(Generic[LeaseHandle]):
         self.max_hold_seconds = max_hold_seconds
         self.renew_every = renew_every if renew_every is not None else lease_seconds / 3
         self.batch_size = batch_size
+        if calls_in_flight < 1:
+            raise ValueError(f"calls_in_flight must be at least 1, got {calls_in_flight}")
+        self.calls_in_flight = calls_in_flight
         self._clock = clock
         self._on_extended = on_extended or _ignore
         self._on_lost = on_lost or _ignore
@@ -130,13 +145,16 @@ class LeaseKeeper(Generic[LeaseHandle]):
             self._on_lost(len(expired))
         handles = list(self._held)
         size = self.batch_size or len(handles) or 1
-        extended = 0
-        for start in range(0, len(handles), size):
-            # Settled since the pass began: skip, its settlement already went out.
-            chunk = [h for h in handles[start : start + size] if h in self._held]
-            if chunk:
-                extended += await self._renew_chunk(chunk)
-        return extended
+        slots = asyncio.Semaphore(self.calls_in_flight)
+
+        async def renew(chunk: list[LeaseHandle]) -> int:
+            async with slots:
+                # Settled since the pass began: skip, its settlement already went out.
+                chunk = [h for h in chunk if h in self._held]
+                return await self._renew_chunk(chunk) if chunk else 0
+
+        chunks = [handles[start : start + size] for start in range(0, len(handles), size)]
+        return sum(await asyncio.gather(*(renew(chunk) for chunk in chunks)))
 
     async def _renew_chunk(self, chunk: list[LeaseHandle]) -> int:
         done = asyncio.Event()
@@ -168,9 +186,14 @@ class LeaseKeeper(Generic[LeaseHandle]):
         return len(chunk) - len(lost)
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self.renew_every
         while True:
-            await asyncio.sleep(self.renew_every)
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            started = loop.time()
             await self.renew_once()
+            # Start to start: a pass that took longer than renew_every is followed at once.
+            due = started + self.renew_every
 
     def start(self) -> None:
         """Start the background renewal task (idempotent)."""

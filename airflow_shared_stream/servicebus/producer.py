@@ -234,6 +234,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
     settle_batch_limit = SETTLE_BATCH_LIMIT
     dead_letter_batch_limit = SETTLE_BATCH_LIMIT
     ack_sends_in_flight = ACK_SENDS_IN_FLIGHT
+    renewals_in_flight = 1  # the SDK fails management requests that race on one receiver
 
     def __init__(
         self,

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 from airflow_shared_stream.common.leases import LeaseKeeper
 
@@ -161,3 +162,34 @@ async def test_background_task_renews_on_schedule():
     await asyncio.sleep(0.35)
     await keeper.stop()
     assert len(broker.calls) >= 2
+
+
+async def test_a_lease_is_renewed_well_within_its_term_when_each_call_takes_a_round_trip():
+    """
+    The schedule counts from the start of a pass, and a pass's calls go out together.
+
+    Regression: passes were paced by a sleep after each pass, and a pass sent its chunks one
+    after another. With 200 messages in flight at SQS's 10 per call, a pass was 20 round trips;
+    under load a lease went up to its whole term between two renewals and expired (moto:
+    ``ReceiptHandleIsInvalid`` for the copy already redelivered and deleted; 1,311 duplicates
+    in the short_lease reliability scenario).
+    """
+    lease, round_trip = 0.6, 0.05
+    started: dict[str, list[float]] = {}
+    loop = asyncio.get_running_loop()
+
+    async def extend(handles: list[str], seconds: float) -> None:
+        for handle in handles:
+            started.setdefault(handle, []).append(loop.time())
+        await asyncio.sleep(round_trip)
+
+    keeper = LeaseKeeper(extend, lease_seconds=lease, max_hold_seconds=300, batch_size=5)
+    for number in range(40):  # 8 calls per pass: 0.4 s one after another
+        keeper.hold(f"m{number}")
+    keeper.start()
+    await asyncio.sleep(1.5)
+    await keeper.stop()
+    gaps = [later - earlier for times in started.values() for earlier, later in itertools.pairwise(times)]
+    assert gaps
+    # renew_every is a third of the lease (0.2 s); a call's round trip is all a pass adds.
+    assert max(gaps) < lease / 3 + 4 * round_trip, f"longest time between two renewals: {max(gaps):.2f}s"
