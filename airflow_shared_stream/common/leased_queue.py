@@ -39,15 +39,20 @@ ACKs of unordered messages are coalesced across advances (:class:`AckBatcher`). 
 advances each lane's contiguous prefix as soon as its trigger events are persisted, so with
 several watchers and persistence rounds of varying length one receive lane of ten is advanced
 in two or three pieces; acking each piece on its own cost SQS 2.4 DeleteMessageBatch calls per
-ten messages (bench/results/sqs_lanes.md). The batcher sends the ACKs once
-``settle_batch_limit`` are waiting, once no other message is in flight (nothing more could
-join the batch), or ``ack_linger_seconds`` after the first one waited, whichever comes first,
+ten messages (bench/results/sqs_lanes.md). The batcher sends the ACKs once a batch is full,
+once no other message is in flight (nothing more could join the batch), or
+``ack_linger_seconds`` after the first one waited, whichever comes first,
 the way the Kafka committer coalesces commits. A batch is sent in the background (a few at
 once, ``ACK_SENDS_IN_FLIGHT``), so ``advance`` returns and the credits come back without
 waiting for the broker's round trip. An ACK is only ever queued by ``advance``, so nothing is
 acked before the manager advanced it; the lease of a queued message is kept until its ACK is on
 the wire; a failed send is raised from the next advance; ``aclose`` sends what is queued and
-waits for what is on the wire. Ordered lanes are
+waits for what is on the wire. A batch is full at ``settle_batch_limit`` or at the credit window,
+whichever is smaller: one persistence cycle resolves at most a window of messages, so waiting for
+more waits for the next cycle, keeps their leases renewed meanwhile and, should the triggerer
+die, hands back more messages whose trigger events were already persisted (duplicates). Pub/Sub,
+whose acknowledge takes 1,000 ids against a default window of 500, had every ACK wait the whole
+linger once receives were read ahead (something is always in flight then). Ordered lanes are
 acked at once: the broker holds the rest of a FIFO group back until its in-flight messages are
 deleted, so lingering would stall the lane.
 """
@@ -420,7 +425,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         """Receives in flight, oldest first."""
         self._acks: AckBatcher[Handle] = AckBatcher(
             self._send_acks,
-            batch_limit=self.settle_batch_limit,
+            batch_limit=min(self.settle_batch_limit or max_in_flight, max_in_flight),
             linger=self.ack_linger_seconds,
             max_sending=self.ack_sends_in_flight,
         )

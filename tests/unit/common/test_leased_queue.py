@@ -215,6 +215,36 @@ async def test_an_unordered_ack_waits_for_a_batch_keeps_its_lease_and_is_sent_on
     assert all("m1" not in handles for _, handles in producer.calls), "m1 was never advanced"
 
 
+class LargeAckBatches(RecordedBroker):
+    """A broker whose ACK call takes far more than the credit window (Pub/Sub: 1,000 ack ids)."""
+
+    settle_batch_limit = 1000
+
+
+async def test_acks_go_out_once_a_credit_window_of_them_is_queued():
+    """
+    A window's worth of ACKs is as full as a batch gets from one persistence cycle.
+
+    Regression: with the broker's own limit (1,000) above the window (500), Pub/Sub's ACK batches
+    never filled; with receives read ahead something was always in flight, so every ACK waited
+    the whole linger (2 s), its lease renewed meanwhile, and a triggerer killed in that time
+    handed back every message it had already persisted (245 duplicates in three kills).
+    """
+    producer = LargeAckBatches([(f"m{n}", None, "x") for n in range(4)], max_in_flight=2)
+    stream = producer.open_stream()
+    m0 = (await anext(stream))[1]
+    m1 = (await anext(stream))[1]
+    await producer.advance(items([m0], ACKED))
+    m2 = (await anext(stream))[1]  # the credit m0 freed is taken again: something stays in flight
+    await producer.advance(items([m1], ACKED))
+    assert producer._window.in_flight == 1
+    await asyncio.wait_for(acks_sent(producer), timeout=0.5)  # not the 2 s linger
+    assert producer.calls == [("ack", ["m0", "m1"])]
+    await producer.advance(items([m2], ACKED))
+    await stream.aclose()
+    await producer.aclose()
+
+
 async def test_a_queued_ack_keeps_the_handle_and_lease_not_the_message():
     """Envelopes kept for the linger outlived two GC generations: only the handle is needed."""
     producer = RecordedBroker([("m0", None, '{"n": 0}'), ("m1", None, "x")])
