@@ -48,6 +48,7 @@ import asyncio
 import base64
 import datetime
 import logging
+import re
 import uuid
 from collections.abc import Awaitable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +71,10 @@ from airflow_shared_stream.servicebus.hook import ServiceBusClientConfig, Servic
 require_sdk("azure.servicebus", "servicebus")
 
 log = logging.getLogger(__name__)
+
+UNAUTHORIZED_STATUS = re.compile(r"(?<![\d.:])401(?!\d)")
+"""A 401 status in an SDK error's text: the number alone, not digits of a port or an address
+(a refused connection to 127.0.0.1:54011 read as a refused credential)."""
 
 DEFAULT_LOCK_DURATION_SECONDS = 60.0
 """Service Bus's default lock duration: renewals run every third of it."""
@@ -637,7 +642,9 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             return ServiceBusEntityNotFoundError(
                 f"{where} does not exist (connection {self._conn_id!r}): {detail}"
             )
-        if isinstance(exc, ServiceBusAuthenticationError | ServiceBusAuthorizationError) or "401" in detail:
+        if isinstance(
+            exc, ServiceBusAuthenticationError | ServiceBusAuthorizationError
+        ) or UNAUTHORIZED_STATUS.search(detail):
             return ServiceBusAccessError(
                 f"Service Bus refused the credential of connection {self._conn_id!r} "
                 f"to {action} {where}: {detail}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 
 import pytest
 
@@ -63,15 +64,36 @@ async def test_unauthorized(servicebus, monkeypatch, harness, caplog):
     assert_no_secret(error, caplog, WRONG_KEY)
 
 
-async def test_unreachable_namespace(monkeypatch, harness, caplog):
+def free_port_reading_like_401() -> int:
+    """A free port whose number contains "401" (40100-40199), as an SDK error message quotes it."""
+    for port in range(40100, 40200):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 40100-40199")
+
+
+@pytest.mark.parametrize(
+    "port",
+    [
+        pytest.param(free_port, id="any-port"),
+        # Regression: a refused connection to 127.0.0.1:54011 was reported as a refused credential,
+        # because "401" appeared in the error text (a CI run picked that port).
+        pytest.param(free_port_reading_like_401, id="port-containing-401"),
+    ],
+)
+async def test_unreachable_namespace(port, monkeypatch, harness, caplog):
     conn = {
         "conn_type": "azure_service_bus",
-        "schema": f"Endpoint=sb://127.0.0.1:{free_port()};SharedAccessKeyName=k;"
+        "schema": f"Endpoint=sb://127.0.0.1:{port()};SharedAccessKeyName=k;"
         f"SharedAccessKey={SAS_KEY};UseDevelopmentEmulator=true;",
     }
     use_connection(monkeypatch, conn)
     error = await failure(harness, ServiceBusSharedStreamTrigger("orders"))
-    assert isinstance(error, ServiceBusEndpointError)
+    assert isinstance(error, ServiceBusEndpointError), error
     assert "did not answer as Service Bus" in str(error)
     assert_no_secret(error, caplog, SAS_KEY)
 
