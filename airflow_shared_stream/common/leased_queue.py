@@ -407,6 +407,9 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     ack_sends_in_flight: ClassVar[int] = ACK_SENDS_IN_FLIGHT
     renewals_in_flight: ClassVar[int] = RENEWALS_IN_FLIGHT
     receives_in_flight: int = 1  # not a ClassVar: a stream may lower it in connect()
+    receive_wait_on_close: float = 0.0
+    """How long ``aclose`` lets the receives in flight return, when it gave messages back, before
+    it cancels them (a broker that gives messages back on close sets it to its long-poll wait)."""
 
     def __init__(self, *, max_in_flight: int, stream_label: str) -> None:
         self._window = CreditWindow(max_in_flight)
@@ -490,19 +493,18 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         self._leases.start()
         self._acks.start()
         self._lag_task = asyncio.create_task(self._sample_lag(), name=f"shared-stream-lag[{self.broker}]")
-        try:
-            while True:
-                self._raise_ack_error()
-                self._start_receives()
-                deliveries = await self._next_received()
-                # Read ahead: the next receives' round trips overlap the fan-out of this batch.
-                self._start_receives()
-                receive_lane = ("receive", next(self._receives))
-                for delivery in deliveries:
-                    yield delivery.message, self._start_tracking(delivery, receive_lane)
-                    await yield_point()
-        finally:
-            await self._stop_receiving()
+        # When the stream ends, the receives still in flight are left to aclose, which gives
+        # back what the stream holds before it cancels them.
+        while True:
+            self._raise_ack_error()
+            self._start_receives()
+            deliveries = await self._next_received()
+            # Read ahead: the next receives' round trips overlap the fan-out of this batch.
+            self._start_receives()
+            receive_lane = ("receive", next(self._receives))
+            for delivery in deliveries:
+                yield delivery.message, self._start_tracking(delivery, receive_lane)
+                await yield_point()
 
     async def _next_received(self) -> Sequence[Delivery[Handle]]:
         """
@@ -518,12 +520,11 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             self.metrics.incr(m.CREDIT_WAITS)
             await self._window.wait_for_credit()
             self._start_receives()
-        if len(self._receiving) > 1:
-            await asyncio.wait(self._receiving, return_when=asyncio.FIRST_COMPLETED)
-            done = next(task for task in self._receiving if task.done())
-        else:
-            done = self._receiving[0]
-        deliveries = await done
+        # asyncio.wait, not ``await task``: a stream cancelled here must not cancel the receives
+        # (aclose does, after giving back what the stream holds).
+        await asyncio.wait(self._receiving, return_when=asyncio.FIRST_COMPLETED)
+        done = next(task for task in self._receiving if task.done())
+        deliveries = done.result()
         self._receiving.remove(done)
         return deliveries
 
@@ -549,9 +550,14 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         share = max(1, self._window.max_in_flight // self.receives_in_flight)
         return min(share, self.receive_limit) if self.receive_limit else share
 
-    async def _stop_receiving(self) -> None:
-        """Cancel the receives read ahead; what they got is held, and ``aclose`` gives it back."""
+    async def _stop_receiving(self, wait: float = 0.0) -> None:
+        """
+        Stop the receives read ahead, after letting them return for up to ``wait`` seconds; what
+        they got is held, and ``aclose`` gives it back.
+        """
         receiving = list(self._receiving)
+        if receiving and wait > 0:
+            await asyncio.wait(receiving, timeout=wait)
         self._receiving.clear()
         for task in receiving:
             task.cancel()
@@ -802,7 +808,6 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         persisted), so it is sent first and is never among the messages given back; giving it
         back before its ACK would hand a finished message to the next stream.
         """
-        await self._stop_receiving()
         if self._lag_task is not None:
             self._lag_task.cancel()
             await asyncio.gather(self._lag_task, return_exceptions=True)
@@ -819,23 +824,42 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
                 )
         await self._acks.stop()  # after the drain: nothing is left to send, unless it timed out
         if self._leases is not None:
-            still_acking = {d.lease for d in self._acks.queued}
-            unsettled = [d for d in self.held_deliveries() if d.lease not in still_acking]
-            if unsettled:
-                try:
-                    async with self._leases.settling(d.lease for d in unsettled):
-                        await self.release_unsettled(unsettled)
-                except Exception as exc:  # best effort: their leases run out instead
-                    log.warning(
-                        "Could not give %d unsettled message(s) of %s back on close (%s); the broker "
-                        "redelivers them when their leases run out",
-                        len(unsettled),
-                        self.broker,
-                        type(exc).__name__,
-                    )
+            # Give back what the stream holds while its receives are still in flight, let them
+            # return (up to receive_wait_on_close) and give back what they brought, then cancel
+            # the rest. Google's Pub/Sub emulator hands a message that is given back after a
+            # pull was cancelled to that dead pull until the pull's deadline, leased for the
+            # whole ack deadline: given back "at once", it came back a minute later.
+            released = await self._release_held(set())
+            await self._stop_receiving(wait=self.receive_wait_on_close if released else 0.0)
+            await self._release_held(released)
             await self._leases.stop()
+        else:
+            await self._stop_receiving()
         await self.disconnect()
         self.metrics.flush()  # what was counted since the last interval
+
+    async def _release_held(self, already: set[Hashable]) -> set[Hashable]:
+        """Give back the held messages that were never advanced to an ACK and not already given
+        back (best effort); return the leases given back so far."""
+        assert self._leases is not None
+        still_acking = {d.lease for d in self._acks.queued}
+        unsettled = [
+            d for d in self.held_deliveries() if d.lease not in still_acking and d.lease not in already
+        ]
+        if not unsettled:
+            return already
+        try:
+            async with self._leases.settling(d.lease for d in unsettled):
+                await self.release_unsettled(unsettled)
+        except Exception as exc:  # best effort: their leases run out instead
+            log.warning(
+                "Could not give %d unsettled message(s) of %s back on close (%s); the broker "
+                "redelivers them when their leases run out",
+                len(unsettled),
+                self.broker,
+                type(exc).__name__,
+            )
+        return already | {d.lease for d in unsettled}
 
 
 def _nobody(item: AdvanceItem) -> bool:

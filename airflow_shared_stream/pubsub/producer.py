@@ -125,6 +125,9 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
         self._max_payload_bytes = max_payload_bytes
         self._rpc_timeout = rpc_timeout
         self._pull_wait_seconds = pull_wait_seconds
+        # Pulls cancelled on close take what is nacked until their deadline (the emulator does):
+        # let them return, and nack what they brought (LeasedQueueProducer.aclose).
+        self.receive_wait_on_close = pull_wait_seconds + 1.0
         self._client: PubSubClient | None = None
         self.subscription: str | None = None
         """The subscription's full path, once connected."""
