@@ -294,7 +294,9 @@ async def test_closing_the_stream_sends_queued_acks_and_does_not_nack_them(pubsu
     await producer.aclose()
 
     assert ledger.acked == {sent[0]}
-    assert nacked == [sent[1]]
+    # Given back while the stream's pulls were still in flight, the second message may come back
+    # to one of them at once; the close gives that copy back too. The finished one never.
+    assert set(nacked) == {sent[1]}
     again = await eventually(
         lambda: pubsub.pull(subscription, ack=False),
         lambda m: len(m) >= 1,
