@@ -49,10 +49,9 @@ acked before the manager advanced it; the lease of a queued message is kept unti
 the wire; a failed send is raised from the next advance; ``aclose`` sends what is queued and
 waits for what is on the wire. A batch is full at ``settle_batch_limit`` or at the credit window,
 whichever is smaller: one persistence cycle resolves at most a window of messages, so waiting for
-more waits for the next cycle, keeps their leases renewed meanwhile and, should the triggerer
-die, hands back more messages whose trigger events were already persisted (duplicates). Pub/Sub,
-whose acknowledge takes 1,000 ids against a default window of 500, had every ACK wait the whole
-linger once receives were read ahead (something is always in flight then). Ordered lanes are
+more waits for the next cycle and keeps their leases renewed meanwhile. Pub/Sub, whose
+acknowledge takes 1,000 ids against a default window of 500, had every ACK wait the whole linger
+once receives were read ahead (something is always in flight then). Ordered lanes are
 acked at once: the broker holds the rest of a FIFO group back until its in-flight messages are
 deleted, so lingering would stall the lane.
 """

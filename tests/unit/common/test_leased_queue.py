@@ -227,8 +227,7 @@ async def test_acks_go_out_once_a_credit_window_of_them_is_queued():
 
     Regression: with the broker's own limit (1,000) above the window (500), Pub/Sub's ACK batches
     never filled; with receives read ahead something was always in flight, so every ACK waited
-    the whole linger (2 s), its lease renewed meanwhile, and a triggerer killed in that time
-    handed back every message it had already persisted (245 duplicates in three kills).
+    the whole linger (2 s), its lease renewed meanwhile.
     """
     producer = LargeAckBatches([(f"m{n}", None, "x") for n in range(4)], max_in_flight=2)
     stream = producer.open_stream()
