@@ -838,8 +838,11 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         self.metrics.flush()  # what was counted since the last interval
 
     async def _release_held(self, already: set[Hashable]) -> set[Hashable]:
-        """Give back the held messages that were never advanced to an ACK and not already given
-        back (best effort); return the leases given back so far."""
+        """
+        Give back (best effort) the held messages not advanced to an ACK and not in ``already``.
+
+        Returns the leases given back so far: ``already`` and these.
+        """
         assert self._leases is not None
         still_acking = {d.lease for d in self._acks.queued}
         unsettled = [
