@@ -26,6 +26,7 @@ every message of a subscription without ordering, share an advance lane per pull
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Collection, Sequence
@@ -71,7 +72,7 @@ _ATTRIBUTE_VALUE_LIMIT = 1024
 """Pub/Sub's limit on an attribute value, in bytes."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PubSubMessageHandle:
     """What the settlement calls need for one pulled message."""
 
@@ -363,10 +364,16 @@ def _rfc3339(timestamp: Any) -> str:
     Six fraction digits when the nanoseconds are zero, else the nanoseconds without trailing
     zeros: ``2026-11-22T04:30:00.000000Z``, ``2026-11-22T04:30:00.123456789Z``.
     """
-    seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(timestamp.seconds))
+    seconds = _utc_seconds(timestamp.seconds)
     nanos = timestamp.nanos
     fraction = f"{nanos:09d}".rstrip("0") if nanos else "000000"
     return f"{seconds}.{fraction}Z"
+
+
+@functools.lru_cache(maxsize=64)
+def _utc_seconds(seconds: int) -> str:
+    """The whole-second part of :func:`_rfc3339`; a pull's messages share a few publish seconds."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
 
 
 def _truncate(text: str, limit: int) -> str:

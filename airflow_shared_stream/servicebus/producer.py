@@ -661,7 +661,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         return ServiceBusSharedStreamError(f"could not {action} {where}: {detail}")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Received:
     """A received message and the receiver that must settle it."""
 

@@ -111,7 +111,7 @@ _ACCESS_CODES = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SqsMessageHandle:
     """What the settlement calls need for one received message."""
 
