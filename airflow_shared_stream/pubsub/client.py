@@ -174,7 +174,9 @@ class PubSubClient:
             chunk = list(ack_ids[start : start + ACK_IDS_PER_CALL])
             try:
                 await self._subscriber.acknowledge(
-                    subscription=subscription, ack_ids=chunk, retry=self._retry(), timeout=self._rpc_timeout
+                    request=_request("AcknowledgeRequest", subscription=subscription, ack_ids=chunk),
+                    retry=self._retry(),
+                    timeout=self._rpc_timeout,
                 )
             except Exception as exc:
                 raise self.explain(exc, "Acknowledge", subscription) from None
@@ -186,9 +188,12 @@ class PubSubClient:
             chunk = list(ack_ids[start : start + ACK_IDS_PER_CALL])
             try:
                 await self._subscriber.modify_ack_deadline(
-                    subscription=subscription,
-                    ack_ids=chunk,
-                    ack_deadline_seconds=seconds,
+                    request=_request(
+                        "ModifyAckDeadlineRequest",
+                        subscription=subscription,
+                        ack_ids=chunk,
+                        ack_deadline_seconds=seconds,
+                    ),
                     retry=self._retry(),
                     timeout=self._rpc_timeout,
                 )
@@ -245,3 +250,17 @@ class PubSubClient:
         return PubSubSharedStreamError(
             f"{where} failed: {type(exc).__name__}: {self.scrubber.scrub(str(exc))}"
         )
+
+
+def _request(name: str, **fields: Any) -> Any:
+    """
+    A request of ``google.pubsub_v1.types``, built as a raw protobuf and wrapped without a copy.
+
+    Passing ``ack_ids`` to the client as a keyword extends the proto-plus request one id at a
+    time in Python (about 0.5 µs per id); the raw protobuf takes the whole list at C speed, and
+    an ACK or a lease renewal carries up to 2,500 ids.
+    """
+    from google.pubsub_v1 import types
+
+    message_class = getattr(types, name)
+    return message_class.wrap(message_class.pb()(**fields))

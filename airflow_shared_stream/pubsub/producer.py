@@ -231,7 +231,8 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
         """One pulled message (a raw protobuf ``ReceivedMessage``, see :meth:`PubSubClient.pull`)."""
         message = received.message
         publish_time = _rfc3339(message.publish_time)
-        attributes = dict(message.attributes)
+        # Most messages have none; dict() of a protobuf map goes through Python's Mapping methods.
+        attributes = dict(message.attributes) if len(message.attributes) else {}
         data = message.data
         raw = build_message(
             data,
