@@ -1274,10 +1274,10 @@ def _merge(previous: Path, cells: list[Cell]) -> list[Cell]:
     return kept + cells
 
 
-def main(argv: list[str] | None = None) -> dict[str, list[Cell]]:
+def quiet_loggers() -> None:
+    """Warnings and errors only from the stream and the broker clients, as a triggerer at WARNING."""
     import logging
 
-    args = parse_args(argv)
     for name in (
         "aiokafka",
         "airflow_shared_stream",
@@ -1290,6 +1290,11 @@ def main(argv: list[str] | None = None) -> dict[str, list[Cell]]:
         "uamqp",
     ):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> dict[str, list[Cell]]:
+    args = parse_args(argv)
+    quiet_loggers()
     results = asyncio.run(bench(args))
     args.output_dir.mkdir(parents=True, exist_ok=True)
     for broker, cells in results.items():
