@@ -15,6 +15,7 @@ from airflow_shared_stream.common.leased_queue import (
     Delivery,
     LeasedQueueProducer,
     NoSubscriberBackoff,
+    _fanned_out_if_plain_acks,
     chunked,
 )
 from airflow_shared_stream.common.matching import build_message
@@ -273,6 +274,18 @@ async def test_a_batch_of_unordered_acks_is_queued_counted_and_frees_its_credits
     assert "m0" in producer._leases, "a queued ACK keeps its lease until it is sent"
     await producer.aclose()
     assert ("ack", ["m0", "m1"]) in producer.calls
+
+
+async def test_only_a_batch_of_unordered_acks_takes_the_ack_only_path():
+    """Any failure, reject, nobody or ordered lane in the batch sends it to the general path."""
+    producer = RecordedBroker([("m0", None, "x"), ("m1", None, "x"), ("f0", "F", "x")])
+    m0, m1, f0 = await take(producer, 3)
+    twice = AdvanceOutcome(acked=2, failed=0, rejected=0)
+    assert _fanned_out_if_plain_acks(items([m0, m1], ACKED, twice)) == 3
+    for outcome in (FAILED, REJECTED, NOBODY, AdvanceOutcome(acked=1, failed=1, rejected=0)):
+        assert _fanned_out_if_plain_acks(items([m0, m1], ACKED, outcome)) == 0
+    assert _fanned_out_if_plain_acks(items([m0, f0], ACKED, ACKED)) == 0, "an ordered lane is acked inline"
+    await producer.aclose()
 
 
 class TwoReceives(RecordedBroker):
