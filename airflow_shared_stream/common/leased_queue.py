@@ -502,6 +502,10 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             self._raise_ack_error()
             self._start_receives()
             deliveries = await self._next_received()
+            # A receive read ahead was started before the advance that found nobody subscribed,
+            # so it did not wait for the backoff; what it brought (often the very message just
+            # given back) waits here instead, and no receive starts meanwhile.
+            await self._backoff.wait()
             # Read ahead: the next receives' round trips overlap the fan-out of this batch.
             self._start_receives()
             receive_lane = ("receive", next(self._receives))
