@@ -665,13 +665,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         (bench/results/watchers_*.md, ``template`` against ``ceiling``).
         """
         assert self._leases is not None
-        leased, queued = self._leased, []
-        for item in batch:
-            delivery = item.broker_payload.delivery
-            kept = delivery.without_message()
-            if delivery.lease in leased:
-                leased[delivery.lease] = kept
-            queued.append(kept)
+        queued = [self._queue_for_ack(item.broker_payload.delivery) for item in batch]
         try:
             await self._acks.add(queued)
         except BaseException:
