@@ -363,6 +363,12 @@ class InMemoryProducer(LeasedQueueProducer[int]):
 
     async def ack(self, deliveries: Sequence[Delivery[int]]) -> None:
         self._record((d.handle for d in deliveries), Settlement.ACK)
+        self._forget(deliveries)
+
+    def _forget(self, deliveries: Iterable[Delivery[int]]) -> None:
+        """A message that left the queue is not kept for redelivery (a long stream would grow)."""
+        for delivery in deliveries:
+            self._received.pop(delivery.handle, None)
 
     async def redeliver(self, deliveries: Sequence[Delivery[int]]) -> None:
         self._record((d.handle for d in deliveries), Settlement.REDELIVER)
@@ -376,6 +382,7 @@ class InMemoryProducer(LeasedQueueProducer[int]):
         queue = self.queue(self.stream)
         self._record((x.delivery.handle for x in letters), Settlement.DEAD_LETTER)
         queue.dead_letters.extend((x.delivery.handle, x.reason, x.description) for x in letters)
+        self._forget(x.delivery for x in letters)
 
     async def extend_leases(
         self, deliveries: Sequence[Delivery[int]], seconds: float

@@ -642,7 +642,7 @@ async def run_template(cell: Cell, budget: float, sync: float) -> None:
     stream = f"template-{uuid.uuid4().hex[:8]}"
     queue = InMemoryProducer.queue(stream)
     for body in _bodies(cell.messages):
-        queue.publish(body)
+        queue.publish(json.dumps(body).encode())  # as the ceiling's bodies: the broker's bytes
     try:
         await drive_shared(lambda: BulkInMemoryTrigger(stream), cell, Meter(None), budget, sync)
     finally:

@@ -119,7 +119,7 @@ in flight, the advance that fills the next one waits for one of them to finish, 
 beyond the credit window, and the manager is slowed down rather than memory growing."""
 
 ACK_QUEUED = RawMessage(envelope={}, label="(message acknowledged, ACK queued)")
-"""The message of every delivery whose ACK is queued (:meth:`Delivery.without_message`); its
+"""The message of every delivery whose ACK is queued (:meth:`Delivery.drop_message`); its
 trigger events are persisted, nothing reads or changes it."""
 
 NO_SUBSCRIBER_BACKOFF_MIN = 0.25
@@ -139,10 +139,10 @@ class Delivery(Generic[Handle]):
     :param size: body size in bytes as the broker counts it (dead-letter batches are bounded).
     :param message_id: secret-free id for logs and errors.
 
-    Treated as immutable, but not declared ``frozen``: a frozen dataclass sets each field through
-    ``object.__setattr__``, which made its construction cost about twice as much (1.4 µs against
-    0.6 µs here), and the template builds two per message (:meth:`without_message`). The same
-    holds for the brokers' handle classes.
+    Not declared ``frozen``: a frozen dataclass sets each field through ``object.__setattr__``,
+    which made its construction cost about twice as much (1.4 µs against 0.6 µs here), and the
+    template drops the message of a delivery whose ACK it queues (:meth:`drop_message`); nothing
+    else changes a delivery. The brokers' handle classes are not frozen for the same reason.
     """
 
     message: RawMessage
@@ -152,17 +152,19 @@ class Delivery(Generic[Handle]):
     size: int = 0
     message_id: str = ""
 
-    def without_message(self) -> Delivery[Handle]:
+    def drop_message(self) -> None:
         """
-        This delivery as an ACK queued for later keeps it: the handle and lease, not the message.
+        Keep the handle and lease, not the message: this delivery's ACK is queued for later.
 
         Its trigger events are persisted by then, and an ACK needs only the handle. A queued ACK
         waits up to ``ack_linger_seconds``, and at thousands of messages a second that is
         thousands of envelopes (each a few container objects) outliving two garbage-collector
         generations: the template paid full collections of the triggerer's whole heap for them,
-        a fifth of its time at one watcher. The message is :data:`ACK_QUEUED`, shared.
+        a fifth of its time at one watcher. The message becomes :data:`ACK_QUEUED`, shared. In
+        place, not a copy: the manager is done with the delivery once it advanced it, and the
+        lease keeper's map already holds this object.
         """
-        return Delivery(ACK_QUEUED, self.handle, self.lease, self.lane, self.size, self.message_id)
+        self.message = ACK_QUEUED
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,9 +308,27 @@ class AckBatcher(Generic[Handle]):
 
     async def add(self, deliveries: Sequence[Delivery[Handle]]) -> None:
         """Queue ``deliveries`` for ACK; start sending every batch that is full now."""
-        if not deliveries:
-            return
-        self._queued.extend(deliveries)
+        if self.put(deliveries):
+            await self.send_full()
+
+    def put(self, deliveries: Sequence[Delivery[Handle]]) -> bool:
+        """
+        Queue ``deliveries`` for ACK without a suspension point; True if a batch is full now.
+
+        The caller then awaits :meth:`send_full`. :meth:`add` in two halves, so the common
+        advance (its ACKs join a batch that is not full yet) does not build a coroutine.
+        """
+        queued = self._queued
+        queued.extend(deliveries)
+        limit = self.batch_limit
+        if limit and len(queued) >= limit:
+            return True
+        if queued:
+            self._wakeup.set()
+        return False
+
+    async def send_full(self) -> None:
+        """Start sending every batch that is full (waiting for a free slot); linger the rest."""
         limit = self.batch_limit
         while limit and len(self._queued) >= limit:
             await self._start(limit)
@@ -509,8 +529,12 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             # Read ahead: the next receives' round trips overlap the fan-out of this batch.
             self._start_receives()
             receive_lane = ("receive", next(self._receives))
+            sequences = self._sequences
             for delivery in deliveries:
-                yield delivery.message, self._start_tracking(delivery, receive_lane)
+                if delivery.lane is None:  # unordered: the one allocation per message, inline
+                    yield delivery.message, InFlight(delivery, next(sequences), receive_lane)
+                else:
+                    yield delivery.message, self._start_tracking(delivery, receive_lane)
                 await yield_point()
 
     async def _next_received(self) -> Sequence[Delivery[Handle]]:
@@ -592,16 +616,17 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             received = len(deliveries)
         finally:
             self._window.receive_reserved(reserved, received)
+        leased = self._leased
         for delivery in deliveries:
-            self._leases.hold(delivery.lease)
-            self._leased[delivery.lease] = delivery
+            leased[delivery.lease] = delivery
+        self._leases.hold_all(delivery.lease for delivery in deliveries)
         if deliveries:
             self.metrics.incr(m.RECEIVED, len(deliveries))
             self.metrics.gauge(m.IN_FLIGHT, self._window.in_flight)
         return deliveries
 
     def _start_tracking(self, delivery: Delivery[Handle], receive_lane: Hashable) -> InFlight[Handle]:
-        assert self._leases is not None
+        """The payload of a message on an ordered lane, tracked per lane (unordered: inline above)."""
         sequence = next(self._sequences)
         if delivery.lane is None:
             advance_lane = receive_lane
@@ -617,11 +642,17 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         assert self._leases is not None
-        self._raise_ack_error()
+        if self._acks.error is not None:
+            self._raise_ack_error()
         if self.ack_linger_seconds > 0 and not self._held_back:
             fanned_out = _fanned_out_if_plain_acks(batch)
             if fanned_out:
-                await self._advance_plain_acks(batch, fanned_out)
+                # The common advance, inline: no coroutine unless a batch is full or nothing
+                # else is in flight (then nothing more could join the queued ACKs).
+                if self._queue_plain_acks(batch, fanned_out):
+                    await self._acks.send_full()
+                if self._window.in_flight == 0:
+                    await self._acks.flush()
                 return
         later: list[Delivery[Handle]] = []
         try:
@@ -654,41 +685,34 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             await self._acks.flush()  # nothing else is in flight: no other ACK could join these
         self._count(batch, plan)
 
-    async def _advance_plain_acks(self, batch: Sequence[AdvanceItem], fanned_out: int) -> None:
+    def _queue_plain_acks(self, batch: Sequence[AdvanceItem], fanned_out: int) -> bool:
         """
         The common advance on a path of its own: every message ACK, none on an ordered lane.
 
         The same effect as the general path when nothing settles inline (every ACK is queued
-        for the ACK batcher), in one pass and without a settlement plan. The manager advances
-        whatever one persistence confirmation completes, often a single message: at one watcher
-        the general path's bookkeeping was most of the template's own cost per message
-        (bench/results/watchers_*.md, ``template`` against ``ceiling``).
+        for the ACK batcher), in one pass, without a settlement plan and without a suspension
+        point. The manager advances whatever one persistence confirmation completes, often a
+        single message: at one watcher the general path's bookkeeping was most of the
+        template's own cost per message (bench/results/instructions.md). Returns True if an
+        ACK batch is full: the caller awaits :meth:`AckBatcher.send_full` (whose wait for a
+        free send slot is the backpressure on the manager).
         """
-        assert self._leases is not None
         queued = [self._queue_for_ack(item.broker_payload.delivery) for item in batch]
-        try:
-            await self._acks.add(queued)
-        except BaseException:
-            self._leases.forget(d.lease for d in queued if d not in self._acks.queued)
-            raise
-        finally:
-            window = self._window
-            window.release(len(batch))
-            self.metrics.gauge(m.IN_FLIGHT, window.in_flight)
-            self._backoff.someone_subscribed()
-        if self._window.in_flight == 0:
-            await self._acks.flush()  # nothing else is in flight: no other ACK could join these
-        self.metrics.incr(m.ACKED, len(batch))
-        self.metrics.incr(m.FANNED_OUT, fanned_out)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s advance: ack=%d redeliver=0 dead_letter=0", self.broker, len(batch))
+        full = self._acks.put(queued)
+        window = self._window
+        window.release(len(batch))
+        metrics = self.metrics
+        metrics.gauge(m.IN_FLIGHT, window.in_flight)
+        metrics.incr(m.ACKED, len(batch))
+        metrics.incr(m.FANNED_OUT, fanned_out)
+        self._backoff.someone_subscribed()
+        return full
 
-    def _queue_for_ack(self, delivery: Delivery[Handle]) -> Delivery[Handle]:
-        """The delivery an ACK queued for later keeps, and the lease keeper renews meanwhile."""
-        kept = delivery.without_message()
-        if delivery.lease in self._leased:
-            self._leased[delivery.lease] = kept
-        return kept
+    @staticmethod
+    def _queue_for_ack(delivery: Delivery[Handle]) -> Delivery[Handle]:
+        """The delivery, as an ACK queued for later keeps it (see :meth:`Delivery.drop_message`)."""
+        delivery.drop_message()
+        return delivery
 
     async def _send_acks(self, deliveries: list[Delivery[Handle]]) -> None:
         """Send one coalesced ACK batch; the leases are kept until it is on the wire."""

@@ -104,6 +104,13 @@ class LeaseKeeper(Generic[LeaseHandle]):
         """Start keeping the lease of a message that has just been received."""
         self._held.setdefault(handle, self._clock())
 
+    def hold_all(self, handles: Iterable[LeaseHandle]) -> None:
+        """:meth:`hold` for the messages of one receive, received at one time."""
+        now = self._clock()
+        held = self._held
+        for handle in handles:
+            held.setdefault(handle, now)
+
     @contextlib.asynccontextmanager
     async def settling(self, handles: Iterable[LeaseHandle]) -> AsyncIterator[None]:
         """

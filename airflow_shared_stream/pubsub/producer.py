@@ -115,6 +115,7 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
         pull_wait_seconds: float = PULL_WAIT_SECONDS,
     ) -> None:
         self._subscription_name = ResourceName.parse(subscription, "subscriptions", "subscription")
+        self._label_prefix = f"{self._subscription_name.id}/"
         self._dead_letter_name = (
             ResourceName.parse(dead_letter_topic, "topics", "dead_letter_topic")
             if dead_letter_topic
@@ -228,8 +229,15 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
         return [self._delivery(r) for r in received]
 
     def _delivery(self, received: Any) -> Delivery[PubSubMessageHandle]:
-        """One pulled message (a raw protobuf ``ReceivedMessage``, see :meth:`PubSubClient.pull`)."""
+        """
+        One pulled message (a raw protobuf ``ReceivedMessage``, see :meth:`PubSubClient.pull`).
+
+        Each field is read once: reading a string field of a protobuf message builds a new
+        Python string every time, and this runs once per message.
+        """
         message = received.message
+        message_id = message.message_id
+        ordering_key = message.ordering_key
         publish_time = _rfc3339(message.publish_time)
         # Most messages have none; dict() of a protobuf map goes through Python's Mapping methods.
         attributes = dict(message.attributes) if len(message.attributes) else {}
@@ -237,32 +245,25 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
         raw = build_message(
             data,
             metadata={
-                "message_id": message.message_id,
+                "message_id": message_id,
                 "publish_time": publish_time,
                 "attributes": attributes,
-                "ordering_key": message.ordering_key or None,
+                "ordering_key": ordering_key or None,
                 # Pub/Sub counts delivery attempts only on subscriptions with a dead-letter policy.
                 "delivery_attempt": received.delivery_attempt or None,
                 "subscription": self.subscription,
             },
-            label=f"{self._subscription_name.id}/{message.message_id}",
+            label=self._label_prefix + message_id,
             max_payload_bytes=self._max_payload_bytes,
         )
-        handle = PubSubMessageHandle(
-            ack_id=received.ack_id,
-            message_id=message.message_id,
-            data=data,
-            attributes=attributes,
-            ordering_key=message.ordering_key,
-            publish_time=publish_time,
-        )
+        ack_id = received.ack_id
         return Delivery(
             message=raw,
-            handle=handle,
-            lease=handle.ack_id,
-            lane=message.ordering_key if self._ordered and message.ordering_key else None,
+            handle=PubSubMessageHandle(ack_id, message_id, data, attributes, ordering_key, publish_time),
+            lease=ack_id,
+            lane=ordering_key if ordering_key and self._ordered else None,
             size=len(data),
-            message_id=handle.message_id,
+            message_id=message_id,
         )
 
     # -- settlement ---------------------------------------------------------------------------
