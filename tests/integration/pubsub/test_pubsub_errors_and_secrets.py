@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 
 import pytest
@@ -145,3 +146,17 @@ async def test_a_push_subscription_is_refused(pubsub, harness):
     error = await watcher.wait_for_error()
     assert isinstance(error, PubSubConfigurationError)
     assert "push subscription" in str(error)
+
+
+async def test_a_subscription_deleted_mid_stream_fails_the_pull_by_name(pubsub, harness):
+    """A call that fails mid-stream names itself and the subscription (the pull, or the ACK of the
+    first message if its linger ends first)."""
+    topic, subscription = pubsub.topic_with_subscription()
+    watcher = harness.add(PubSubSharedStreamTrigger(subscription))
+    pubsub.publish(topic, [{"n": 1}])
+    await watcher.wait_for_events(1)
+    pubsub.subscriber.delete_subscription(subscription=subscription)
+    error = await watcher.wait_for_error()
+    assert isinstance(error, PubSubNotFoundError), repr(error)
+    assert re.match(rf"Pub/Sub (Pull|Acknowledge) on {subscription} \(connection ", str(error)), error
+    assert "does not exist" in str(error)
