@@ -697,14 +697,15 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         ACK batch is full: the caller awaits :meth:`AckBatcher.send_full` (whose wait for a
         free send slot is the backpressure on the manager).
         """
-        queued = [self._queue_for_ack(item.broker_payload.delivery) for item in batch]
+        queued = []
+        for item in batch:
+            delivery = item.broker_payload.delivery
+            delivery.message = ACK_QUEUED  # Delivery.drop_message, inline: once per message
+            queued.append(delivery)
         full = self._acks.put(queued)
         window = self._window
         window.release(len(batch))
-        metrics = self.metrics
-        metrics.gauge(m.IN_FLIGHT, window.in_flight)
-        metrics.incr(m.ACKED, len(batch))
-        metrics.incr(m.FANNED_OUT, fanned_out)
+        self.metrics.acks_queued(len(batch), fanned_out, window.in_flight)
         self._backoff.someone_subscribed()
         return full
 

@@ -157,6 +157,20 @@ class StreamMetrics:
         if self._flush_timer is None:
             self._schedule_flush()
 
+    def acks_queued(self, acked: int, fanned_out: int, in_flight: int) -> None:
+        """
+        One advance whose every message settles ACK: ``incr`` twice and ``gauge`` once, in one call.
+
+        The leased queues' common advance, often of a single message: three calls of their own
+        were a measurable part of its cost per message.
+        """
+        counts = self._counts
+        counts[ACKED] = counts.get(ACKED, 0) + acked
+        counts[FANNED_OUT] = counts.get(FANNED_OUT, 0) + fanned_out
+        self._gauges[IN_FLIGHT] = in_flight
+        if self._flush_timer is None:
+            self._schedule_flush()
+
     def timing_ms(self, metric: str, milliseconds: float) -> None:
         try:
             _stats().timing(self.name(metric), milliseconds, tags=self.tags)

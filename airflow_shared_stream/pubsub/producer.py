@@ -368,7 +368,7 @@ def _rfc3339(timestamp: Any) -> str:
     """
     seconds = _utc_seconds(timestamp.seconds)
     nanos = timestamp.nanos
-    fraction = f"{nanos:09d}".rstrip("0") if nanos else "000000"
+    fraction = ("%09d" % nanos).rstrip("0") if nanos else "000000"  # noqa: UP031 - twice as fast here
     return f"{seconds}.{fraction}Z"
 
 
