@@ -34,6 +34,24 @@ def _round(round_no: int, count: int = 10) -> set[tuple[int, int, int]]:
     return {(p, round_no, i) for p in range(PARTITIONS) for i in range(count)}
 
 
+async def _started(kafka, topic: str, group: str, *triggers: KafkaSharedStreamTrigger) -> None:
+    """
+    Wait until each brand-new watcher has started: its own position anchored at every partition's start.
+
+    ``SharedStreamHarness.add`` only starts the trigger's task. A brand-new watcher starts where
+    its triggerer's stream reads when that triggerer admits it (docs/ha.rst): the stream group's
+    commit, which the triggerers share. Records produced before a triggerer admits its watcher
+    may already be committed past by the other triggerer (it reads, persists and commits a round
+    in ~30 ms), and the late watcher then rightly starts after them and never sees them: one
+    triggerer ~50 ms behind the other was enough to leave a watcher with 0 of 40 events.
+    """
+    starts = dict.fromkeys(range(PARTITIONS), 0)
+    for trigger in triggers:
+        watcher_group = watcher_group_id(group, trigger.watcher_digest())
+        seen = await kafka.wait_committed(watcher_group, topic, starts, PARTITIONS)
+        assert seen == starts, f"watcher {watcher_group} did not start at the beginning: {seen}"
+
+
 async def _two_watchers_of_one_topic(
     kafka,
 ) -> tuple[str, str, KafkaSharedStreamTrigger, KafkaSharedStreamTrigger]:
@@ -55,6 +73,7 @@ async def test_watchers_of_one_stream_on_two_triggerers_each_see_every_record(ka
     async with SharedStreamHarness() as triggerer_a, SharedStreamHarness() as triggerer_b:
         a = triggerer_a.add(first)
         b = triggerer_b.add(second)
+        await _started(kafka, topic, group, first, second)
         await _produce_round(kafka, topic, 1)
         await a.wait_for_events(40)
         await b.wait_for_events(40)
@@ -76,6 +95,7 @@ async def test_a_watcher_moved_to_another_triggerer_resumes_from_its_own_positio
         s = triggerer_b.add(stayer)
         async with SharedStreamHarness() as triggerer_a:
             m = triggerer_a.add(mover)
+            await _started(kafka, topic, group, stayer, mover)
             await _produce_round(kafka, topic, 1)
             await m.wait_for_events(40)
             ends = {p: 10 for p in range(PARTITIONS)}
