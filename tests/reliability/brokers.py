@@ -12,7 +12,8 @@ how the broker is started, stopped and restarted, and what it cannot do here:
 broker         outage mid-stream (broker_restart)   SIGKILL of the consumer
 =============  ===================================  ==========================================
 SQS            stopped 2 s, restarted: moto's       yes
-               state lives in this process, its
+               state lives in its server process
+               (tests/support/moto_process.py), its
                HTTP server restarts on its port
 Kafka          stopped 2 s, restarted: noida-db     on Tansu: noida-db never evicts a member
                on its port and data dir             killed without leaving (TEST_RIG.md)
@@ -32,6 +33,8 @@ import abc
 import contextlib
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -41,6 +44,8 @@ from typing import Any
 
 from tests.integration.contract.base import ContractBroker
 from tests.support.processes import free_port, running, stop, tail, wait_for_port
+
+REPO = Path(__file__).resolve().parents[2]
 
 BROKERS = ("sqs", "kafka", "pubsub", "servicebus")
 
@@ -116,15 +121,23 @@ class SqsRig(BrokerRig):
 
     def __init__(self) -> None:
         super().__init__()
-        from moto.server import ThreadedMotoServer
-
         from tests.integration.sqs.test_sqs_contract import SqsContractBroker
         from tests.support.brokers import SqsServer
 
-        self._server_class = ThreadedMotoServer
         self.port = free_port()
-        self._server: Any = None
-        self.start_broker()
+        # moto in a process of its own (tests/support/moto_process.py says why): it answers
+        # "stop" and "start" on stdin, keeping its queues, as a restarted endpoint would.
+        self._server = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.moto_process", str(self.port)],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        self._expect("ready")
+        wait_for_port(self.port, 30, self._server, what="moto server")
         server = SqsServer(port=self.port, access_key="AKIDRELIABILITY", secret_key="reliability-secret")
         self.conn_id = self.env.connection("aws_reliability", server.connection())
         self.contract = SqsContractBroker(server)
@@ -132,20 +145,33 @@ class SqsRig(BrokerRig):
     def trigger_kwargs(self) -> dict[str, Any]:
         return {"aws_conn_id": self.conn_id}
 
+    def _command(self, command: str) -> None:
+        assert self._server.stdin is not None
+        self._server.stdin.write(command + "\n")
+        self._server.stdin.flush()
+        self._expect("ok")
+
+    def _expect(self, answer: str) -> None:
+        assert self._server.stdout is not None
+        line = self._server.stdout.readline().strip()
+        if line != answer:
+            exit_code = self._server.poll()
+            raise RuntimeError(f"moto server process answered {line!r}, not {answer!r} (exit {exit_code})")
+
     def stop_broker(self) -> None:
-        self._server.stop()
-        self._server = None
+        self._command("stop")
 
     def start_broker(self) -> None:
-        # moto keeps queues and messages in module-level backends of this process: a new HTTP
-        # server on the same port serves the same state, as a restarted SQS endpoint would.
-        self._server = self._server_class(ip_address="127.0.0.1", port=self.port, verbose=False)
-        self._server.start()
-        wait_for_port(self.port, 30, what="moto server")
+        self._command("start")
+        wait_for_port(self.port, 30, self._server, what="moto server")
 
     def close(self) -> None:
-        if self._server is not None:
-            self.stop_broker()
+        if self._server.stdin is not None:
+            self._server.stdin.close()  # end of input: the server stops and the process exits
+        try:
+            self._server.wait(10)
+        except subprocess.TimeoutExpired:
+            stop(self._server)
         super().close()
 
 
