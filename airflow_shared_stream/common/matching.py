@@ -99,8 +99,11 @@ def build_message(
             unprocessable = error
         else:
             envelope[body_field] = decoded
-    for name, value in metadata.items():
-        envelope.setdefault(name, value)
+    if envelope.keys().isdisjoint(metadata):  # as always: no broker names its metadata "body"
+        envelope.update(metadata)
+    else:
+        for name, value in metadata.items():
+            envelope.setdefault(name, value)  # the body wins
     return RawMessage(envelope=envelope, label=label, unprocessable=unprocessable)
 
 

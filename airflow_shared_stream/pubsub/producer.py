@@ -257,13 +257,13 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
             max_payload_bytes=self._max_payload_bytes,
         )
         ack_id = received.ack_id
-        return Delivery(
-            message=raw,
-            handle=PubSubMessageHandle(ack_id, message_id, data, attributes, ordering_key, publish_time),
-            lease=ack_id,
-            lane=ordering_key if ordering_key and self._ordered else None,
-            size=len(data),
-            message_id=message_id,
+        return Delivery(  # message, handle, lease, lane, size, message_id
+            raw,
+            PubSubMessageHandle(ack_id, message_id, data, attributes, ordering_key, publish_time),
+            ack_id,
+            ordering_key if ordering_key and self._ordered else None,
+            len(data),
+            message_id,
         )
 
     # -- settlement ---------------------------------------------------------------------------
