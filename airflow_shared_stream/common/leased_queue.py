@@ -707,6 +707,8 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         window.release(len(batch))
         self.metrics.acks_queued(len(batch), fanned_out, window.in_flight)
         self._backoff.someone_subscribed()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s advance: ack=%d redeliver=0 dead_letter=0", self.broker, len(batch))
         return full
 
     @staticmethod

@@ -146,3 +146,19 @@ async def test_stop_cancels_the_sends_still_on_the_wire():
     await batcher.stop()
     assert batcher.sending == 0
     assert broker.done == []
+
+
+async def test_put_queues_without_sending_and_says_when_a_batch_is_full():
+    """The ACK-only advance's half of ``add``: nothing goes out until the caller sends full batches."""
+    broker = Broker()
+    batcher = AckBatcher(broker.send, batch_limit=10, linger=60)
+    assert batcher.put(list(range(9))) is False
+    assert batcher.put([9, 10]) is True
+    await asyncio.sleep(0)
+    assert broker.batches == [], "put never starts a send"
+    await batcher.send_full()
+    await until(lambda: len(broker.done) == 1)
+    assert broker.batches == [list(range(10))]
+    assert batcher.queued == [10]
+    await batcher.drain()
+    assert broker.batches[-1] == [10]

@@ -193,3 +193,15 @@ async def test_a_lease_is_renewed_well_within_its_term_when_each_call_takes_a_ro
     assert gaps
     # renew_every is a third of the lease (0.2 s); a call's round trip is all a pass adds.
     assert max(gaps) < lease / 3 + 4 * round_trip, f"longest time between two renewals: {max(gaps):.2f}s"
+
+
+async def test_hold_all_holds_a_receive_at_one_time_and_keeps_an_earlier_hold():
+    broker, clock = RecordingBroker(), FakeClock()
+    keeper = LeaseKeeper(broker.extend, lease_seconds=30, max_hold_seconds=300, clock=clock)
+    keeper.hold("a")
+    clock.now = 200.0
+    keeper.hold_all(["a", "b", "c"])
+    assert len(keeper) == 3
+    clock.now = 310.0  # past the ack timeout for "a" (held at 0), not for "b" and "c" (held at 200)
+    assert await keeper.renew_once() == 2
+    assert broker.calls == [(["b", "c"], 30)]
