@@ -534,7 +534,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
                 if delivery.lane is None:  # unordered: the one allocation per message, inline
                     yield delivery.message, InFlight(delivery, next(sequences), receive_lane)
                 else:
-                    yield delivery.message, self._start_tracking(delivery, receive_lane)
+                    yield delivery.message, self._track_on_lane(delivery, delivery.lane)
                 await yield_point()
 
     async def _next_received(self) -> Sequence[Delivery[Handle]]:
@@ -625,15 +625,11 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             self.metrics.gauge(m.IN_FLIGHT, self._window.in_flight)
         return deliveries
 
-    def _start_tracking(self, delivery: Delivery[Handle], receive_lane: Hashable) -> InFlight[Handle]:
+    def _track_on_lane(self, delivery: Delivery[Handle], lane: Hashable) -> InFlight[Handle]:
         """The payload of a message on an ordered lane, tracked per lane (unordered: inline above)."""
         sequence = next(self._sequences)
-        if delivery.lane is None:
-            advance_lane = receive_lane
-        else:
-            advance_lane = ("lane", delivery.lane)
-            self._lane_in_flight.setdefault(delivery.lane, set()).add(sequence)
-        return InFlight(delivery, sequence, advance_lane)
+        self._lane_in_flight.setdefault(lane, set()).add(sequence)
+        return InFlight(delivery, sequence, ("lane", lane))
 
     def get_advance_lane(self, broker_payload: InFlight[Handle]) -> Hashable:
         return broker_payload.advance_lane
@@ -642,8 +638,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         assert self._leases is not None
-        if self._acks.error is not None:
-            self._raise_ack_error()
+        self._raise_ack_error()
         if self.ack_linger_seconds > 0 and not self._held_back:
             fanned_out = _fanned_out_if_plain_acks(batch)
             if fanned_out:
@@ -659,7 +654,9 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             plan = self.plan_settlement(batch)
             acks = plan[Settlement.ACK]
             if self.ack_linger_seconds > 0 and acks:
-                later = [self._queue_for_ack(d) for d in acks if d.lane is None]
+                later = [d for d in acks if d.lane is None]
+                for delivery in later:
+                    delivery.drop_message()
                 ordered = [d for d in acks if d.lane is not None] if len(later) < len(acks) else []
                 plan[Settlement.ACK] = ordered
             if len(later) < len(batch):  # something settles now (often nothing: every ACK waits)
@@ -700,7 +697,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         queued = []
         for item in batch:
             delivery = item.broker_payload.delivery
-            delivery.message = ACK_QUEUED  # Delivery.drop_message, inline: once per message
+            delivery.drop_message()
             queued.append(delivery)
         full = self._acks.put(queued)
         window = self._window
@@ -710,12 +707,6 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s advance: ack=%d redeliver=0 dead_letter=0", self.broker, len(batch))
         return full
-
-    @staticmethod
-    def _queue_for_ack(delivery: Delivery[Handle]) -> Delivery[Handle]:
-        """The delivery, as an ACK queued for later keeps it (see :meth:`Delivery.drop_message`)."""
-        delivery.drop_message()
-        return delivery
 
     async def _send_acks(self, deliveries: list[Delivery[Handle]]) -> None:
         """Send one coalesced ACK batch; the leases are kept until it is on the wire."""

@@ -102,10 +102,10 @@ class LeaseKeeper(Generic[LeaseHandle]):
 
     def hold(self, handle: LeaseHandle) -> None:
         """Start keeping the lease of a message that has just been received."""
-        self._held.setdefault(handle, self._clock())
+        self.hold_all((handle,))
 
     def hold_all(self, handles: Iterable[LeaseHandle]) -> None:
-        """:meth:`hold` for the messages of one receive, received at one time."""
+        """Start keeping the leases of the messages of one receive, received at one time."""
         now = self._clock()
         held = self._held
         for handle in handles:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.reliability.brokers import BrokerRig
+from tests.reliability.brokers import REPO, BrokerRig
 from tests.reliability.triggerer import (
     BOUND,
     ERRORS,
@@ -49,8 +49,6 @@ from tests.reliability.triggerer import (
     WatcherSpec,
 )
 from tests.support.statsd import statsd_listening
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
