@@ -80,18 +80,18 @@ class CreditWindow:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
         self.max_in_flight = max_in_flight
-        self._in_flight = 0
+        self.in_flight = 0
+        """Credits spent: messages received and not advanced yet. Read it, never set it (the
+        methods do); an attribute rather than a property because it is read once per advance."""
         self._reserved = 0
         self._credit_returned = asyncio.Event()
-
-    @property
-    def in_flight(self) -> int:
-        return self._in_flight
+        self._waiters = 0
+        """Tasks in :meth:`wait_for_credit`: a release wakes them, and costs no event otherwise."""
 
     @property
     def available(self) -> int:
         """Credits free right now: the most messages worth fetching from the broker."""
-        return self.max_in_flight - self._in_flight - self._reserved
+        return self.max_in_flight - self.in_flight - self._reserved
 
     def reserve(self, count: int) -> None:
         """
@@ -109,21 +109,25 @@ class CreditWindow:
         if not 0 <= received <= reserved:
             raise RuntimeError(f"{received} message(s) received for {reserved} reserved credit(s)")
         self._reserved -= reserved
-        self._in_flight += received
-        if received < reserved:
+        self.in_flight += received
+        if received < reserved and self._waiters:
             self._credit_returned.set()
 
     async def wait_for_credit(self) -> int:
         """Wait until at least one credit is free and return how many are."""
         while self.available <= 0:
             self._credit_returned.clear()
-            await self._credit_returned.wait()
+            self._waiters += 1
+            try:
+                await self._credit_returned.wait()
+            finally:
+                self._waiters -= 1
         return self.available
 
     async def acquire(self) -> None:
         """Spend one credit, waiting for one to be returned if the window is full."""
         await self.wait_for_credit()
-        self._in_flight += 1
+        self.in_flight += 1
 
     def take(self) -> None:
         """
@@ -132,14 +136,15 @@ class CreditWindow:
         For a producer that sized its fetch by :attr:`available`: the credits are there, and
         skipping the await keeps the per-message path cheap.
         """
-        if self.available <= 0:
+        if self.in_flight + self._reserved >= self.max_in_flight:
             raise RuntimeError("credit window is full: size fetches by CreditWindow.available")
-        self._in_flight += 1
+        self.in_flight += 1
 
     def release(self, count: int = 1) -> None:
         """Return credits for messages the manager has advanced (whatever their settlement)."""
-        self._in_flight = max(0, self._in_flight - count)
-        self._credit_returned.set()
+        self.in_flight = max(0, self.in_flight - count)
+        if self._waiters:
+            self._credit_returned.set()
 
 
 async def yield_point() -> None:

@@ -231,19 +231,17 @@ class NoSubscriberBackoff:
     ) -> None:
         self.minimum, self.maximum = minimum, maximum
         self._clock = clock
-        self._delay = 0.0
+        self.delay = 0.0
+        """The pause now in force, 0 when someone was subscribed last (read it; the methods set
+        it). An attribute, not a property: every ACK-only advance reads it."""
         self._resume_at = 0.0
 
-    @property
-    def delay(self) -> float:
-        return self._delay
-
     def nobody_subscribed(self) -> None:
-        self._delay = min(self.maximum, max(self.minimum, self._delay * 2))
-        self._resume_at = self._clock() + self._delay
+        self.delay = min(self.maximum, max(self.minimum, self.delay * 2))
+        self._resume_at = self._clock() + self.delay
 
     def someone_subscribed(self) -> None:
-        self._delay = 0.0
+        self.delay = 0.0
         self._resume_at = 0.0
 
     async def wait(self) -> None:
@@ -319,11 +317,15 @@ class AckBatcher(Generic[Handle]):
         advance (its ACKs join a batch that is not full yet) does not build a coroutine.
         """
         queued = self._queued
+        first = not queued
         queued.extend(deliveries)
         limit = self.batch_limit
         if limit and len(queued) >= limit:
             return True
-        if queued:
+        if first and queued:
+            # The first of a round starts the linger (see _run); later ones join it. Whenever
+            # _run waits for a wakeup, the queue is empty or the wakeup is set: its flush takes
+            # everything queued meanwhile, and send_full sets it for what a full batch leaves.
             self._wakeup.set()
         return False
 
@@ -519,7 +521,8 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         # When the stream ends, the receives still in flight are left to aclose, which gives
         # back what the stream holds before it cancels them.
         while True:
-            self._raise_ack_error()
+            if self._acks.error is not None:
+                self._raise_ack_error()
             self._start_receives()
             deliveries = await self._next_received()
             # A receive read ahead was started before the advance that found nobody subscribed,
@@ -638,13 +641,14 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         assert self._leases is not None
-        self._raise_ack_error()
+        if self._acks.error is not None:  # checked inline: this runs once per message or so
+            self._raise_ack_error()
         if self.ack_linger_seconds > 0 and not self._held_back:
-            fanned_out = _fanned_out_if_plain_acks(batch)
-            if fanned_out:
+            full = self._queue_plain_acks(batch)
+            if full is not None:
                 # The common advance, inline: no coroutine unless a batch is full or nothing
                 # else is in flight (then nothing more could join the queued ACKs).
-                if self._queue_plain_acks(batch, fanned_out):
+                if full:
                     await self._acks.send_full()
                 if self._window.in_flight == 0:
                     await self._acks.flush()
@@ -682,18 +686,30 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             await self._acks.flush()  # nothing else is in flight: no other ACK could join these
         self._count(batch, plan)
 
-    def _queue_plain_acks(self, batch: Sequence[AdvanceItem], fanned_out: int) -> bool:
+    def _queue_plain_acks(self, batch: Sequence[AdvanceItem]) -> bool | None:
         """
         The common advance on a path of its own: every message ACK, none on an ordered lane.
 
-        The same effect as the general path when nothing settles inline (every ACK is queued
-        for the ACK batcher), in one pass, without a settlement plan and without a suspension
-        point. The manager advances whatever one persistence confirmation completes, often a
-        single message: at one watcher the general path's bookkeeping was most of the
-        template's own cost per message (bench/results/instructions.md). Returns True if an
-        ACK batch is full: the caller awaits :meth:`AckBatcher.send_full` (whose wait for a
-        free send slot is the backpressure on the manager).
+        Returns ``None``, having changed nothing, when some message of ``batch`` is not such an
+        ACK (a failure, a reject, nobody subscribed, an ordered lane; see
+        :func:`~.settlement.decide`): the general path decides. Otherwise the same effect as the
+        general path when nothing settles inline (every ACK is queued for the ACK batcher), in
+        two passes over the batch, without a settlement plan, without a suspension point and
+        with as few calls as it takes: the manager advances whatever one persistence
+        confirmation completes, often a single message, and at one watcher the general path's
+        bookkeeping was most of the template's own cost per message
+        (bench/results/instructions.md). Returns True if an ACK batch is full: the caller
+        awaits :meth:`AckBatcher.send_full` (whose wait for a free send slot is the
+        backpressure on the manager).
         """
+        fanned_out = 0
+        for item in batch:
+            outcome = item.outcome
+            if outcome.failed or outcome.rejected or not outcome.acked:
+                return None
+            if item.broker_payload.delivery.lane is not None:
+                return None
+            fanned_out += outcome.acked
         queued = []
         for item in batch:
             delivery = item.broker_payload.delivery
@@ -703,9 +719,9 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         window = self._window
         window.release(len(batch))
         self.metrics.acks_queued(len(batch), fanned_out, window.in_flight)
-        self._backoff.someone_subscribed()
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s advance: ack=%d redeliver=0 dead_letter=0", self.broker, len(batch))
+        backoff = self._backoff
+        if backoff.delay:
+            backoff.someone_subscribed()
         return full
 
     async def _send_acks(self, deliveries: list[Delivery[Handle]]) -> None:
@@ -719,6 +735,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
                 self._leased.pop(delivery.lease, None)
 
     def _raise_ack_error(self) -> None:
+        """Raise (once) the failure of an ACK batch sent in the background, if there was one."""
         error, self._acks.error = self._acks.error, None
         if error is not None:
             raise error
@@ -922,22 +939,6 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
                 type(exc).__name__,
             )
         return already | {d.lease for d in unsettled}
-
-
-def _fanned_out_if_plain_acks(batch: Sequence[AdvanceItem]) -> int:
-    """
-    The watcher deliveries of ``batch`` if every message in it settles ACK outside an ordered
-    lane (see :func:`~.settlement.decide`), else 0: the general path decides.
-    """
-    fanned_out = 0
-    for item in batch:
-        outcome = item.outcome
-        if outcome.failed or outcome.rejected or not outcome.acked:
-            return 0
-        if item.broker_payload.delivery.lane is not None:
-            return 0
-        fanned_out += outcome.acked
-    return fanned_out
 
 
 def _nobody(item: AdvanceItem) -> bool:

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -203,20 +203,14 @@ class StreamMetrics:
             except Exception as exc:  # pragma: no cover - depends on the deployment's backend
                 _failed(exc)
 
-    def watchers_failed(self, batch: Sequence[Any]) -> None:
-        """
-        Surface watchers that did not finish messages of an advanced ``batch`` (core limit 4).
-
-        Airflow's ack timeout fails such a watcher but cannot cancel it, and nothing else tells
-        the deployment why messages come back: count the failed deliveries and log one warning
-        per batch. ``batch`` holds Airflow ``AdvanceItem`` objects.
-        """
-        failed = sum(item.outcome.failed for item in batch)
-        if failed > 0:
-            self.failed_deliveries(failed, sum(1 for item in batch if item.outcome.failed))
-
     def failed_deliveries(self, failed: int, messages: int) -> None:
-        """:meth:`watchers_failed` for a producer that counted ``failed`` deliveries of ``messages``."""
+        """
+        Surface watchers that did not finish ``messages`` messages (``failed`` deliveries in all).
+
+        Core limit 4: Airflow's ack timeout fails such a watcher but cannot cancel it, and
+        nothing else tells the deployment why messages come back, so count the failed
+        deliveries and log one warning per advance.
+        """
         if failed <= 0:
             return
         self.incr(WATCHER_FAILURES, failed)

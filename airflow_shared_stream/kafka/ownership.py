@@ -31,7 +31,9 @@ class PartitionOwnership:
     def __init__(self, assignment: Callable[[], Collection[TopicPartition]] = frozenset) -> None:
         self._assignment = assignment
         self._assignment_epochs: dict[TopicPartition, int] = {}
-        self._fetch_epochs: dict[TopicPartition, int] = {}
+        self.fetch_epochs: dict[TopicPartition, int] = {}
+        """The fetch epoch of each partition (0 until its first revoke or seek). Read it, the
+        methods change it: the stream compares it once per record, without a call."""
 
     def bind(self, assignment: Callable[[], Collection[TopicPartition]]) -> None:
         """Follow another consumer's assignment (the producer's, once it has connected)."""
@@ -42,7 +44,7 @@ class PartitionOwnership:
         return self._assignment_epochs.get(tp, 0)
 
     def fetch_epoch(self, tp: TopicPartition) -> int:
-        return self._fetch_epochs.get(tp, 0)
+        return self.fetch_epochs.get(tp, 0)
 
     def owns(self, tp: TopicPartition, epoch: int) -> bool:
         """Read since the partition's last revoke, and still assigned (aiokafka's live view)."""
@@ -52,8 +54,8 @@ class PartitionOwnership:
         """The partitions were taken away: everything read or fetched before is someone else's."""
         for tp in partitions:
             self._assignment_epochs[tp] = self._assignment_epochs.get(tp, 0) + 1
-            self._fetch_epochs[tp] = self._fetch_epochs.get(tp, 0) + 1
+            self.fetch_epochs[tp] = self.fetch_epochs.get(tp, 0) + 1
 
     def rewound(self, tp: TopicPartition) -> None:
         """The consumer sought back on ``tp``: records fetched before are stale."""
-        self._fetch_epochs[tp] = self._fetch_epochs.get(tp, 0) + 1
+        self.fetch_epochs[tp] = self.fetch_epochs.get(tp, 0) + 1

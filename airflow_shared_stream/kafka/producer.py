@@ -171,12 +171,13 @@ def build_raw_message(record: Any, max_payload_bytes: int) -> RawMessage:
     the payload: Kafka values are often binary formats (Avro, Protobuf) that a JMESPath
     ``match`` cannot read anyway.
     """
+    key = record.key
     metadata = {
         "topic": record.topic,
         "partition": record.partition,
         "offset": record.offset,
         "timestamp": record.timestamp,
-        "key": _text(record.key),
+        "key": None if key is None else _text(key),  # most records have none: no call for them
         "headers": {name: _text(value) for name, value in record.headers} if record.headers else {},
     }
     return build_message(
@@ -301,11 +302,12 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 if tp in self._unanchored and records:
                     # Assigned during this fetch: anchor at the first record, before it is yielded.
                     await self._anchor(consumer, tp, records[0].offset)
-                fetch_epoch = ownership.fetch_epoch(tp)
+                fetch_epochs = ownership.fetch_epochs
+                fetch_epoch = fetch_epochs.get(tp, 0)
                 epoch = ownership.epoch(tp)
                 metrics.incr(m.RECEIVED, len(records))
                 for record in records:
-                    if ownership.fetch_epoch(tp) != fetch_epoch:
+                    if fetch_epochs.get(tp, 0) != fetch_epoch:
                         break  # sought back or revoked meanwhile: the rest is stale
                     seq = self._seq
                     self._seq = seq + 1
@@ -617,10 +619,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         the commit that passes them is even queued, and the lane is folded. The commit itself
         is sent by the committer task.
         """
-        # Every advanced message returns its credit, whatever happens below.
-        credits = self.credits
-        credits.release(len(batch))
-        self.metrics.gauge(m.IN_FLIGHT, credits.in_flight)
+        # Every advanced message returns its credit, whatever happens below. (The in-flight
+        # gauge is set where messages are fetched and folded, not on every advance.)
+        self.credits.release(len(batch))
         if self.committer.error is not None:
             raise self.committer.error
         for item in batch:
@@ -628,12 +629,15 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             if outcome.failed or outcome.rejected or not outcome.acked:
                 break  # not all ACKs (see settlement.decide)
         else:
-            # All ACKs, the common case: kept for the committer's next round.
-            self._advanced_acks.append(batch)
+            # All ACKs, the common case: kept for the committer's next round, which the first
+            # of them wakes (one wakeup per round, not per advance).
+            advanced = self._advanced_acks
+            if not advanced:
+                self.committer.wake()
+            advanced.append(batch)
             self._advanced_ack_count += len(batch)
             if self._advanced_ack_count >= FOLD_ACKS_AT:
                 self.fold_advanced_acks()
-            self.committer.wake()
             return
         self.fold_advanced_acks()  # a lane's earlier ACKs are folded before this batch
         first: KafkaBrokerPayload = batch[0].broker_payload
@@ -723,12 +727,15 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         items: list[tuple[int, Settlement]] = []
         settled: list[tuple[int, int]] = []
         counts = dict.fromkeys(Settlement, 0)
-        nobody = resolved = 0
+        nobody = resolved = failed = failed_messages = 0
         for item in batch:
             outcome = item.outcome
             settlement = decide(outcome)
             counts[settlement] += 1
             resolved += outcome.acked + outcome.failed + outcome.rejected
+            if outcome.failed:
+                failed += outcome.failed
+                failed_messages += 1
             if (
                 settlement is Settlement.REDELIVER
                 and outcome.acked == outcome.failed == outcome.rejected == 0
@@ -757,7 +764,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         metrics.incr(m.REDELIVERED, counts[Settlement.REDELIVER])
         metrics.incr(m.DEAD_LETTERED, counts[Settlement.DEAD_LETTER])
         metrics.incr(m.NO_SUBSCRIBER, nobody)
-        metrics.watchers_failed(batch)
+        metrics.gauge(m.IN_FLIGHT, self.credits.in_flight)
+        metrics.failed_deliveries(failed, failed_messages)
 
     async def _report_lag(self) -> None:
         """Broker lag: the partitions' end offsets (as last fetched) minus the committed offsets."""

@@ -15,7 +15,6 @@ from airflow_shared_stream.common.leased_queue import (
     Delivery,
     LeasedQueueProducer,
     NoSubscriberBackoff,
-    _fanned_out_if_plain_acks,
     chunked,
 )
 from airflow_shared_stream.common.matching import build_message
@@ -280,11 +279,17 @@ async def test_only_a_batch_of_unordered_acks_takes_the_ack_only_path():
     """Any failure, reject, nobody or ordered lane in the batch sends it to the general path."""
     producer = RecordedBroker([("m0", None, "x"), ("m1", None, "x"), ("f0", "F", "x")])
     m0, m1, f0 = await take(producer, 3)
-    twice = AdvanceOutcome(acked=2, failed=0, rejected=0)
-    assert _fanned_out_if_plain_acks(items([m0, m1], ACKED, twice)) == 3
     for outcome in (FAILED, REJECTED, NOBODY, AdvanceOutcome(acked=1, failed=1, rejected=0)):
-        assert _fanned_out_if_plain_acks(items([m0, m1], ACKED, outcome)) == 0
-    assert _fanned_out_if_plain_acks(items([m0, f0], ACKED, ACKED)) == 0, "an ordered lane is acked inline"
+        assert producer._queue_plain_acks(items([m0, m1], ACKED, outcome)) is None
+    assert producer._queue_plain_acks(items([m0, f0], ACKED, ACKED)) is None, "ordered lanes ack inline"
+    assert producer._window.in_flight == 3, "a refused batch changes nothing"
+    assert not producer._acks.queued
+    assert m0.delivery.message is not ACK_QUEUED
+    twice = AdvanceOutcome(acked=2, failed=0, rejected=0)
+    assert producer._queue_plain_acks(items([m0, m1], ACKED, twice)) is True, "a full batch (of 2)"
+    assert producer.metrics._counts["fanned_out"] == 3
+    assert [d.lease for d in producer._acks.queued] == ["m0", "m1"]
+    assert producer._window.in_flight == 1
     await producer.aclose()
 
 
