@@ -619,10 +619,9 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             received = len(deliveries)
         finally:
             self._window.receive_reserved(reserved, received)
-        leased = self._leased
-        for delivery in deliveries:
-            leased[delivery.lease] = delivery
-        self._leases.hold_all(delivery.lease for delivery in deliveries)
+        received_now = {delivery.lease: delivery for delivery in deliveries}
+        self._leased.update(received_now)
+        self._leases.hold_all(received_now)  # its keys: the leases
         if deliveries:
             self.metrics.incr(m.RECEIVED, len(deliveries))
             self.metrics.gauge(m.IN_FLIGHT, self._window.in_flight)
@@ -727,12 +726,14 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     async def _send_acks(self, deliveries: list[Delivery[Handle]]) -> None:
         """Send one coalesced ACK batch; the leases are kept until it is on the wire."""
         assert self._leases is not None
+        leases = [d.lease for d in deliveries]
         try:
-            async with self._leases.settling(d.lease for d in deliveries):
+            async with self._leases.settling(leases):
                 await self.ack(deliveries)
         finally:
-            for delivery in deliveries:
-                self._leased.pop(delivery.lease, None)
+            leased = self._leased
+            for lease in leases:
+                leased.pop(lease, None)
 
     def _raise_ack_error(self) -> None:
         """Raise (once) the failure of an ACK batch sent in the background, if there was one."""

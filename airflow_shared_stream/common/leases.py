@@ -120,11 +120,14 @@ class LeaseKeeper(Generic[LeaseHandle]):
         overtake the settlement; no new renewal picks them up once this is entered.
         """
         handles = list(handles)
+        held = self._held
         for handle in handles:
-            self._held.pop(handle, None)
-        pending = {id(event): event for h in handles if (event := self._renewing.get(h)) is not None}
-        for event in pending.values():
-            await event.wait()
+            held.pop(handle, None)
+        renewing = self._renewing
+        if renewing:  # most of the time no renewal is on the wire: no lookup per handle
+            pending = {id(event): event for h in handles if (event := renewing.get(h)) is not None}
+            for event in pending.values():
+                await event.wait()
         yield
 
     def forget(self, handles: Iterable[LeaseHandle]) -> None:
