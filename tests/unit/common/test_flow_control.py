@@ -73,3 +73,29 @@ def test_reserved_credits_are_not_available_and_unfilled_ones_come_back():
     assert window.available == 8
     with pytest.raises(RuntimeError):
         window.receive_reserved(1, 2)
+
+
+async def test_a_waiter_is_woken_after_another_gave_up_waiting():
+    """The window wakes only waiting tasks; one that timed out (Kafka's poll) must not be counted."""
+    window = CreditWindow(1)
+    await window.acquire()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(window.wait_for_credit(), 0.01)
+    assert window._waiters == 0
+    window.release(1)  # nobody waits: no wake-up is owed
+    await window.acquire()
+    waiter = asyncio.create_task(window.wait_for_credit())
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    window.release(1)
+    assert await asyncio.wait_for(waiter, 1) == 1
+
+
+async def test_credits_a_receive_did_not_fill_wake_a_waiter():
+    window = CreditWindow(4)
+    window.reserve(4)
+    waiter = asyncio.create_task(window.wait_for_credit())
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    window.receive_reserved(4, 1)
+    assert await asyncio.wait_for(waiter, 1) == 3
