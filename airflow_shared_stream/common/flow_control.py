@@ -136,7 +136,7 @@ class CreditWindow:
         For a producer that sized its fetch by :attr:`available`: the credits are there, and
         skipping the await keeps the per-message path cheap.
         """
-        if self.in_flight + self._reserved >= self.max_in_flight:
+        if self.available <= 0:
             raise RuntimeError("credit window is full: size fetches by CreditWindow.available")
         self.in_flight += 1
 

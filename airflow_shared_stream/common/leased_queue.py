@@ -521,8 +521,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         # When the stream ends, the receives still in flight are left to aclose, which gives
         # back what the stream holds before it cancels them.
         while True:
-            if self._acks.error is not None:
-                self._raise_ack_error()
+            self._raise_ack_error()
             self._start_receives()
             deliveries = await self._next_received()
             # A receive read ahead was started before the advance that found nobody subscribed,
@@ -640,8 +639,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         assert self._leases is not None
-        if self._acks.error is not None:  # checked inline: this runs once per message or so
-            self._raise_ack_error()
+        self._raise_ack_error()
         if self.ack_linger_seconds > 0 and not self._held_back:
             full = self._queue_plain_acks(batch)
             if full is not None:

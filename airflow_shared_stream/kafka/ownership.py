@@ -43,9 +43,6 @@ class PartitionOwnership:
         """The partition's assignment epoch: stamp it on every message read now."""
         return self._assignment_epochs.get(tp, 0)
 
-    def fetch_epoch(self, tp: TopicPartition) -> int:
-        return self.fetch_epochs.get(tp, 0)
-
     def owns(self, tp: TopicPartition, epoch: int) -> bool:
         """Read since the partition's last revoke, and still assigned (aiokafka's live view)."""
         return self._assignment_epochs.get(tp, 0) == epoch and tp in self._assignment()
