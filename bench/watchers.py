@@ -689,34 +689,44 @@ HOLD_SECONDS = 10.0**6
 
 class RpcCounter:
     """
-    Count the Pub/Sub RPCs every variant makes, at the SDK's ``SubscriberAsyncClient`` methods.
+    Count the Pub/Sub RPCs every variant makes, at gRPC's asyncio channel.
 
-    Ours, the bare loop and google's trigger all call these methods (one call = one RPC; the
-    SDK's own retries are not seen). A new client is counted too (``client``): google's trigger
-    builds one, with its own gRPC channel and connection, each time it runs.
+    Ours (which calls its hot path on raw stubs, pubsub/client.py), the bare loop and google's
+    trigger (through ``SubscriberAsyncClient``) all go through ``grpc.aio``'s multicallables: one
+    call there is one RPC, a retry included. A new client is counted too (``client``): google's
+    trigger builds one, with its own gRPC channel and connection, each time it runs.
     """
 
-    METHODS = ("pull", "acknowledge", "modify_ack_deadline", "streaming_pull")
+    METHODS = {
+        "/google.pubsub.v1.Subscriber/Pull": "pull",
+        "/google.pubsub.v1.Subscriber/Acknowledge": "acknowledge",
+        "/google.pubsub.v1.Subscriber/ModifyAckDeadline": "modify_ack_deadline",
+        "/google.pubsub.v1.Subscriber/StreamingPull": "streaming_pull",
+    }
 
     def __init__(self) -> None:
         self._counts: collections.Counter[str] = collections.Counter()
-        self._saved: dict[str, Any] = {}
+        self._saved: list[tuple[Any, str, Any]] = []
 
     def install(self) -> None:
         from google.pubsub_v1 import SubscriberAsyncClient
+        from grpc.aio import _channel
 
-        counts = self._counts
-        for name in self.METHODS:
-            original = getattr(SubscriberAsyncClient, name)
-            self._saved[name] = original
+        counts, methods = self._counts, self.METHODS
+        for multicallable in (_channel.UnaryUnaryMultiCallable, _channel.StreamStreamMultiCallable):
+            original = multicallable.__call__
+            self._saved.append((multicallable, "__call__", original))
 
-            def counted(self_: Any, *a: Any, _original: Any = original, _name: str = name, **kw: Any) -> Any:
-                counts[_name] += 1
+            def counted(self_: Any, *a: Any, _original: Any = original, **kw: Any) -> Any:
+                path = self_._method
+                name = methods.get(path.decode() if isinstance(path, bytes) else path)
+                if name is not None:
+                    counts[name] += 1
                 return _original(self_, *a, **kw)
 
-            setattr(SubscriberAsyncClient, name, counted)
+            multicallable.__call__ = counted  # type: ignore[method-assign]
         init = SubscriberAsyncClient.__init__
-        self._saved["__init__"] = init
+        self._saved.append((SubscriberAsyncClient, "__init__", init))
 
         def counted_init(self_: Any, *a: Any, **kw: Any) -> None:
             counts["client"] += 1
@@ -725,10 +735,9 @@ class RpcCounter:
         SubscriberAsyncClient.__init__ = counted_init  # type: ignore[method-assign]
 
     def uninstall(self) -> None:
-        from google.pubsub_v1 import SubscriberAsyncClient
-
-        for name, original in self._saved.items():
-            setattr(SubscriberAsyncClient, name, original)
+        for owner, name, original in reversed(self._saved):
+            setattr(owner, name, original)
+        self._saved.clear()
 
     def reset(self) -> None:
         self._counts.clear()

@@ -12,12 +12,18 @@ shared stream's credit window decides how many messages may be outstanding, and 
 for exactly the free credits; a streaming pull's flow control is the server's to honour (the
 emulator pushed four times the window), and messages a cancelled stream had received stayed
 leased far past their ack deadline on the emulator.
+
+The three calls of the hot path (``Pull``, ``Acknowledge``, ``ModifyAckDeadline``) go through
+:class:`SubscriberCalls`: the generated client's channel and credentials, the metadata its
+methods send, on raw protobuf messages. Everything else (``GetSubscription``, ``GetTopic``,
+``Publish``) goes through the generated clients.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_shared_stream.common.errors import SecretScrubber
@@ -57,6 +63,7 @@ class PubSubClient:
         self._gcp_conn_id = gcp_conn_id
         self._rpc_timeout = rpc_timeout
         self._subscriber: Any = None
+        self._calls: SubscriberCalls | None = None
         self._publisher: Any = None
         self.scrubber = SecretScrubber(settings.secrets)
         """Key material of the connection, kept out of error messages and of Google's SDK logs."""
@@ -82,6 +89,13 @@ class PubSubClient:
             )
         else:
             self._subscriber = SubscriberAsyncClient(credentials=self._settings.credentials)
+        self._calls = SubscriberCalls.on(self._subscriber.transport.grpc_channel)
+
+    @property
+    def calls(self) -> SubscriberCalls:
+        if self._calls is None:
+            raise RuntimeError("the Pub/Sub client is not open")
+        return self._calls
 
     def _publisher_client(self) -> Any:
         if self._publisher is None:
@@ -106,7 +120,7 @@ class PubSubClient:
                     await client.transport.close()
                 except Exception as exc:  # best effort: the stream is going away anyway
                     log.debug("Closing a Pub/Sub client failed: %s", type(exc).__name__)
-        self._subscriber = self._publisher = None
+        self._subscriber = self._publisher = self._calls = None
 
     # -- calls ----------------------------------------------------------------------------------
 
@@ -154,29 +168,35 @@ class PubSubClient:
         cost the stream about 100 µs per message (more than the rest of its path together,
         bench/results/watchers_pubsub.md); the raw messages read at C speed.
         """
-        from google.api_core import exceptions
-
+        calls = self.calls
         try:
-            response = await self._subscriber.pull(
-                subscription=subscription,
-                max_messages=min(max_messages, PULL_LIMIT),
-                retry=None,
+            response = await calls.pull(
+                calls.pull_request(subscription=subscription, max_messages=min(max_messages, PULL_LIMIT)),
                 timeout=wait_seconds,
+                metadata=calls.pull_metadata(subscription),
             )
-        except exceptions.DeadlineExceeded:
-            return []
         except Exception as exc:
+            from google.api_core import exceptions
+            from grpc import RpcError
+
+            if isinstance(exc, RpcError):
+                exc = exceptions.from_grpc_error(exc)
+            if isinstance(exc, exceptions.DeadlineExceeded):
+                return []
             raise self.explain(exc, "Pull", subscription) from None
-        return list(type(response).pb(response).received_messages)
+        return list(response.received_messages)
 
     async def acknowledge(self, subscription: str, ack_ids: Sequence[str]) -> None:
+        calls = self.calls
         for start in range(0, len(ack_ids), ACK_IDS_PER_CALL):
-            chunk = list(ack_ids[start : start + ACK_IDS_PER_CALL])
             try:
-                await self._subscriber.acknowledge(
-                    request=_request("AcknowledgeRequest", subscription=subscription, ack_ids=chunk),
+                await calls.acknowledge(
+                    calls.acknowledge_request(
+                        subscription=subscription, ack_ids=ack_ids[start : start + ACK_IDS_PER_CALL]
+                    ),
                     retry=self._retry(),
                     timeout=self._rpc_timeout,
+                    metadata=calls.routing(subscription),
                 )
             except Exception as exc:
                 raise self.explain(exc, "Acknowledge", subscription) from None
@@ -184,18 +204,18 @@ class PubSubClient:
     async def modify_ack_deadline(self, subscription: str, ack_ids: Sequence[str], seconds: int) -> None:
         """Set the ack deadline of ``ack_ids`` to ``seconds`` from now (0: redeliver at once)."""
         seconds = max(0, min(MAX_ACK_DEADLINE_SECONDS, int(seconds)))
+        calls = self.calls
         for start in range(0, len(ack_ids), ACK_IDS_PER_CALL):
-            chunk = list(ack_ids[start : start + ACK_IDS_PER_CALL])
             try:
-                await self._subscriber.modify_ack_deadline(
-                    request=_request(
-                        "ModifyAckDeadlineRequest",
+                await calls.modify_ack_deadline(
+                    calls.modify_ack_deadline_request(
                         subscription=subscription,
-                        ack_ids=chunk,
+                        ack_ids=ack_ids[start : start + ACK_IDS_PER_CALL],
                         ack_deadline_seconds=seconds,
                     ),
                     retry=self._retry(),
                     timeout=self._rpc_timeout,
+                    metadata=calls.routing(subscription),
                 )
             except Exception as exc:
                 raise self.explain(exc, "ModifyAckDeadline", subscription) from None
@@ -252,15 +272,81 @@ class PubSubClient:
         )
 
 
-def _request(name: str, **fields: Any) -> Any:
+@dataclass(frozen=True)
+class SubscriberCalls:
     """
-    A request of ``google.pubsub_v1.types``, built as a raw protobuf and wrapped without a copy.
+    ``Pull``, ``Acknowledge`` and ``ModifyAckDeadline`` on raw protobuf messages.
 
-    Passing ``ack_ids`` to the client as a keyword extends the proto-plus request one id at a
-    time in Python (about 0.5 µs per id); the raw protobuf takes the whole list at C speed, and
-    an ACK or a lease renewal carries up to 2,500 ids.
+    Why not the generated ``SubscriberAsyncClient`` methods: each builds a proto-plus request
+    (``ack_ids`` extended one id at a time in Python), reads its fields back through proto-plus
+    for the routing header, wraps the response again, and runs api_core's retry, timeout and
+    tracing wrappers. The emulator hands out at most 100 messages per pull, so the stream makes a
+    call per 100 messages, and those layers cost the triggerer about 200 µs of CPU per call, 2 µs
+    per message (bench/results/watchers_pubsub.md).
+
+    The stubs sit on the generated client's own channel (its credentials, its TLS) and send the
+    metadata its methods send: the client header and the routing header, built once per
+    subscription. ``Acknowledge`` and ``ModifyAckDeadline`` keep api_core's ``wrap_method``
+    (the error mapping to ``google.api_core.exceptions`` and the retry the client asks for);
+    ``Pull``, made with no retry (a long poll that times out is an empty pull), calls its stub
+    bare and maps a failure with ``google.api_core.exceptions.from_grpc_error``
+    (:meth:`PubSubClient.pull`).
     """
-    from google.pubsub_v1 import types
 
-    message_class = getattr(types, name)
-    return message_class.wrap(message_class.pb()(**fields))
+    pull: Any
+    acknowledge: Any
+    modify_ack_deadline: Any
+    pull_request: Any
+    """The raw protobuf ``PullRequest`` class (``google.pubsub_v1.types.PullRequest.pb()``)."""
+    acknowledge_request: Any
+    modify_ack_deadline_request: Any
+    client_metadata: tuple[str, str]
+    """The ``x-goog-api-client`` header of the generated client."""
+    _routing: dict[str, tuple[tuple[str, str], ...]]
+
+    @classmethod
+    def on(cls, channel: Any) -> SubscriberCalls:
+        from google.api_core import gapic_v1
+        from google.protobuf import empty_pb2
+        from google.pubsub_v1 import types
+        from google.pubsub_v1.services.subscriber.transports.base import DEFAULT_CLIENT_INFO
+
+        def stub(method: str, request: Any, response: Any) -> Any:
+            return channel.unary_unary(
+                f"/google.pubsub.v1.Subscriber/{method}",
+                request_serializer=request.SerializeToString,
+                response_deserializer=response.FromString,
+            )
+
+        def wrapped(method: str, request: Any) -> Any:
+            return gapic_v1.method_async.wrap_method(
+                stub(method, request, empty_pb2.Empty), client_info=DEFAULT_CLIENT_INFO
+            )
+
+        pull_request = types.PullRequest.pb()
+        acknowledge_request = types.AcknowledgeRequest.pb()
+        modify_ack_deadline_request = types.ModifyAckDeadlineRequest.pb()
+        return cls(
+            pull=stub("Pull", pull_request, types.PullResponse.pb()),
+            acknowledge=wrapped("Acknowledge", acknowledge_request),
+            modify_ack_deadline=wrapped("ModifyAckDeadline", modify_ack_deadline_request),
+            pull_request=pull_request,
+            acknowledge_request=acknowledge_request,
+            modify_ack_deadline_request=modify_ack_deadline_request,
+            client_metadata=DEFAULT_CLIENT_INFO.to_grpc_metadata(),
+            _routing={},
+        )
+
+    def routing(self, subscription: str) -> tuple[tuple[str, str], ...]:
+        """The ``x-goog-request-params`` header the generated methods send, for ``subscription``."""
+        header = self._routing.get(subscription)
+        if header is None:
+            from google.api_core import gapic_v1
+
+            header = (gapic_v1.routing_header.to_grpc_metadata((("subscription", subscription),)),)
+            self._routing[subscription] = header
+        return header
+
+    def pull_metadata(self, subscription: str) -> tuple[tuple[str, str], ...]:
+        """What a bare ``Pull`` sends: the routing header, and the client header ``wrap_method`` adds."""
+        return (*self.routing(subscription), self.client_metadata)

@@ -240,7 +240,8 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
         ordering_key = message.ordering_key
         publish_time = _rfc3339(message.publish_time)
         # Most messages have none; dict() of a protobuf map goes through Python's Mapping methods.
-        attributes = dict(message.attributes) if len(message.attributes) else {}
+        attributes = message.attributes
+        attributes = dict(attributes) if len(attributes) else {}
         data = message.data
         raw = build_message(
             data,
