@@ -15,7 +15,9 @@ preparation), once with M and once with 2M messages; the difference divided by M
 instructions per message, with every fixed cost (subscribing, the cohort grace period, the
 first receive) cancelled out. The brokers run in processes of their own, outside valgrind.
 
-Run: ``.venv/bin/python bench/instructions.py [--cells ceiling:1 pubsub:1 ...]``. Writes
+Run: ``.venv/bin/python bench/instructions.py [--cells ceiling:1 pubsub:1:3 ...] [--repeats N]``
+(``:3`` or ``--repeats``: measure a cell three times and show the median; with a broker the count
+moves by 2-3% between runs, the in-memory variants repeat to 0.1%). Writes
 ``bench/results/instructions.md`` and ``.json``. Needs valgrind (``callgrind_control``); a cell
 takes about a minute of valgrind per 1,000 messages at one watcher.
 """
@@ -43,14 +45,16 @@ from bench.machine import describe  # noqa: E402
 CELLS = (
     "ceiling:1",
     "template:1",
-    "pubsub:1",
-    "kafka:1",
-    "kafka-3p:1",
+    "pubsub:1:3",
+    "kafka:1:3",
+    "kafka-3p:1:3",
     "ceiling:10",
     "pubsub:10",
     "kafka:10",
 )
-"""What a default run measures: ``variant:watchers``; ``kafka`` runs on Tansu (see watchers.py)."""
+"""What a default run measures: ``variant:watchers[:repeats]``; ``kafka`` runs on Tansu (see
+watchers.py). The one-watcher broker cells, the ones near the 80% target, are measured three
+times."""
 MESSAGES = {1: 1000, 10: 300}
 """M per watcher count (the second run takes 2M)."""
 
@@ -148,16 +152,28 @@ def _callgrind(variant: str, watchers: int, messages: int) -> int:
         return int(collected.group(1))
 
 
-def per_message(variant: str, watchers: int) -> dict[str, Any]:
+def per_message(variant: str, watchers: int, repeats: int = 1) -> dict[str, Any]:
+    """
+    Instructions per message of one cell: the median of ``repeats`` measurements.
+
+    With a broker the count moves by 2-3% between runs of the same code (how many messages a
+    receive brings depends on the broker's timing, and so does the work per message); the
+    median of a few, with every repeat recorded, is what a before/after comparison can use.
+    """
     m = MESSAGES.get(watchers, 300)
     started = time.monotonic()
-    single, double = _callgrind(variant, watchers, m), _callgrind(variant, watchers, 2 * m)
+    runs = []
+    for _ in range(repeats):
+        single, double = _callgrind(variant, watchers, m), _callgrind(variant, watchers, 2 * m)
+        runs.append({"instructions": [single, double], "per_message": (double - single) / m})
+    median = sorted(runs, key=lambda run: run["per_message"])[(len(runs) - 1) // 2]
     return {
         "variant": variant,
         "watchers": watchers,
         "messages": [m, 2 * m],
-        "instructions": [single, double],
-        "per_message": (double - single) / m,
+        "instructions": median["instructions"],
+        "per_message": median["per_message"],
+        "repeats": [round(run["per_message"]) for run in runs],
         "seconds": round(time.monotonic() - started),
     }
 
@@ -170,20 +186,22 @@ def render(rows: list[dict[str, Any]]) -> str:
         "Produced by `bench/instructions.py`: instructions of the triggerer's process while the "
         "watchers ran, counted by `valgrind --tool=callgrind`, (count at 2M messages - count at M) / M. "
         "`ceiling / ours` is the share of the ceiling's speed ours would reach if both were CPU-bound "
-        "(the target is 80%). Kafka runs on Tansu. Persistence confirmed at once, as in watchers.py.",
+        "(the target is 80%). Kafka runs on Tansu. Persistence confirmed at once, as in watchers.py. "
+        "With repeats, each row is the median repeat; `repeats` lists them all.",
         "",
         describe(["apache-airflow", "aiokafka", "google-cloud-pubsub", "grpcio"]),
         f"- valgrind: {_valgrind_version()}",
         "",
-        "| variant | watchers | M | instructions / message | ceiling / ours | valgrind s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| variant | watchers | M | instructions / message | ceiling / ours | repeats | valgrind s |",
+        "| --- | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for row in rows:
         ceiling = ceilings.get(row["watchers"])
         share = "" if row["variant"] == "ceiling" or not ceiling else f"{ceiling / row['per_message']:.0%}"
         lines.append(
             f"| {row['variant']} | {row['watchers']} | {row['messages'][0]:,} | "
-            f"{row['per_message']:,.0f} | {share} | {row['seconds']} |"
+            f"{row['per_message']:,.0f} | {share} | "
+            f"{' / '.join(f'{r:,}' for r in row.get('repeats', ()))} | {row['seconds']} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -198,11 +216,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--cells", nargs="+", default=list(CELLS), help="variant:watchers, e.g. pubsub:10")
+    parser.add_argument(
+        "--cells",
+        nargs="+",
+        default=list(CELLS),
+        help="variant:watchers[:repeats], e.g. pubsub:10 or pubsub:1:3",
+    )
     parser.add_argument(
         "--measure", nargs=3, metavar=("VARIANT", "WATCHERS", "MESSAGES"), help=argparse.SUPPRESS
     )
     parser.add_argument("--output-dir", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="times to measure each cell (its own :repeats wins)"
+    )
     args = parser.parse_args(argv)
     if args.measure:
         from bench.watchers import quiet_loggers
@@ -215,8 +241,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("bench/instructions.py needs valgrind and callgrind_control on PATH")
     rows = []
     for spec in args.cells:
-        variant, _, watchers = spec.partition(":")
-        row = per_message(variant, int(watchers or 1))
+        variant, _, rest = spec.partition(":")
+        watchers, _, repeats = rest.partition(":")
+        row = per_message(variant, int(watchers or 1), int(repeats or args.repeats))
         print(json.dumps(row), flush=True)
         rows.append(row)
     args.output_dir.mkdir(parents=True, exist_ok=True)

@@ -280,9 +280,9 @@ class SubscriberCalls:
     Why not the generated ``SubscriberAsyncClient`` methods: each builds a proto-plus request
     (``ack_ids`` extended one id at a time in Python), reads its fields back through proto-plus
     for the routing header, wraps the response again, and runs api_core's retry, timeout and
-    tracing wrappers. The emulator hands out at most 100 messages per pull, so the stream makes a
-    call per 100 messages, and those layers cost the triggerer about 200 µs of CPU per call, 2 µs
-    per message (bench/results/watchers_pubsub.md).
+    tracing wrappers. Those layers cost the triggerer 100-200 µs of CPU per call in a bare loop
+    against the emulator, which hands out at most 100 messages per pull: 1-2 µs per message
+    (docs/benchmarks.rst, Pub/Sub).
 
     The stubs sit on the generated client's own channel (its credentials, its TLS) and send the
     metadata its methods send: the client header and the routing header, built once per
