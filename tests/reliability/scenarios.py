@@ -181,6 +181,12 @@ def in_flight(out: Path, incarnation: int) -> int:
     return len({json.loads(line)["n"] for line in bound - persisted})
 
 
+def _stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped by a signal (Linux: state ``T`` in ``/proc/<pid>/stat``)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2] in "Tt"
+
+
 async def _until(condition: Any, timeout: float, what: str, interval: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while not await asyncio.to_thread(condition):
@@ -323,7 +329,7 @@ class ScenarioRun:
             )
             # A random point of the stream, then the first moment something is in flight.
             await asyncio.sleep(self.rng.uniform(0.0, 1.5 * self.scenario.sync_interval))
-            await _until(lambda: in_flight(self.out, incarnation) > 0, timeout=60, what="a message in flight")
+            await self._stop_with_something_in_flight(proc.pid, incarnation)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGKILL)
@@ -331,6 +337,29 @@ class ScenarioRun:
         # The process is dead: its files are final. Bound-but-unpersisted events were never
         # confirmed, so the manager could not have settled their messages.
         return in_flight(self.out, incarnation)
+
+    async def _stop_with_something_in_flight(self, pid: int, incarnation: int) -> None:
+        """
+        Leave the child stopped (SIGSTOP) at a moment it holds messages in flight.
+
+        Seeing something in flight in the files and then killing raced the child: on a short
+        stream it could persist its last in-flight events between the look and the kill, which
+        then landed with nothing in flight (seen once in CI, Pub/Sub's short form). A stopped
+        child changes nothing, so what the files say while it is stopped is what the kill lands
+        on; if nothing is in flight then, it goes on and the next moment is tried.
+        """
+        deadline = time.monotonic() + 60
+        while True:
+            await _until(
+                lambda: in_flight(self.out, incarnation) > 0,
+                timeout=max(0.1, deadline - time.monotonic()),
+                what="a message in flight",
+            )
+            os.kill(pid, signal.SIGSTOP)
+            await _until(lambda: _stopped(pid), timeout=5, what=f"process {pid} to stop", interval=0.001)
+            if await asyncio.to_thread(in_flight, self.out, incarnation) > 0:
+                return
+            os.kill(pid, signal.SIGCONT)
 
     async def _restart_broker_mid_stream(self, incarnation: int) -> None:
         """
