@@ -74,17 +74,36 @@ class OffsetLedger:
             self._floors.pop(lane, None)
         else:
             self._floors[lane] = floor
-
-        commit: int | None = None
-        if last_settled is not None:
-            target = last_settled + 1 if floor is None else min(last_settled + 1, floor)
-            previous = self._committed.get(lane)
-            # A lower commit is never wrong but only causes redeliveries: skip it.
-            if previous is None or target > previous:
-                commit = target
-                self._committed[lane] = target
+        commit = self._commit_past(lane, last_settled, floor)
         seek = floor if held and floor is not None else None
         return LaneAction(commit=commit, seek=seek)
+
+    def settle_acks(self, lane: Hashable, offsets: Sequence[int]) -> int | None:
+        """
+        :meth:`settle` for a batch of ACKs only, ``offsets`` in fan-out order: the offset to commit.
+
+        The common batch (every watcher took every message), folded without a settlement per
+        offset; an ACK never holds or seeks, so only the commit is left to decide.
+        """
+        if not offsets:
+            return None
+        floor = self._floors.get(lane)
+        if floor is not None and floor in offsets:
+            floor = None  # the held message has been read again and settled
+            del self._floors[lane]
+        return self._commit_past(lane, offsets[-1], floor)
+
+    def _commit_past(self, lane: Hashable, last_settled: int | None, floor: int | None) -> int | None:
+        """The commit past ``last_settled`` (never at or past ``floor``), if it moves the lane's commit."""
+        if last_settled is None:
+            return None
+        target = last_settled + 1 if floor is None else min(last_settled + 1, floor)
+        previous = self._committed.get(lane)
+        # A lower commit is never wrong but only causes redeliveries: skip it.
+        if previous is not None and target <= previous:
+            return None
+        self._committed[lane] = target
+        return target
 
     def forget(self, lane: Hashable) -> None:
         """Drop a lane whose partition was revoked: its next owner starts from the broker's commit."""

@@ -547,10 +547,10 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 cursor.group,
             )
 
-    def _advance_watchers(self, tp: TopicPartition, items: list[tuple[int, int]]) -> None:
+    def _advance_watchers(self, tp: TopicPartition, settled: list[KafkaBrokerPayload]) -> None:
         """
-        Move every admitted watcher's position over ``items`` (offset, seq) settled terminally,
-        in fan-out order: only a record at exactly the watcher's position that it surely received.
+        Move every admitted watcher's position over the records ``settled`` terminally, in
+        fan-out order: only a record at exactly the watcher's position that it surely received.
         """
         for cursor in self.watchers.admitted():
             committer = cursor.committer
@@ -560,8 +560,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             if position is None:
                 continue
             since = cursor.since_seq or 0
-            for offset, seq in items:
-                if offset == position and seq >= since:
+            for payload in settled:
+                if payload.offset == position and payload.seq >= since:
                     position += 1
             if position != start and committer is not None:
                 cursor.next[tp] = position
@@ -690,7 +690,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             tp = TopicPartition(topic, partition)
             current = self._settleable(tp, items)
             if current is not None:
-                self._fold(tp, *current)
+                self._fold_acks(tp, *current)
 
     def _settleable(
         self, tp: TopicPartition, batch: Sequence[AdvanceItem]
@@ -722,10 +722,25 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             return None
         return epoch, batch
 
+    def _fold_acks(self, tp: TopicPartition, epoch: int, batch: Sequence[AdvanceItem]) -> None:
+        """
+        :meth:`_fold` for a lane of ACKs only, as :meth:`fold_advanced_acks` folds: the same effect.
+
+        Nearly every message of a stream goes this way (every watcher took it), so nothing is
+        decided or counted per settlement, and nothing can be held back or sought.
+        """
+        settled = [item.broker_payload for item in batch]
+        commit = self.ledger.settle_acks((tp.topic, tp.partition), [payload.offset for payload in settled])
+        self._apply(tp, epoch, batch, commit, None, settled)
+        metrics = self.metrics
+        metrics.incr(m.FANNED_OUT, sum(item.outcome.acked for item in batch))
+        metrics.incr(m.ACKED, len(batch))
+        metrics.gauge(m.IN_FLIGHT, self.credits.in_flight)
+
     def _fold(self, tp: TopicPartition, epoch: int, batch: Sequence[AdvanceItem]) -> None:
         """Settle a lane's items (dead letters already sent): commit target, positions, seek, metrics."""
         items: list[tuple[int, Settlement]] = []
-        settled: list[tuple[int, int]] = []
+        settled: list[KafkaBrokerPayload] = []
         counts = dict.fromkeys(Settlement, 0)
         nobody = resolved = failed = failed_messages = 0
         for item in batch:
@@ -743,21 +758,12 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 # Nobody was subscribed: do not spin re-reading it until somebody is.
                 self.paused_until = time.monotonic() + ZERO_SUBSCRIBER_BACKOFF
                 nobody += 1
-            items.append((item.broker_payload.offset, settlement))
+            payload = item.broker_payload
+            items.append((payload.offset, settlement))
             if settlement is not Settlement.REDELIVER:
-                settled.append((item.broker_payload.offset, item.broker_payload.seq))
+                settled.append(payload)
         action = self.ledger.settle((tp.topic, tp.partition), items)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("Kafka advance %s/%d %s -> %s", tp.topic, tp.partition, describe_batch(batch), action)
-        if action.commit is not None:
-            self.committer.queue(tp, action.commit, epoch)
-        if settled and self.watchers.cursors:
-            self._advance_watchers(tp, settled)
-        consumer = self._consumer
-        if action.seek is not None and consumer is not None:
-            self.ownership.rewound(tp)
-            consumer.seek(tp, action.seek)
-            log.info("Redelivering %s/%d from offset %d", tp.topic, tp.partition, action.seek)
+        self._apply(tp, epoch, batch, action.commit, action.seek, settled)
         metrics = self.metrics
         metrics.incr(m.FANNED_OUT, resolved)
         metrics.incr(m.ACKED, counts[Settlement.ACK])
@@ -766,6 +772,35 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         metrics.incr(m.NO_SUBSCRIBER, nobody)
         metrics.gauge(m.IN_FLIGHT, self.credits.in_flight)
         metrics.failed_deliveries(failed, failed_messages)
+
+    def _apply(
+        self,
+        tp: TopicPartition,
+        epoch: int,
+        batch: Sequence[AdvanceItem],
+        commit: int | None,
+        seek: int | None,
+        settled: list[KafkaBrokerPayload],
+    ) -> None:
+        """Carry out a folded lane's settlement: queue its commit, move watchers over ``settled``, seek."""
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "Kafka advance %s/%d %s -> commit %s, seek %s",
+                tp.topic,
+                tp.partition,
+                describe_batch(batch),
+                commit,
+                seek,
+            )
+        if commit is not None:
+            self.committer.queue(tp, commit, epoch)
+        if settled and self.watchers.cursors:
+            self._advance_watchers(tp, settled)
+        consumer = self._consumer
+        if seek is not None and consumer is not None:
+            self.ownership.rewound(tp)
+            consumer.seek(tp, seek)
+            log.info("Redelivering %s/%d from offset %d", tp.topic, tp.partition, seek)
 
     async def _report_lag(self) -> None:
         """Broker lag: the partitions' end offsets (as last fetched) minus the committed offsets."""

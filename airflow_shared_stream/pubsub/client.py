@@ -188,37 +188,41 @@ class PubSubClient:
 
     async def acknowledge(self, subscription: str, ack_ids: Sequence[str]) -> None:
         calls = self.calls
-        for start in range(0, len(ack_ids), ACK_IDS_PER_CALL):
-            try:
-                await calls.acknowledge(
-                    calls.acknowledge_request(
-                        subscription=subscription, ack_ids=ack_ids[start : start + ACK_IDS_PER_CALL]
-                    ),
-                    retry=self._retry(),
-                    timeout=self._rpc_timeout,
-                    metadata=calls.routing(subscription),
-                )
-            except Exception as exc:
-                raise self.explain(exc, "Acknowledge", subscription) from None
+        await self._settle_in_chunks(
+            calls.acknowledge, calls.acknowledge_request, "Acknowledge", subscription, ack_ids
+        )
 
     async def modify_ack_deadline(self, subscription: str, ack_ids: Sequence[str], seconds: int) -> None:
         """Set the ack deadline of ``ack_ids`` to ``seconds`` from now (0: redeliver at once)."""
-        seconds = max(0, min(MAX_ACK_DEADLINE_SECONDS, int(seconds)))
         calls = self.calls
+        await self._settle_in_chunks(
+            calls.modify_ack_deadline,
+            calls.modify_ack_deadline_request,
+            "ModifyAckDeadline",
+            subscription,
+            ack_ids,
+            ack_deadline_seconds=max(0, min(MAX_ACK_DEADLINE_SECONDS, int(seconds))),
+        )
+
+    async def _settle_in_chunks(
+        self,
+        call: Any,
+        request_class: Any,
+        operation: str,
+        subscription: str,
+        ack_ids: Sequence[str],
+        **fields: Any,
+    ) -> None:
+        """One settlement ``call`` per ``ACK_IDS_PER_CALL`` ack ids (Pub/Sub's limit per request)."""
+        routing = self.calls.routing(subscription)
         for start in range(0, len(ack_ids), ACK_IDS_PER_CALL):
+            request = request_class(
+                subscription=subscription, ack_ids=ack_ids[start : start + ACK_IDS_PER_CALL], **fields
+            )
             try:
-                await calls.modify_ack_deadline(
-                    calls.modify_ack_deadline_request(
-                        subscription=subscription,
-                        ack_ids=ack_ids[start : start + ACK_IDS_PER_CALL],
-                        ack_deadline_seconds=seconds,
-                    ),
-                    retry=self._retry(),
-                    timeout=self._rpc_timeout,
-                    metadata=calls.routing(subscription),
-                )
+                await call(request, retry=self._retry(), timeout=self._rpc_timeout, metadata=routing)
             except Exception as exc:
-                raise self.explain(exc, "ModifyAckDeadline", subscription) from None
+                raise self.explain(exc, operation, subscription) from None
 
     async def publish(self, topic: str, messages: Sequence[Any]) -> list[str]:
         """Publish ``PubsubMessage`` objects in one request; return their message ids."""

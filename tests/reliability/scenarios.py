@@ -291,7 +291,7 @@ class ScenarioRun:
                 await triggerer.start()
                 try:
                     if self.scenario.broker_restart:
-                        await self._restart_broker_mid_stream(incarnation)
+                        await self._restart_broker_mid_stream(triggerer, incarnation)
                     await self._until_done()
                 finally:
                     await triggerer.stop()
@@ -361,7 +361,7 @@ class ScenarioRun:
                 return
             os.kill(pid, signal.SIGCONT)
 
-    async def _restart_broker_mid_stream(self, incarnation: int) -> None:
+    async def _restart_broker_mid_stream(self, triggerer: PersistingTriggerer, incarnation: int) -> None:
         """
         Take the broker out for the rig's ``outage_seconds``, mid-stream and mid-flight.
 
@@ -369,10 +369,12 @@ class ScenarioRun:
         flight (an event bound and not persisted: received, not settled), as for a kill: an
         outage with nothing at risk would prove nothing. Waiting for persisted events instead
         let the outage land after the last one on a short stream (100 messages fit one window
-        and one persistence cycle), when only ACKs were left. How the broker goes out depends on
-        the rig: stopped and started again on its port with its state, or (the Pub/Sub
-        emulator, memory-only) frozen and resumed, long enough that its calls time out and its
-        leases expire.
+        and one persistence cycle), when only ACKs were left. Persistence is held from the look
+        until the broker is out, so the look stays true (a persistence cycle in between would
+        settle what it saw); the held events are then persisted during the outage, and their
+        settlements meet the broker out. How the broker goes out depends on the rig: stopped
+        and started again on its port with its state, or (the Pub/Sub emulator, memory-only)
+        frozen and resumed, long enough that its calls time out and its leases expire.
         """
         first = max(1, self.count // 5)
         await _until(
@@ -380,9 +382,10 @@ class ScenarioRun:
             timeout=120,
             what=f"{first} bound events before taking the broker out",
         )
-        await _until(lambda: in_flight(self.out, incarnation) > 0, timeout=60, what="a message in flight")
-        self.result.in_flight_at_outage = await asyncio.to_thread(in_flight, self.out, incarnation)
-        await asyncio.to_thread(self.rig.stop_broker)
+        async with triggerer.persistence_held():
+            await _until(lambda: in_flight(self.out, incarnation) > 0, timeout=60, what="a message in flight")
+            self.result.in_flight_at_outage = await asyncio.to_thread(in_flight, self.out, incarnation)
+            await asyncio.to_thread(self.rig.stop_broker)
         try:
             await asyncio.sleep(self.rig.outage_seconds)
         finally:  # a cancelled or failed run must not leave the broker out for the next scenario

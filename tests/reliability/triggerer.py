@@ -31,7 +31,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,8 +107,10 @@ class PersistingTriggerer:
     _pending: list[_Pending] = field(default_factory=list)
     _by_watcher: dict[int, WatcherSpec] = field(default_factory=dict)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _persisting: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
+        self._persisting.set()
         out = Path(self.spec.out_dir)
         out.mkdir(parents=True, exist_ok=True)
         # Line-buffered text files: each line reaches the kernel when written, so it survives a
@@ -173,9 +175,24 @@ class PersistingTriggerer:
         self._bound.write(line + "\n")
         self._pending.append(_Pending(seq, time.monotonic() + self.spec.persist_delay, line))
 
+    @contextlib.asynccontextmanager
+    async def persistence_held(self) -> AsyncIterator[None]:
+        """
+        Persist nothing inside (the supervisor stalls); bound events pile up in flight.
+
+        What a scenario that acts on the broker "while something is in flight" holds, so what it
+        sees in the files is still true when it acts: persisting in between would settle it.
+        """
+        self._persisting.clear()
+        try:
+            yield
+        finally:
+            self._persisting.set()
+
     async def _persist_cycles(self) -> None:
         while True:
             await asyncio.sleep(self.spec.sync_interval)
+            await self._persisting.wait()
             now = time.monotonic()
             due = [p for p in self._pending if p.due <= now]
             if not due:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from airflow_shared_stream.common.settlement import Settlement
 from airflow_shared_stream.kafka.offsets import LaneAction, OffsetLedger
 
@@ -69,3 +71,30 @@ def test_lanes_are_independent_and_forget_drops_state():
     ledger.forget(LANE)
     assert ledger.floor(LANE) is None
     assert ledger.settle(LANE, [(7, ACK)]).commit == 8
+
+
+def test_settle_acks_commits_as_settle_would():
+    # The fold's fast path for batches of ACKs only must leave the ledger exactly as settle does,
+    # held floors included: random batches, mixed and ACK-only, applied to two ledgers.
+    rng = random.Random(7)
+    general, fast = OffsetLedger(), OffsetLedger()
+    for _ in range(2_000):
+        offsets = [rng.randrange(40) for _ in range(rng.randrange(1, 6))]
+        if rng.random() < 0.3:
+            items = [(offset, rng.choice([ACK, RE, DLQ])) for offset in offsets]
+            assert fast.settle(LANE, items) == general.settle(LANE, items)
+        else:
+            expected = general.settle(LANE, [(offset, ACK) for offset in offsets])
+            assert fast.settle_acks(LANE, offsets) == expected.commit
+            assert expected.seek is None
+        assert fast.floor(LANE) == general.floor(LANE)
+        assert fast.committed(LANE) == general.committed(LANE)
+
+
+def test_settle_acks_lifts_the_floor_it_settles():
+    ledger = OffsetLedger()
+    assert ledger.settle(LANE, [(0, ACK), (1, RE)]) == LaneAction(commit=1, seek=1)
+    assert ledger.settle_acks(LANE, [2, 3]) is None  # read before the seek: the floor holds
+    assert ledger.settle_acks(LANE, [1, 2]) == 3
+    assert ledger.floor(LANE) is None
+    assert ledger.settle_acks(LANE, []) is None
