@@ -242,7 +242,7 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
         publish_time = _rfc3339(stamp.seconds, stamp.nanos)
         # Most messages have none; dict() of a protobuf map goes through Python's Mapping methods.
         attributes = message.attributes
-        attributes = dict(attributes) if len(attributes) else {}
+        attributes = dict(attributes) if attributes else {}
         data = message.data
         raw = build_message(
             data,
