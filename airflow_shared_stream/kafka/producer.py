@@ -731,7 +731,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         """
         settled = [item.broker_payload for item in batch]
         commit = self.ledger.settle_acks((tp.topic, tp.partition), [payload.offset for payload in settled])
-        self._apply(tp, epoch, batch, commit, None, settled)
+        self._settle_lane(tp, epoch, batch, commit, None, settled)
         metrics = self.metrics
         metrics.incr(m.FANNED_OUT, sum(item.outcome.acked for item in batch))
         metrics.incr(m.ACKED, len(batch))
@@ -763,7 +763,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             if settlement is not Settlement.REDELIVER:
                 settled.append(payload)
         action = self.ledger.settle((tp.topic, tp.partition), items)
-        self._apply(tp, epoch, batch, action.commit, action.seek, settled)
+        self._settle_lane(tp, epoch, batch, action.commit, action.seek, settled)
         metrics = self.metrics
         metrics.incr(m.FANNED_OUT, resolved)
         metrics.incr(m.ACKED, counts[Settlement.ACK])
@@ -773,7 +773,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         metrics.gauge(m.IN_FLIGHT, self.credits.in_flight)
         metrics.failed_deliveries(failed, failed_messages)
 
-    def _apply(
+    def _settle_lane(
         self,
         tp: TopicPartition,
         epoch: int,

@@ -213,7 +213,7 @@ class PubSubClient:
         ack_ids: Sequence[str],
         **fields: Any,
     ) -> None:
-        """One settlement ``call`` per ``ACK_IDS_PER_CALL`` ack ids (Pub/Sub's limit per request)."""
+        """``Acknowledge`` or ``ModifyAckDeadline`` (``call``), one per ``ACK_IDS_PER_CALL`` ack ids."""
         routing = self.calls.routing(subscription)
         for start in range(0, len(ack_ids), ACK_IDS_PER_CALL):
             request = request_class(
