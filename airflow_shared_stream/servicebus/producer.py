@@ -2,14 +2,15 @@
 The Service Bus half of a shared stream: one peek-lock receiver per entity, on the leased-queue template.
 
 ===========  ===============================================================================
-ACK          ``complete_message``
+ACK          one disposition ``accepted`` per run of consecutive deliveries
+             (:mod:`.ranges`), ``complete_message`` for a message that is not in such a run
 REDELIVER    ``abandon_message``: available again at once, its delivery count + 1
 DEAD-LETTER  ``dead_letter_message`` with ``reason`` (``rejected`` or ``unprocessable``) and an
              ``error_description`` naming the watcher whose ``reject`` refused it, or the cause
 ===========  ===============================================================================
 
 Every settlement goes through the receiver that received the message (a peek-lock token is only
-valid there). Service Bus settles one message per call, and the SDK (7.15) waits for each
+valid there). The SDK's settlement calls settle one message each, and the SDK (7.15) waits for each
 outcome (``rcv-settle-mode second``). What a settlement costs is set by one lock in the SDK's
 transport: reading a frame and writing one take the same socket lock, and a read holds it for
 up to the receiver's socket timeout (0.2 s by default) when nothing arrives. A receive pending on
@@ -67,6 +68,13 @@ from airflow_shared_stream.servicebus.errors import (
     ServiceBusSharedStreamError,
 )
 from airflow_shared_stream.servicebus.hook import ServiceBusClientConfig, ServiceBusSharedStreamHook
+from airflow_shared_stream.servicebus.ranges import (
+    MIN_RUN,
+    RangeLink,
+    message_supports_ranges,
+    range_link,
+    split_runs,
+)
 
 require_sdk("azure.servicebus", "servicebus")
 
@@ -254,6 +262,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         max_wait_time: float = 5.0,
         session_enabled: bool = False,
         max_concurrent_sessions: int = 8,
+        complete_in_ranges: bool = True,
     ) -> None:
         self._entity = Entity.of(queue_name, topic_name, subscription_name)
         super().__init__(max_in_flight=max_in_flight, stream_label=self._entity.identity)
@@ -263,6 +272,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         self._max_wait_time = float(max_wait_time)
         self._session_enabled = session_enabled
         self._max_sessions = max_concurrent_sessions
+        self._complete_in_ranges = complete_in_ranges
         self._scrubber = SecretScrubber()
         self._config: ServiceBusClientConfig | None = None
         self._client: Any = None
@@ -273,6 +283,8 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         self._registered: tuple[str, str] | None = None
         self.lost_locks = 0
         """Settlements and renewals refused because the lock was gone (the message comes back)."""
+        self.ranges_completed = 0
+        """Runs of messages completed with one disposition each (:mod:`.ranges`)."""
 
     @property
     def entity(self) -> Entity:
@@ -477,9 +489,64 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
     # -- settlement -----------------------------------------------------------------------------
 
     async def ack(self, deliveries: Sequence[Delivery[Any]]) -> None:
+        runs, alone = self._completion_runs(deliveries)
         await _all(
-            self._settle_one("complete", d, lambda r, msg: r.complete_message(msg)) for d in deliveries
+            [
+                *(self._complete_run(run) for run in runs),
+                *(self._settle_one("complete", d, lambda r, msg: r.complete_message(msg)) for d in alone),
+            ]
         )
+
+    def _completion_runs(
+        self, deliveries: Sequence[Delivery[Any]]
+    ) -> tuple[list[tuple[RangeLink, list[Delivery[Any]]]], list[Delivery[Any]]]:
+        """
+        Split an ACK batch into runs completed with one disposition each, and the rest.
+
+        A run is consecutive deliveries of one receiver's current link (:mod:`.ranges`); what
+        cannot join one (a lone message, one received on an earlier link, a locally expired
+        lock, an SDK without what a range needs) is completed with ``complete_message``.
+        """
+        if not self._complete_in_ranges or len(deliveries) < MIN_RUN:
+            return [], list(deliveries)
+        if not message_supports_ranges(deliveries[0].handle.message):
+            return [], list(deliveries)
+        by_receiver: dict[int, list[Delivery[Any]]] = {}
+        for delivery in deliveries:
+            by_receiver.setdefault(id(delivery.handle.receiver), []).append(delivery)
+        runs: list[tuple[RangeLink, list[Delivery[Any]]]] = []
+        alone: list[Delivery[Any]] = []
+        for group in by_receiver.values():
+            link = range_link(group[0].handle.receiver)
+            if link is None:
+                alone.extend(group)
+                continue
+            joining: list[Delivery[Any]] = []
+            for delivery in group:
+                (joining if link.can_join(delivery.handle.message) else alone).append(delivery)
+            group_runs, rest = split_runs(joining, lambda d: d.handle.message._delivery_id)
+            runs.extend((link, run) for run in group_runs)
+            alone.extend(rest)
+        return runs, alone
+
+    async def _complete_run(self, run: tuple[RangeLink, list[Delivery[Any]]]) -> None:
+        link, deliveries = run
+        what = f"{len(deliveries)} messages ({self._label(deliveries[0])} to {self._label(deliveries[-1])})"
+        try:
+            await link.complete([d.handle.message for d in deliveries])
+            self.ranges_completed += 1
+        except Exception as exc:
+            if _is_lock_lost(exc):
+                # Which of them Service Bus completed is not known: the others come back.
+                self._count_lost(f"complete of {what}", exc)
+                return
+            error = self._explain(f"complete {what}, settled as one range, of", exc)
+            raise type(error)(
+                f"{error}; complete_in_ranges=False completes them one by one instead"
+            ) from None
+        finally:
+            for delivery in deliveries:
+                self._forget_in_session(delivery)
 
     async def redeliver(self, deliveries: Sequence[Delivery[Any]]) -> None:
         await _all(self._settle_one("abandon", d, lambda r, msg: r.abandon_message(msg)) for d in deliveries)

@@ -50,6 +50,9 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
     :param max_wait_time: seconds one receive call waits for a message.
     :param session_enabled: the entity requires sessions: each session is an ordered lane.
     :param max_concurrent_sessions: sessions held at once on a session-enabled entity.
+    :param complete_in_ranges: complete consecutive messages with one AMQP disposition per run
+        instead of one ``complete_message`` each (see
+        :mod:`airflow_shared_stream.servicebus.ranges`); ``False`` completes them one by one.
 
     The stream is the entity (names are case-insensitive) read through the connection, which
     stands for the namespace it resolves to; watchers of one entity must use the same connection
@@ -61,7 +64,13 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
 
     broker = "servicebus"
     identity_fields = ("queue_name", "topic_name", "subscription_name", "azure_service_bus_conn_id")
-    shaping_fields = ("lock_duration_seconds", "max_wait_time", "session_enabled", "max_concurrent_sessions")
+    shaping_fields = (
+        "lock_duration_seconds",
+        "max_wait_time",
+        "session_enabled",
+        "max_concurrent_sessions",
+        "complete_in_ranges",
+    )
     producer_class: ClassVar[type[ServiceBusSharedStreamProducer]] = ServiceBusSharedStreamProducer
     """The producer the triggerer builds for this trigger's stream (a subclass may swap it)."""
 
@@ -80,6 +89,7 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
         max_wait_time: float = 5.0,
         session_enabled: bool = False,
         max_concurrent_sessions: int = 8,
+        complete_in_ranges: bool = True,
     ) -> None:
         super().__init__(
             match=match, reject=reject, max_in_flight=max_in_flight, max_payload_bytes=max_payload_bytes
@@ -108,6 +118,10 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
             raise ServiceBusConfigurationError(
                 f"max_concurrent_sessions must be an int from 1 to 100, got {max_concurrent_sessions!r}"
             )
+        if not isinstance(complete_in_ranges, bool):
+            raise ServiceBusConfigurationError(
+                f"complete_in_ranges must be True or False, got {complete_in_ranges!r}"
+            )
         self.queue_name = queue_name
         self.topic_name = topic_name
         self.subscription_name = subscription_name
@@ -116,6 +130,7 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
         self.max_wait_time = max_wait_time
         self.session_enabled = session_enabled
         self.max_concurrent_sessions = max_concurrent_sessions
+        self.complete_in_ranges = complete_in_ranges
 
     def stream_identity(self) -> tuple[Hashable, ...]:
         return (self.azure_service_bus_conn_id, self._entity.identity)

@@ -66,6 +66,7 @@ from proton import (
     Endpoint,
     Link,
     Message,
+    Transport,
     symbol,
     timestamp,
     ulong,
@@ -205,11 +206,14 @@ class ServiceBusServer:
         self.refused_tokens = 0
         self.lock_lost_settlements = 0
         self.dead_letter_refused: set[str] = set()
+        """Entity paths (lower case) whose dead-letter settlements fail (to test that failure path)."""
         self.requests: collections.Counter[str] = collections.Counter()
         """What consumers asked of the namespace, by kind (bench/watchers.py's requests per message):
         ``connection``, ``attach`` (a link), ``receive`` (a flow frame granting credit on a receive
-        link), ``settle`` (a disposition), ``$cbs put-token`` and ``$management <operation>``."""
-        """Entity paths (lower case) whose dead-letter settlements fail (to test that failure path)."""
+        link), ``settle`` (a disposition frame, which may settle a range of deliveries), ``$cbs
+        put-token`` and ``$management <operation>``."""
+        self.settled_deliveries = 0
+        """Deliveries the clients settled on their links (a range disposition settles many)."""
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -558,9 +562,20 @@ class _Handler:
     def on_connection_remote_open(self, event: Any) -> None:
         self.server.requests["connection"] += 1
         self.connections.add(event.connection)
+        transport = event.connection.transport
+        if transport is not None and transport.tracer is None:
+            # Proton applies a disposition to every delivery of its range, one event each: the
+            # frames themselves are counted from its frame trace.
+            transport.trace(Transport.TRACE_FRM)
+            transport.tracer = self._count_frame
         if event.connection.state & Endpoint.LOCAL_UNINIT:
             event.connection.container = "servicebus-fake"
             event.connection.open()
+
+    def _count_frame(self, transport: Any, frame: str) -> None:
+        """Count each disposition the client sends (``settle``); every other frame is ignored."""
+        if "<- @disposition" in frame:
+            self.server.requests["settle"] += 1
 
     def on_connection_remote_close(self, event: Any) -> None:
         event.connection.close()
@@ -863,7 +878,7 @@ class _Handler:
         state = dlv.remote_state
         if not state:
             return
-        self.server.requests["settle"] += 1
+        self.server.settled_deliveries += 1
         stored = self.deliveries.pop(dlv, None)
         entity = self.entity_of.get(dlv.link)
         if stored is None or entity is None or stored.lock_token not in entity.locked:
@@ -1073,6 +1088,8 @@ def _servicebus_child(conn: Any, root: str) -> None:
                 result: Any = dict(server.requests)
             elif command == "reset":
                 result = server.requests.clear()
+            elif command == "settled_deliveries":
+                result = server.settled_deliveries
             elif command == "message_count":  # available and locked (messages are not picklable)
                 result = len(server.messages(*args))
             else:

@@ -80,8 +80,11 @@ def test_the_watchers_benchmark_runs_and_counts_requests_per_message(tmp_path, b
     assert cells[("ours", 3)].requests_per_message <= 1.3 * cells[("ours", 1)].requests_per_message
     if broker == "sqs":
         assert cells[("ours", 3)].requests["DeleteMessageBatch"] <= math.ceil(MESSAGES / 10) + 1
-    if broker == "servicebus":  # one settlement per message, every message settled
-        assert cells[("ours", 3)].requests["settle"] == MESSAGES
+    if broker == "servicebus":
+        # The bare loop completes message by message; ours completes runs of consecutive
+        # deliveries with one disposition each (servicebus/ranges.py).
+        assert bare.requests["settle"] == MESSAGES
+        assert cells[("ours", 3)].requests["settle"] < MESSAGES / 2
 
     # The in-memory ceiling and the template over memory make no broker requests.
     assert cells[("ceiling", 1)].requests == {}

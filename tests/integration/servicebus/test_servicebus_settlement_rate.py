@@ -53,5 +53,7 @@ async def test_settlements_are_not_paid_one_round_trip_at_a_time(servicebus_proc
         )
         settled_in = time.monotonic() - fired
     assert sorted(p["body"]["n"] for p in watcher.payloads) == list(range(MESSAGES))
-    assert servicebus_process.counts()["settle"] == MESSAGES  # one complete per message, no more
+    assert servicebus_process.call("settled_deliveries") == MESSAGES  # each settled once, no more
+    # ... in runs of consecutive deliveries, one disposition per run (servicebus/ranges.py).
+    assert servicebus_process.counts()["settle"] < MESSAGES / 10
     print(f"{MESSAGES} messages completed {settled_in:.2f} s after the last was fired")

@@ -1,0 +1,138 @@
+"""
+ACKs complete runs of consecutive deliveries with one disposition each (servicebus/ranges.py).
+
+Against the test server (Qpid Proton applies a disposition to every delivery of its range, as
+AMQP says): every message of a run is completed and none comes back, a message in the middle
+with another outcome splits the run and keeps its own settlement, the receive link keeps no tag
+of a message completed in a range, a message whose lock ran out is not sent in a range (it is
+completed alone, refused and counted, and comes back), and ``complete_in_ranges=False`` goes
+back to one ``complete_message`` per message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
+
+from airflow_shared_stream.servicebus import ServiceBusSharedStreamProducer
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+ACKED = AdvanceOutcome(acked=1, failed=0, rejected=0)
+FAILED = AdvanceOutcome(acked=0, failed=1, rejected=0)
+
+
+def _producer(queue: str, connection: str, count: int, **kwargs: Any) -> ServiceBusSharedStreamProducer:
+    return ServiceBusSharedStreamProducer(
+        queue_name=queue,
+        azure_service_bus_conn_id=connection,
+        max_in_flight=count,
+        max_wait_time=2,
+        **kwargs,
+    )
+
+
+async def _receive(stream: Any, count: int) -> list[Any]:
+    return [(await asyncio.wait_for(anext(stream), 10))[1] for _ in range(count)]
+
+
+def _held_tags(producer: ServiceBusSharedStreamProducer) -> set[bytes]:
+    """The receive link's tags of deliveries received and not settled on it (the SDK's own set)."""
+    return producer._receiver._handler._link._received_delivery_tags
+
+
+async def test_a_batch_of_acks_is_completed_in_one_disposition(servicebus, servicebus_connection):
+    queue = servicebus.create_queue()
+    servicebus.send(queue, [{"n": n} for n in range(40)])
+    producer = _producer(queue, servicebus_connection, 40)
+    stream = producer.open_stream()
+    try:
+        handles = await _receive(stream, 40)
+        settle_before, settled_before = servicebus.requests["settle"], servicebus.settled_deliveries
+        await producer.advance([AdvanceItem(handle, ACKED) for handle in handles])
+        await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=10, what="completed")
+        assert servicebus.settled_deliveries - settled_before == 40
+        # One receive can hand over its messages in more than one transfer burst, but the ACK
+        # batch is one run of consecutive deliveries: one disposition, not forty.
+        assert servicebus.requests["settle"] - settle_before == 1
+        assert producer.ranges_completed == 1
+        assert producer.lost_locks == 0
+        assert _held_tags(producer) == set(), "the link still holds tags of completed messages"
+    finally:
+        await stream.aclose()
+        await producer.aclose()
+    assert servicebus.messages(queue) == []
+
+
+async def test_a_message_with_another_outcome_splits_the_run_and_keeps_its_settlement(
+    servicebus, servicebus_connection
+):
+    queue = servicebus.create_queue()
+    sent = servicebus.send(queue, [{"n": n} for n in range(10)])
+    producer = _producer(queue, servicebus_connection, 10)
+    stream = producer.open_stream()
+    try:
+        handles = await _receive(stream, 10)
+        settle_before = servicebus.requests["settle"]
+        outcomes = [FAILED if n == 4 else ACKED for n in range(10)]
+        await producer.advance([AdvanceItem(h, o) for h, o in zip(handles, outcomes, strict=True)])
+        # The failed one is abandoned (inline), the ACKs before and after it go out as two ranges.
+        raw, handle = await asyncio.wait_for(anext(stream), 10)
+        assert (raw.envelope["message_id"], raw.envelope["delivery_count"]) == (sent[4], 1)
+        await eventually(
+            lambda: len(servicebus.messages(queue)), lambda n: n == 1, timeout=10, what="nine completed"
+        )
+        assert producer.ranges_completed == 2
+        assert servicebus.requests["settle"] - settle_before == 3  # two ranges and one abandon
+        await producer.advance([AdvanceItem(handle, ACKED)])
+        await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=10, what="completed")
+        assert producer.lost_locks == 0
+        assert _held_tags(producer) == set()
+    finally:
+        await stream.aclose()
+        await producer.aclose()
+
+
+async def test_a_lock_that_ran_out_is_not_sent_in_a_range(servicebus, servicebus_connection):
+    queue = servicebus.create_queue(lock_duration=3)
+    sent = servicebus.send(queue, [{"n": n} for n in range(5)])
+    # The producer believes locks last 300 s, so it does not renew them within this test.
+    producer = _producer(queue, servicebus_connection, 5, lock_duration_seconds=300)
+    stream = producer.open_stream()
+    try:
+        handles = await _receive(stream, 5)
+        await asyncio.sleep(3.5)
+        await producer.advance([AdvanceItem(handle, ACKED) for handle in handles])
+        # Each is completed alone, refused (lock lost), counted, and comes back.
+        await eventually(lambda: producer.lost_locks, lambda n: n == 5, timeout=15, what="5 locks lost")
+        assert producer.ranges_completed == 0
+        again = await _receive(stream, 5)
+        assert sorted(h.delivery.message_id for h in again) == sorted(sent)
+        await producer.advance([AdvanceItem(handle, ACKED) for handle in again])
+        await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=10, what="completed")
+        assert producer.ranges_completed == 1
+    finally:
+        await stream.aclose()
+        await producer.aclose()
+
+
+async def test_complete_in_ranges_false_completes_one_by_one(servicebus, servicebus_connection):
+    queue = servicebus.create_queue()
+    servicebus.send(queue, [{"n": n} for n in range(10)])
+    producer = _producer(queue, servicebus_connection, 10, complete_in_ranges=False)
+    stream = producer.open_stream()
+    try:
+        handles = await _receive(stream, 10)
+        settle_before = servicebus.requests["settle"]
+        await producer.advance([AdvanceItem(handle, ACKED) for handle in handles])
+        await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=10, what="completed")
+        assert servicebus.requests["settle"] - settle_before == 10
+        assert producer.ranges_completed == 0
+        assert _held_tags(producer) == set()
+    finally:
+        await stream.aclose()
+        await producer.aclose()
