@@ -46,4 +46,5 @@ def test_every_id_is_kept_exactly_once_and_every_run_is_consecutive():
             assert len(run) >= MIN_RUN
             assert run == list(range(run[0], run[0] + len(run)))
         for lone in rest:  # a leftover id has no neighbour among the ids given
-            assert lone - 1 not in ids and lone + 1 not in ids
+            assert lone - 1 not in ids
+            assert lone + 1 not in ids
