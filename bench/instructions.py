@@ -55,7 +55,7 @@ CELLS = (
 """What a default run measures: ``variant:watchers[:repeats]``; ``kafka`` runs on Tansu (see
 watchers.py). The one-watcher broker cells, the ones near the 80% target, are measured three
 times."""
-MESSAGES = {1: 1000, 10: 300}
+MESSAGES = {1: 1000, 10: 300, 100: 100}
 """M per watcher count (the second run takes 2M)."""
 
 

@@ -119,8 +119,16 @@ in flight, the advance that fills the next one waits for one of them to finish, 
 beyond the credit window, and the manager is slowed down rather than memory growing."""
 
 ACK_QUEUED = RawMessage(envelope={}, label="(message acknowledged, ACK queued)")
-"""The message of every delivery whose ACK is queued (:meth:`Delivery.drop_message`); its
-trigger events are persisted, nothing reads or changes it."""
+"""The message of every delivery whose ACK is queued, in place of its own (both paths of
+:meth:`LeasedQueueProducer.advance` set it).
+
+Its trigger events are persisted by then, and an ACK needs only the handle and the lease. A
+queued ACK waits up to ``ack_linger_seconds``, and at thousands of messages a second that is
+thousands of envelopes (each a few container objects) outliving two garbage-collector
+generations: the template paid full collections of the triggerer's whole heap for them, a fifth
+of its time at one watcher. Set in place, not on a copy: the manager is done with the delivery
+once it advanced it, and the lease keeper's map already holds this object. Shared; nothing reads
+or changes it."""
 
 NO_SUBSCRIBER_BACKOFF_MIN = 0.25
 NO_SUBSCRIBER_BACKOFF_MAX = 5.0
@@ -141,8 +149,9 @@ class Delivery(Generic[Handle]):
 
     Not declared ``frozen``: a frozen dataclass sets each field through ``object.__setattr__``,
     which made its construction cost about twice as much (1.4 µs against 0.6 µs here), and the
-    template drops the message of a delivery whose ACK it queues (:meth:`drop_message`); nothing
-    else changes a delivery. The brokers' handle classes are not frozen for the same reason.
+    template replaces the message of a delivery whose ACK it queues with :data:`ACK_QUEUED`;
+    nothing else changes a delivery. The brokers' handle classes are not frozen for the same
+    reason.
     """
 
     message: RawMessage
@@ -151,20 +160,6 @@ class Delivery(Generic[Handle]):
     lane: Hashable | None = None
     size: int = 0
     message_id: str = ""
-
-    def drop_message(self) -> None:
-        """
-        Keep the handle and lease, not the message: this delivery's ACK is queued for later.
-
-        Its trigger events are persisted by then, and an ACK needs only the handle. A queued ACK
-        waits up to ``ack_linger_seconds``, and at thousands of messages a second that is
-        thousands of envelopes (each a few container objects) outliving two garbage-collector
-        generations: the template paid full collections of the triggerer's whole heap for them,
-        a fifth of its time at one watcher. The message becomes :data:`ACK_QUEUED`, shared. In
-        place, not a copy: the manager is done with the delivery once it advanced it, and the
-        lease keeper's map already holds this object.
-        """
-        self.message = ACK_QUEUED
 
 
 @dataclass(frozen=True, slots=True)
@@ -521,7 +516,8 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         # When the stream ends, the receives still in flight are left to aclose, which gives
         # back what the stream holds before it cancels them.
         while True:
-            self._raise_ack_error()
+            if self._acks.error is not None:
+                self._raise_ack_error()
             self._start_receives()
             deliveries = await self._next_received()
             # A receive read ahead was started before the advance that found nobody subscribed,
@@ -658,7 +654,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             if self.ack_linger_seconds > 0 and acks:
                 later = [d for d in acks if d.lane is None]
                 for delivery in later:
-                    delivery.drop_message()
+                    delivery.message = ACK_QUEUED
                 ordered = [d for d in acks if d.lane is not None] if len(later) < len(acks) else []
                 plan[Settlement.ACK] = ordered
             if len(later) < len(batch):  # something settles now (often nothing: every ACK waits)
@@ -710,7 +706,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             fanned_out += outcome.acked
         queued = [item.broker_payload.delivery for item in batch]
         for delivery in queued:
-            delivery.message = ACK_QUEUED  # Delivery.drop_message, inline: once per message
+            delivery.message = ACK_QUEUED
         full = self._acks.put(queued)
         window = self._window
         window.release(len(batch))
@@ -733,10 +729,15 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
                 leased.pop(lease, None)
 
     def _raise_ack_error(self) -> None:
-        """Raise (once) the failure of an ACK batch sent in the background, if there was one."""
+        """
+        Raise (once) the failure of an ACK batch sent in the background.
+
+        Callers look at ``self._acks.error`` first: it is ``None`` on almost every advance, and
+        the look costs less than this call.
+        """
         error, self._acks.error = self._acks.error, None
-        if error is not None:
-            raise error
+        assert error is not None
+        raise error
 
     def plan_settlement(self, batch: Sequence[AdvanceItem]) -> dict[Settlement, list[Any]]:
         """
