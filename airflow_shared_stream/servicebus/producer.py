@@ -530,6 +530,13 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         return runs, alone
 
     async def _complete_run(self, run: tuple[RangeLink, list[Delivery[Any]]]) -> None:
+        """
+        Complete one run with one disposition; a lost lock is counted, as for one message.
+
+        A refused range says only that some delivery of it was refused: the ones Service Bus did
+        complete are gone, the others come back when their locks run out (at-least-once either
+        way), so it is counted once, not per message.
+        """
         link, deliveries = run
         what = f"{len(deliveries)} messages ({self._label(deliveries[0])} to {self._label(deliveries[-1])})"
         try:
