@@ -7,25 +7,29 @@ wrapper, the checks, a frame encoded in Python and an outcome waited for. At 100
 manager's own work and the SDK's share one core, and the SDK's per-message settlement alone
 kept the stream under 80% of the manager's ceiling (bench/results/watchers_servicebus.md).
 
-AMQP 1.0 settles deliveries in ranges: a disposition names the first and the last delivery id
-of a link, and the peer applies it to every delivery in between (AMQP 1.0 section 2.7.6; Qpid
-and Artemis clients acknowledge this way). The SDK's own AMQP client (``_pyamqp``) accepts a
-``(first, last)`` range in ``ReceiveClientAsync.settle_messages_async`` and waits for the
-outcome of every delivery of the range when the receiver awaits outcomes (peek-lock,
-``rcv-settle-mode second``). What it does not do is keep its bookkeeping for a range: the
-receive link remembers the tag of every delivery until that delivery is settled on the link
-(``_received_delivery_tags``), and a disposition removes only the tag it is given. So the tags
-of the rest of the run are removed here, just before the range goes out; without that the set
-would grow by one tag per completed message for the life of the receiver.
+AMQP 1.0 settles deliveries in ranges: a disposition names the first and the last delivery id,
+and the peer applies it to every delivery in between (AMQP 1.0 section 2.7.6). Delivery ids are
+numbered per session, across its links: a run here is ids that are all this receiver's messages
+of the ACK batch, with none missing, so a range never names a delivery it was not given (a
+management response or any other delivery in between breaks the run).
+
+The SDK's own AMQP client (``_pyamqp``) accepts a ``(first, last)`` range in
+``ReceiveClientAsync.settle_messages_async`` and waits for the outcome of every delivery of the
+range when the receiver awaits outcomes (peek-lock, ``rcv-settle-mode second``). What it does
+not do is keep its bookkeeping for a range: the receive link remembers the tag of every delivery
+until that delivery is settled on the link (``_received_delivery_tags``), and a disposition
+removes only the tag it is given. So the tags of the rest of the run are removed here, just
+before the range goes out; without that the set would grow by one tag per completed message for
+the life of the receiver.
 
 That is the only private state this module changes; it reads a few private attributes of the
 SDK's receiver and received messages (``_handler``, ``_delivery_id``, ``_delivery_tag``,
-``_settled``, ``_lock_expired``). :func:`range_link` checks that all of them are there, and a
-receiver without them (another SDK version, the uamqp transport) completes message by message
-as before. A message joins a run only if its tag is still held by the receiver's *current* link:
-delivery ids are numbered per link, so a message received before the SDK re-opened its link must
-not be settled by a range of the new one; it is completed alone, which the SDK routes through
-the management link.
+``_settled``, ``_lock_expired``). :func:`range_link` and :func:`message_supports_ranges` check
+that they are there, and a receiver without them (another SDK version, the uamqp transport)
+completes message by message as before. A message joins a run only if its tag is still held by
+the receiver's *current* link: a re-opened link starts a new session and a new numbering, so a
+message received before the SDK re-opened its link must not be settled by a range of the new
+one; it is completed alone with ``complete_message``, as before.
 
 Not verified against Azure Service Bus itself (no namespace here); verified against the test
 server, whose AMQP engine (Qpid Proton) applies ranges as the specification says. A namespace
