@@ -12,6 +12,8 @@ back to one ``complete_message`` per message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -26,14 +28,24 @@ ACKED = AdvanceOutcome(acked=1, failed=0, rejected=0)
 FAILED = AdvanceOutcome(acked=0, failed=1, rejected=0)
 
 
-def _producer(queue: str, connection: str, count: int, **kwargs: Any) -> ServiceBusSharedStreamProducer:
-    return ServiceBusSharedStreamProducer(
+@contextlib.asynccontextmanager
+async def _streaming(
+    queue: str, connection: str, count: int, **kwargs: Any
+) -> AsyncIterator[tuple[ServiceBusSharedStreamProducer, Any]]:
+    """A producer of ``count`` credits on ``queue`` and its open stream, both closed after."""
+    producer = ServiceBusSharedStreamProducer(
         queue_name=queue,
         azure_service_bus_conn_id=connection,
         max_in_flight=count,
         max_wait_time=2,
         **kwargs,
     )
+    stream = producer.open_stream()
+    try:
+        yield producer, stream
+    finally:
+        await stream.aclose()
+        await producer.aclose()
 
 
 async def _receive(stream: Any, count: int) -> list[Any]:
@@ -48,9 +60,7 @@ def _held_tags(producer: ServiceBusSharedStreamProducer) -> set[bytes]:
 async def test_a_batch_of_acks_is_completed_in_one_disposition(servicebus, servicebus_connection):
     queue = servicebus.create_queue()
     servicebus.send(queue, [{"n": n} for n in range(40)])
-    producer = _producer(queue, servicebus_connection, 40)
-    stream = producer.open_stream()
-    try:
+    async with _streaming(queue, servicebus_connection, 40) as (producer, stream):
         handles = await _receive(stream, 40)
         settle_before, settled_before = servicebus.requests["settle"], servicebus.settled_deliveries
         await producer.advance([AdvanceItem(handle, ACKED) for handle in handles])
@@ -62,9 +72,6 @@ async def test_a_batch_of_acks_is_completed_in_one_disposition(servicebus, servi
         assert producer.ranges_completed == 1
         assert producer.lost_locks == 0
         assert _held_tags(producer) == set(), "the link still holds tags of completed messages"
-    finally:
-        await stream.aclose()
-        await producer.aclose()
     assert servicebus.messages(queue) == []
 
 
@@ -73,9 +80,7 @@ async def test_a_message_with_another_outcome_splits_the_run_and_keeps_its_settl
 ):
     queue = servicebus.create_queue()
     sent = servicebus.send(queue, [{"n": n} for n in range(10)])
-    producer = _producer(queue, servicebus_connection, 10)
-    stream = producer.open_stream()
-    try:
+    async with _streaming(queue, servicebus_connection, 10) as (producer, stream):
         handles = await _receive(stream, 10)
         settle_before = servicebus.requests["settle"]
         outcomes = [FAILED if n == 4 else ACKED for n in range(10)]
@@ -92,18 +97,13 @@ async def test_a_message_with_another_outcome_splits_the_run_and_keeps_its_settl
         await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=10, what="completed")
         assert producer.lost_locks == 0
         assert _held_tags(producer) == set()
-    finally:
-        await stream.aclose()
-        await producer.aclose()
 
 
 async def test_a_lock_that_ran_out_is_not_sent_in_a_range(servicebus, servicebus_connection):
     queue = servicebus.create_queue(lock_duration=3)
     sent = servicebus.send(queue, [{"n": n} for n in range(5)])
     # The producer believes locks last 300 s, so it does not renew them within this test.
-    producer = _producer(queue, servicebus_connection, 5, lock_duration_seconds=300)
-    stream = producer.open_stream()
-    try:
+    async with _streaming(queue, servicebus_connection, 5, lock_duration_seconds=300) as (producer, stream):
         handles = await _receive(stream, 5)
         await asyncio.sleep(3.5)
         await producer.advance([AdvanceItem(handle, ACKED) for handle in handles])
@@ -115,17 +115,12 @@ async def test_a_lock_that_ran_out_is_not_sent_in_a_range(servicebus, servicebus
         await producer.advance([AdvanceItem(handle, ACKED) for handle in again])
         await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=10, what="completed")
         assert producer.ranges_completed == 1
-    finally:
-        await stream.aclose()
-        await producer.aclose()
 
 
 async def test_complete_in_ranges_false_completes_one_by_one(servicebus, servicebus_connection):
     queue = servicebus.create_queue()
     servicebus.send(queue, [{"n": n} for n in range(10)])
-    producer = _producer(queue, servicebus_connection, 10, complete_in_ranges=False)
-    stream = producer.open_stream()
-    try:
+    async with _streaming(queue, servicebus_connection, 10, complete_in_ranges=False) as (producer, stream):
         handles = await _receive(stream, 10)
         settle_before = servicebus.requests["settle"]
         await producer.advance([AdvanceItem(handle, ACKED) for handle in handles])
@@ -133,6 +128,3 @@ async def test_complete_in_ranges_false_completes_one_by_one(servicebus, service
         assert servicebus.requests["settle"] - settle_before == 10
         assert producer.ranges_completed == 0
         assert _held_tags(producer) == set()
-    finally:
-        await stream.aclose()
-        await producer.aclose()
