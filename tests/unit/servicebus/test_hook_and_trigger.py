@@ -95,11 +95,14 @@ def test_subscription_path_and_case_insensitive_identity():
 
 
 def test_serialize_round_trips_and_carries_no_connection_details():
-    trigger = ServiceBusSharedStreamTrigger(topic_name="t", subscription_name="s", session_enabled=True)
+    trigger = ServiceBusSharedStreamTrigger(
+        topic_name="t", subscription_name="s", session_enabled=True, complete_in_ranges=False
+    )
     classpath, kwargs = trigger.serialize()
     assert classpath.endswith("ServiceBusSharedStreamTrigger")
     rebuilt = ServiceBusSharedStreamTrigger(**kwargs)
     assert rebuilt.shared_stream_key() == trigger.shared_stream_key()
+    assert rebuilt.producer_kwargs()["complete_in_ranges"] is False  # reaches the producer
     assert set(kwargs) >= {"topic_name", "subscription_name", "azure_service_bus_conn_id", "match", "reject"}
 
 
@@ -110,6 +113,7 @@ def test_serialize_round_trips_and_carries_no_connection_details():
         {"max_wait_time": 0},
         {"session_enabled": "yes"},
         {"max_concurrent_sessions": 0},
+        {"complete_in_ranges": "yes"},
     ],
 )
 def test_bad_tuning_fails_at_parse(kwargs):
