@@ -149,8 +149,9 @@ async def main() -> None:
     # moto in its own process, so the broker does not share a GIL with the code under test.
     port = free_port()
     moto = running(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "tests.support.moto_sqs", "-H", "127.0.0.1", "-p", str(port)],
         log_path=Path("/tmp") / f"sqs-lanes-moto-{port}.log",
+        cwd=ROOT,  # moto guarded against its own races (tests/support/moto_sqs.py)
     )
     proc = moto.__enter__()
     wait_for_port(port, 60, proc=proc, what="moto")

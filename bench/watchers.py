@@ -341,8 +341,9 @@ class Sqs:
         port = free_port()
         proc = self._stack.enter_context(
             running(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                [sys.executable, "-m", "tests.support.moto_sqs", "-H", "127.0.0.1", "-p", str(port)],
                 log_path=Path(tempfile.gettempdir()) / f"bench-watchers-moto-{port}.log",
+                cwd=ROOT,  # moto guarded against its own races (tests/support/moto_sqs.py)
             )
         )
         wait_for_port(port, 60, proc=proc, what="moto")

@@ -258,6 +258,9 @@ def sqs_server_process(**credentials: str) -> Iterator[SqsServer]:
     """Run moto's SQS server on a free loopback port for the block (any credentials work)."""
     from moto.server import ThreadedMotoServer
 
+    from tests.support.moto_sqs import serialize_queue_mutations
+
+    serialize_queue_mutations()
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

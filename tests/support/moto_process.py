@@ -25,6 +25,9 @@ from typing import Any
 def serve(port: int) -> None:
     from moto.server import ThreadedMotoServer
 
+    from tests.support.moto_sqs import serialize_queue_mutations
+
+    serialize_queue_mutations()
     server: Any = None
 
     def start() -> None:

@@ -1,0 +1,130 @@
+"""
+The SQS rig itself: moto must not redeliver a message whose delete succeeded, nor hand one message
+to two concurrent receives.
+
+moto 5.2 deletes and receives without its queue's lock (tests/support/moto_sqs.py), and the
+reliability runs charged the redeliveries that caused to the provider as duplicates. These tests
+send the rig's server what a shared stream sends, delete batches or receives of one queue on
+several connections at once, with the interpreter switching threads far more often than its
+default, in three rounds each. On an unguarded server (without
+:func:`~tests.support.moto_sqs.serialize_queue_mutations`) every round of three runs of the
+delete test left 8 to 48 of the 200 messages on the queue, and each of three runs of the receive
+test handed out 1 to 4 messages twice.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.support.brokers import SqsServer
+
+MESSAGES = 200
+CONNECTIONS = 8
+
+
+@pytest.fixture
+def frequent_thread_switches() -> Iterator[None]:
+    """Switch threads every 10 µs (the default is 5 ms), so a race shows within a few calls."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def _clients(sqs: SqsServer) -> list[Any]:
+    """One client per connection: botocore clients are thread-safe, but one pool would queue them."""
+    return [
+        boto3.client(
+            "sqs",
+            endpoint_url=sqs.endpoint_url,
+            region_name=sqs.region,
+            aws_access_key_id=sqs.access_key,
+            aws_secret_access_key=sqs.secret_key,
+        )
+        for _ in range(CONNECTIONS)
+    ]
+
+
+def _received_handles(sqs: SqsServer, queue_url: str) -> list[str]:
+    handles: list[str] = []
+    while len(handles) < MESSAGES:
+        response = sqs.client.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+        handles += [message["ReceiptHandle"] for message in response.get("Messages", ())]
+    return handles
+
+
+ROUNDS = 3
+
+
+def test_concurrent_delete_batches_delete_every_message(
+    sqs: SqsServer, frequent_thread_switches: None
+) -> None:
+    left = [_delete_concurrently(sqs) for _ in range(ROUNDS)]
+    assert left == [0] * ROUNDS, (
+        f"messages still on the queue after every delete of the round succeeded, per round: {left} "
+        f"(of {MESSAGES}): moto lost deletes to concurrent ones"
+    )
+
+
+def _delete_concurrently(sqs: SqsServer) -> int:
+    """Receive ``MESSAGES``, delete them in concurrent batches; return how many are still queued."""
+    queue_url = sqs.create_queue(visibility_timeout=60)
+    sqs.send(queue_url, [{"n": n} for n in range(MESSAGES)])
+    handles = _received_handles(sqs, queue_url)
+    assert len(set(handles)) == MESSAGES
+    clients = _clients(sqs)
+
+    def delete_batch(batch: int) -> list[dict[str, str]]:
+        chunk = handles[batch * 10 : (batch + 1) * 10]
+        response = clients[batch % CONNECTIONS].delete_message_batch(
+            QueueUrl=queue_url, Entries=[{"Id": str(i), "ReceiptHandle": h} for i, h in enumerate(chunk)]
+        )
+        return list(response.get("Failed", ()))
+
+    with ThreadPoolExecutor(CONNECTIONS) as pool:
+        failed = [f for failures in pool.map(delete_batch, range(MESSAGES // 10)) for f in failures]
+
+    assert failed == []
+    depth = sqs.depth(queue_url)
+    return depth.visible + depth.in_flight
+
+
+def test_concurrent_receives_hand_out_each_message_once(
+    sqs: SqsServer, frequent_thread_switches: None
+) -> None:
+    handed_out_twice = [_receive_concurrently(sqs) for _ in range(ROUNDS)]
+    assert handed_out_twice == [0] * ROUNDS, (
+        f"messages handed out to two concurrent receives within their visibility timeout, per round: "
+        f"{handed_out_twice} (of {MESSAGES})"
+    )
+
+
+def _receive_concurrently(sqs: SqsServer) -> int:
+    """Receive a queue of ``MESSAGES`` on several connections at once; return the extra copies."""
+    queue_url = sqs.create_queue(visibility_timeout=60)
+    sqs.send(queue_url, [{"n": n} for n in range(MESSAGES)])
+    clients = _clients(sqs)
+
+    def receive(connection: int) -> list[str]:
+        ids: list[str] = []
+        while True:
+            response = clients[connection].receive_message(
+                QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+            )
+            messages = response.get("Messages", ())
+            if not messages:
+                return ids
+            ids += [message["MessageId"] for message in messages]
+
+    with ThreadPoolExecutor(CONNECTIONS) as pool:
+        ids = [i for received in pool.map(receive, range(CONNECTIONS)) for i in received]
+    assert len(set(ids)) == MESSAGES
+    return len(ids) - MESSAGES
