@@ -17,9 +17,10 @@ test_moto_rig.py shows both races on an unguarded server).
 :func:`serialize_queue_mutations` runs both under the queue's own lock (moto's
 ``Queue._messages_lock``, which ``SendMessage`` already takes). It is a re-entrant condition, and
 a receive that long-polls waits on it (``Queue.wait_for_messages``), which releases it: the other
-requests proceed while a receive waits, as before. Idempotent; called in every process that serves
-moto here: the test suite's (``sqs_server_process``), the reliability rig's (``moto_process``) and
-the benchmarks' (``python -m tests.support.moto_sqs``, below).
+requests proceed while a receive waits, as before. Idempotent; called in every moto a stream reads
+here: the test suite's (``sqs_server_process``), the reliability rig's (``moto_process``) and the
+benchmarks' (``python -m tests.support.moto_sqs``, below). The two that only refuse credentials
+(the secret tests) run moto as it is.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ test handed out 1 to 4 messages twice.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,6 +26,7 @@ from tests.support.brokers import SqsServer
 
 MESSAGES = 200
 CONNECTIONS = 8
+ROUNDS = 3
 
 
 @pytest.fixture
@@ -37,6 +38,13 @@ def frequent_thread_switches() -> Iterator[None]:
         yield
     finally:
         sys.setswitchinterval(interval)
+
+
+def _queue_of_messages(sqs: SqsServer) -> str:
+    """A new queue holding ``MESSAGES`` messages, with a visibility timeout no round outlasts."""
+    queue_url = sqs.create_queue(visibility_timeout=60)
+    sqs.send(queue_url, [{"n": n} for n in range(MESSAGES)])
+    return queue_url
 
 
 def _clients(sqs: SqsServer) -> list[Any]:
@@ -61,23 +69,9 @@ def _received_handles(sqs: SqsServer, queue_url: str) -> list[str]:
     return handles
 
 
-ROUNDS = 3
-
-
-def test_concurrent_delete_batches_delete_every_message(
-    sqs: SqsServer, frequent_thread_switches: None
-) -> None:
-    left = [_delete_concurrently(sqs) for _ in range(ROUNDS)]
-    assert left == [0] * ROUNDS, (
-        f"messages still on the queue after every delete of the round succeeded, per round: {left} "
-        f"(of {MESSAGES}): moto lost deletes to concurrent ones"
-    )
-
-
 def _delete_concurrently(sqs: SqsServer) -> int:
     """Receive ``MESSAGES``, delete them in concurrent batches; return how many are still queued."""
-    queue_url = sqs.create_queue(visibility_timeout=60)
-    sqs.send(queue_url, [{"n": n} for n in range(MESSAGES)])
+    queue_url = _queue_of_messages(sqs)
     handles = _received_handles(sqs, queue_url)
     assert len(set(handles)) == MESSAGES
     clients = _clients(sqs)
@@ -97,20 +91,9 @@ def _delete_concurrently(sqs: SqsServer) -> int:
     return depth.visible + depth.in_flight
 
 
-def test_concurrent_receives_hand_out_each_message_once(
-    sqs: SqsServer, frequent_thread_switches: None
-) -> None:
-    handed_out_twice = [_receive_concurrently(sqs) for _ in range(ROUNDS)]
-    assert handed_out_twice == [0] * ROUNDS, (
-        f"messages handed out to two concurrent receives within their visibility timeout, per round: "
-        f"{handed_out_twice} (of {MESSAGES})"
-    )
-
-
 def _receive_concurrently(sqs: SqsServer) -> int:
     """Receive a queue of ``MESSAGES`` on several connections at once; return the extra copies."""
-    queue_url = sqs.create_queue(visibility_timeout=60)
-    sqs.send(queue_url, [{"n": n} for n in range(MESSAGES)])
+    queue_url = _queue_of_messages(sqs)
     clients = _clients(sqs)
 
     def receive(connection: int) -> list[str]:
@@ -128,3 +111,18 @@ def _receive_concurrently(sqs: SqsServer) -> int:
         ids = [i for received in pool.map(receive, range(CONNECTIONS)) for i in received]
     assert len(set(ids)) == MESSAGES
     return len(ids) - MESSAGES
+
+
+@pytest.mark.parametrize(
+    ("race", "what"),
+    [
+        (_delete_concurrently, "messages still on the queue after every delete of the round succeeded"),
+        (_receive_concurrently, "messages handed out twice by concurrent receives, within their visibility"),
+    ],
+    ids=["delete", "receive"],
+)
+def test_concurrent_requests_on_one_queue(
+    sqs: SqsServer, frequent_thread_switches: None, race: Callable[[SqsServer], int], what: str
+) -> None:
+    counts = [race(sqs) for _ in range(ROUNDS)]
+    assert counts == [0] * ROUNDS, f"{what}, per round: {counts} (of {MESSAGES})"
