@@ -48,7 +48,7 @@ def _queue_of_messages(sqs: SqsServer) -> str:
 
 
 def _clients(sqs: SqsServer) -> list[Any]:
-    """One client per connection: botocore clients are thread-safe, but one pool would queue them."""
+    """A client per thread, as separate consumers of one queue would have."""
     return [
         boto3.client(
             "sqs",
