@@ -37,4 +37,8 @@ if ! .venv/bin/python -m uv pip install --quiet --python .venv/bin/python \
   fi
   exit 1
 fi
+# pyspark comes as an sdist, and each install from a fresh clone adds a new build of it (about 2 GB)
+# to uv's cache without removing the last: a development machine filled its disk that way (77 GB).
+# Pruning drops what no current entry refers to, the earlier builds, and keeps the one just made.
+.venv/bin/python -m uv cache prune --quiet || echo "bootstrap: uv cache prune failed (harmless)" >&2
 echo "$want" > "$stamp"
