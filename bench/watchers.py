@@ -84,7 +84,7 @@ from airflow_shared_stream.common.flow_control import CreditWindow, yield_point 
 from airflow_shared_stream.common.matching import RawMessage, build_message  # noqa: E402
 from airflow_shared_stream.common.settlement import decide  # noqa: E402
 from airflow_shared_stream.testing import InMemoryProducer, InMemoryTrigger  # noqa: E402
-from bench.machine import describe  # noqa: E402
+from bench.machine import Settled, describe, wait_until_idle  # noqa: E402
 from tests.support.processes import free_port, running, wait_for_port  # noqa: E402
 from tests.support.request_log import RecordingProxy  # noqa: E402
 
@@ -114,6 +114,8 @@ class Cell:
     """``in-flight`` hold only: Python heap (tracemalloc) growth per in-flight trigger event."""
     repeats: list[float] = field(default_factory=list)
     """With ``--repeats``: messages/s of every repeat of this variant and N (this cell is the median)."""
+    settled: Settled | None = None
+    """How long the broker took to go quiet before this cell (:func:`bench.machine.wait_until_idle`)."""
 
     @property
     def fanout(self) -> int:
@@ -347,6 +349,7 @@ class Sqs:
             )
         )
         wait_for_port(port, 60, proc=proc, what="moto")
+        self.pids = [proc.pid]
         self.proxy = self._stack.enter_context(RecordingProxy("127.0.0.1", port))
         os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(
             {
@@ -518,6 +521,7 @@ class Kafka:
             running(kafka_broker_argv(self.broker, port, data_dir / "data"), log_path=data_dir / "broker.log")
         )
         wait_for_port(port, 30, proc, what=self.broker)
+        self.pids = [proc.pid]
         self.bootstrap = f"127.0.0.1:{port}"
         return self
 
@@ -800,6 +804,7 @@ class PubSub:
 
         data_dir = Path(tempfile.mkdtemp(prefix="bench-watchers-pubsub-"))
         self.emulator = self._stack.enter_context(pubsub_emulator_process(data_dir))
+        self.pids = [self.emulator.pid]
         os.environ["PUBSUB_EMULATOR_HOST"] = self.emulator.host
         os.environ["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = json.dumps(
             self.emulator.connection(keyfile_dict=_offline_service_account(self.emulator.project))
@@ -924,6 +929,7 @@ class ServiceBus:
         from tests.support.servicebus_server import ServiceBusServerProcess
 
         self.server = ServiceBusServerProcess()
+        self.pids = [self.server.process.pid]
         os.environ["AIRFLOW_CONN_AZURE_SERVICE_BUS_DEFAULT"] = json.dumps(
             {"conn_type": "azure_service_bus", "schema": self.server.connection_string()}
         )
@@ -1084,17 +1090,21 @@ async def bench(args: argparse.Namespace) -> dict[str, list[Cell]]:
                     for variant in args.variants:
                         if variant == "in-flight":
                             continue
+                        settled = await wait_until_idle(broker.pids, limit=args.settle_limit)
                         if broker_name == "kafka":
                             cell = await broker.run(variant, watchers, messages, partitions)
                         else:
                             cell = await broker.run(variant, watchers, messages)
+                        cell.settled = settled
                         runs[variant].append(cell)
                         report(cell)
                 for cells in runs.values():
                     cell = median_cell(cells)
                     results[cell.broker].append(cell)
             if "in-flight" in args.variants:
+                settled = await wait_until_idle(broker.pids, limit=args.settle_limit)
                 cell = await broker.run("in-flight", IN_FLIGHT_WATCHERS, args.in_flight_window)
+                cell.settled = settled
                 results[cell.broker].append(cell)
                 report(cell)
     return results
@@ -1223,9 +1233,19 @@ def _cpu(seconds: float) -> str:
     return f"{seconds:,.3f}" if seconds < 1 else f"{seconds:,.2f}"
 
 
+SETTLE_NOTED = 2.0
+"""A wait for the broker to go quiet this long (or longer) is noted in the cell's row."""
+
+
 def _note(cell: Cell) -> str:
-    """The cell's error, if any, and the messages/s of every repeat."""
+    """The cell's error, if any, a broker that was slow to go quiet before it, and every repeat's rate."""
     notes = [cell.error] if cell.error else []
+    settled = cell.settled
+    if settled is not None and not settled.idle:
+        busy = f"{settled.busy:.0%} of a core"
+        notes.append(f"the broker was still busy ({busy}) after {settled.seconds:.0f} s")
+    elif settled is not None and settled.seconds >= SETTLE_NOTED:
+        notes.append(f"the broker took {settled.seconds:.0f} s to go quiet before it")
     if cell.repeats:
         notes.append("repeats: " + " / ".join(f"{rate:,.0f}" for rate in cell.repeats))
     return "; ".join(notes)
@@ -1246,6 +1266,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--messages", type=json.loads, default={}, help='{"sqs": {"1": 600}} overrides')
     parser.add_argument("--budget", type=float, default=90.0, help="seconds per cell at most")
+    parser.add_argument(
+        "--settle-limit",
+        type=float,
+        default=60.0,
+        help="seconds at most to wait, before each cell, for the broker to go quiet",
+    )
     parser.add_argument(
         "--sync", type=float, default=0.0, help="persistence confirmed every S s (0: at once)"
     )
@@ -1291,7 +1317,10 @@ def _merge(previous: Path, cells: list[Cell]) -> list[Cell]:
     kept = []
     for row in json.loads(previous.read_text())["cells"]:
         if (row["variant"], row["watchers"]) not in fresh:
-            kept.append(Cell(**{k: v for k, v in row.items() if k in fields}))
+            cell = Cell(**{k: v for k, v in row.items() if k in fields})
+            if isinstance(cell.settled, dict):
+                cell.settled = Settled(**cell.settled)
+            kept.append(cell)
     return kept + cells
 
 

@@ -1,7 +1,8 @@
-"""``bench/watchers.py --repeats``: which repeat a table row shows, and what its note says."""
+"""``bench/watchers.py``: which repeat a table row shows, and what its note says."""
 
 from __future__ import annotations
 
+from bench.machine import Settled
 from bench.watchers import Cell, _note, median_cell
 
 
@@ -21,3 +22,15 @@ def test_an_even_count_keeps_the_lower_middle_and_one_run_has_no_note():
     single = median_cell([cell(500)])
     assert single.repeats == []
     assert _note(single) == ""
+
+
+def test_a_broker_slow_to_go_quiet_is_noted_and_one_still_busy_says_so():
+    quick = cell(100)
+    quick.settled = Settled(0.3, 0.01, idle=True)
+    assert _note(quick) == ""
+    slow = cell(100)
+    slow.settled = Settled(12.4, 0.02, idle=True)
+    assert _note(slow) == "the broker took 12 s to go quiet before it"
+    busy = cell(100)
+    busy.settled = Settled(60.1, 0.73, idle=False)
+    assert _note(busy) == "the broker was still busy (73% of a core) after 60 s"

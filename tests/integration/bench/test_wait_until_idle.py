@@ -1,0 +1,68 @@
+"""
+``bench.machine.wait_until_idle``: the benchmark's wait, before each cell, for the broker to go
+quiet, on real processes that burn CPU (the broker's place is taken by a Python child).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bench.machine import wait_until_idle
+
+pytestmark = pytest.mark.integration
+
+BURN = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass\ntime.sleep(60)"
+
+
+def burner(seconds: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", BURN.format(seconds=seconds)])
+
+
+@pytest.mark.timeout(60)
+def test_it_waits_while_the_process_is_busy_and_returns_once_it_is_quiet():
+    process = burner(2.0)
+    try:
+        started = time.monotonic()
+        settled = asyncio.run(wait_until_idle([process.pid], limit=30))
+        assert settled.idle, settled
+        assert settled.busy < 0.1, settled
+        assert time.monotonic() - started >= 1.5, settled  # it burned for 2 s from its start
+        assert settled.seconds < 15, settled
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.timeout(60)
+def test_a_child_that_stays_busy_is_counted_and_reported_after_the_limit():
+    # The burning process is a child of the pid given, as the JVM under the emulator's launcher.
+    burn = BURN.format(seconds=30)
+    run_burner = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}])"
+    launcher = subprocess.Popen([sys.executable, "-c", run_burner])
+    try:
+        settled = asyncio.run(wait_until_idle([launcher.pid], limit=1.5))
+        assert not settled.idle, settled
+        assert settled.busy > 0.1, settled
+        assert 1.5 <= settled.seconds < 5, settled
+    finally:
+        import psutil
+
+        for child in psutil.Process(launcher.pid).children(recursive=True):
+            child.kill()
+        launcher.kill()
+        launcher.wait()
+
+
+@pytest.mark.timeout(30)
+def test_a_process_that_has_gone_counts_as_quiet():
+    process = burner(0)
+    process.kill()
+    process.wait()
+    settled = asyncio.run(wait_until_idle([process.pid], limit=5))
+    assert settled.idle, settled
+    assert settled.seconds < 1, settled
