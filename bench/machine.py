@@ -72,11 +72,10 @@ async def wait_until_idle(
     core over ``window`` seconds, or ``limit`` seconds have passed.
 
     Why: a benchmark cell must not pay for the one before it. A broker goes on working after
-    its clients have gone: moto keeps, for up to 20 s, a thread for each long-poll receive of
-    the 1,000 pollers of a per-watcher cell, and they wake to look at the queue; a JVM collects
-    what a cell left behind. Started at once, the next cell measured that work against
-    whichever variant came next (ours at 1,000 SQS watchers: 22 messages/s in the turn that
-    opened the run, 10 and 11 in the turns that followed a per-watcher cell).
+    its clients have gone: moto served the abandoned long-poll receives of the 1,000 pollers of
+    a per-watcher cell for another 30 s (each waiting thread wakes to look at the queue); a JVM
+    collects what a cell left behind. Started at once, the next cell measured that work against
+    whichever variant came next.
     """
     started = time.monotonic()
     previous = _cpu_seconds(pids)
