@@ -43,7 +43,9 @@ test server (tests/support/servicebus_server.py, a protocol-level fake on proton
 process, so its CPU is not counted as the triggerer's; noida-db as its own binary.
 
 A cell runs until every watcher has every message or its time budget is spent; rates come from
-what was delivered, so a slow anchor costs its budget, not the run.
+what was delivered, so a slow anchor costs its budget, not the run. Before each cell the
+harness collects the garbage of the one before and waits for the broker to go quiet
+(:func:`between_cells`).
 
 Run: ``.venv/bin/python bench/watchers.py [--broker sqs kafka pubsub servicebus]
 [--watchers 1 10 100 1000]`` (needs the ``bench`` extra and, for the google and azure anchors,
