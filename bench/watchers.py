@@ -1118,7 +1118,7 @@ async def between_cells(broker: Any, args: argparse.Namespace) -> Settled:
     Leave the next cell nothing of the one before: collect its garbage, and let the broker go quiet.
 
     Neither is the next variant's to pay for. After a per-watcher cell of 1,000 amazon pollers
-    the triggerer process held 1.4 million objects of garbage (their clients), which the next
+    the triggerer process held 1.4 million objects of garbage, which the next
     cell's first full collection had to walk; and moto served the pollers' abandoned long polls
     for another 30 s (:func:`bench.machine.wait_until_idle`).
     """
