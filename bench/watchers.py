@@ -668,10 +668,9 @@ async def hold_in_flight(make_trigger: Callable[[], Any], cell: Cell, budget: fl
     watcher; the growth of the Python heap (tracemalloc) and of RSS at that peak is divided by
     those events. The stream is then closed unsettled: the broker gets the messages back.
     """
-    import gc
     import tracemalloc
 
-    gc.collect()
+    gc.collect()  # again, after the cell's set-up: the heap's baseline holds no garbage
     tracemalloc.start()
     heap0 = tracemalloc.get_traced_memory()[0]
     peak: dict[str, int] = {}
