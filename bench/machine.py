@@ -78,10 +78,10 @@ async def wait_until_idle(
     whichever variant came next.
     """
     started = time.monotonic()
-    previous = _cpu_seconds(pids)
+    previous = processes_cpu_seconds(pids)
     while True:
         await asyncio.sleep(window)
-        now = _cpu_seconds(pids)
+        now = processes_cpu_seconds(pids)
         busy = (now - previous) / window
         previous = now
         waited = time.monotonic() - started
@@ -91,7 +91,7 @@ async def wait_until_idle(
             return Settled(waited, busy, idle=False)
 
 
-def _cpu_seconds(pids: Sequence[int]) -> float:
+def processes_cpu_seconds(pids: Sequence[int]) -> float:
     """User and system CPU seconds of ``pids`` and their living children (a JVM under a launcher)."""
     import psutil
 

@@ -68,7 +68,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -87,7 +87,7 @@ from airflow_shared_stream.common.flow_control import CreditWindow, yield_point 
 from airflow_shared_stream.common.matching import RawMessage, build_message  # noqa: E402
 from airflow_shared_stream.common.settlement import decide  # noqa: E402
 from airflow_shared_stream.testing import InMemoryProducer, InMemoryTrigger  # noqa: E402
-from bench.machine import Settled, describe, wait_until_idle  # noqa: E402
+from bench.machine import Settled, describe, processes_cpu_seconds, wait_until_idle  # noqa: E402
 from tests.support.processes import free_port, running, wait_for_port  # noqa: E402
 from tests.support.request_log import RecordingProxy  # noqa: E402
 
@@ -119,6 +119,8 @@ class Cell:
     """With ``--repeats``: messages/s of every repeat of this variant and N (this cell is the median)."""
     settled: Settled | None = None
     """How long the broker took to go quiet before this cell (:func:`bench.machine.wait_until_idle`)."""
+    broker_cpu_seconds: float | None = None
+    """CPU the broker's processes spent while the cell was timed (``None``: not measured)."""
 
     @property
     def fanout(self) -> int:
@@ -139,6 +141,13 @@ class Cell:
         return self.cpu_seconds / done * 1000 if done else float("nan")
 
     @property
+    def broker_cpu_per_1000(self) -> float | None:
+        done = self.delivered / self.fanout
+        if self.broker_cpu_seconds is None or not done:
+            return None
+        return self.broker_cpu_seconds / done * 1000
+
+    @property
     def requests_per_message(self) -> float | None:
         if not self.requests:
             return None
@@ -151,6 +160,7 @@ class Cell:
             "messages_per_second": self.messages_per_second,
             "events_per_second": self.events_per_second,
             "cpu_per_1000": self.cpu_per_1000,
+            "broker_cpu_per_1000": self.broker_cpu_per_1000,
             "requests_per_message": self.requests_per_message,
         }
 
@@ -169,10 +179,19 @@ class Meter:
 
     ``proxy`` is whatever counts the broker requests: ``reset()``, ``counts()`` and
     ``cpu_seconds()`` (CPU this process spent counting, which is not the triggerer's).
+
+    The broker's own CPU over the same span is measured too (:attr:`broker_pids`). It is not the
+    triggerer's cost, but here the broker runs on the same two cores: a cell whose broker burns
+    a core has one core left for the triggerer, which a deployment talking to a remote broker
+    would not lose, and a ceiling that talks to no broker never pays it.
     """
+
+    broker_pids: ClassVar[tuple[int, ...]] = ()
+    """Processes of the broker under test (set per broker by :func:`bench`); none: not measured."""
 
     def __init__(self, proxy: Any | None) -> None:
         self.proxy = proxy
+        self._broker_cpu0: float | None = None
 
     def _cpu(self) -> float:
         return time.process_time() - (self.proxy.cpu_seconds() if self.proxy else 0.0)
@@ -184,12 +203,17 @@ class Meter:
         self._cpu0 = self._cpu()
 
     def first_event(self) -> None:
+        # Before the stamps: reading the broker's process tree is not the cell's to pay for.
+        if self.broker_pids:
+            self._broker_cpu0 = processes_cpu_seconds(self.broker_pids)
         self._wall0 = time.perf_counter()
         self._cpu_at_first = self._cpu()
 
     def stop(self, cell: Cell, watchers_alive_rss: int) -> None:
         cell.seconds = time.perf_counter() - getattr(self, "_wall0", time.perf_counter())
         cell.cpu_seconds = self._cpu() - getattr(self, "_cpu_at_first", self._cpu0)
+        if self._broker_cpu0 is not None:
+            cell.broker_cpu_seconds = processes_cpu_seconds(self.broker_pids) - self._broker_cpu0
         cell.rss_growth_kib = (watchers_alive_rss - self._rss) / cell.fanout
         cell.requests = dict(self.proxy.counts()) if self.proxy else {}
         cell.load = os.getloadavg()[0]
@@ -1078,7 +1102,7 @@ async def bench(args: argparse.Namespace) -> dict[str, list[Cell]]:
     results: dict[str, list[Cell]] = collections.defaultdict(list)
     for broker_name in args.broker:
         broker: Any = BROKER_CLASSES[broker_name](args)
-        with broker:
+        with broker, _measuring_broker_cpu(broker.pids):
             await broker.warm()
             plans = [(n, 1) for n in args.watchers]
             if broker_name == "kafka" and args.kafka_partitions > 1:
@@ -1110,6 +1134,16 @@ async def bench(args: argparse.Namespace) -> dict[str, list[Cell]]:
                 results[cell.broker].append(cell)
                 report(cell)
     return results
+
+
+@contextlib.contextmanager
+def _measuring_broker_cpu(pids: Sequence[int]) -> Iterator[None]:
+    """Every :class:`Meter` made meanwhile also measures the CPU of the processes ``pids``."""
+    Meter.broker_pids = tuple(pids)
+    try:
+        yield
+    finally:
+        Meter.broker_pids = ()
 
 
 async def between_cells(broker: Any, args: argparse.Namespace) -> Settled:
@@ -1181,6 +1215,8 @@ def _by_kind(cell: Cell) -> str:
 
 
 def render(broker: str, cells: list[Cell], args: argparse.Namespace, versions: list[str]) -> str:
+    # Tables of runs from before the broker's CPU was measured keep their columns.
+    broker_cpu = any(c.broker_cpu_seconds is not None for c in cells)
     lines = [
         f"# {broker}: watchers on one stream, against the anchors",
         "",
@@ -1199,9 +1235,13 @@ def render(broker: str, cells: list[Cell], args: argparse.Namespace, versions: l
         describe(versions),
         "",
         "| watchers | variant | messages | messages/s | trigger events/s | % of lower ceiling "
-        "| CPU s / 1,000 msgs | RSS growth / watcher (KiB) | requests / message | x N=1 "
+        "| CPU s / 1,000 msgs "
+        + ("| broker CPU s / 1,000 msgs " if broker_cpu else "")
+        + "| RSS growth / watcher (KiB) | requests / message | x N=1 "
         "| requests per 1,000 messages | load (1 min) | note |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | "
+        + ("---: | " if broker_cpu else "")
+        + "---: | ---: | ---: | --- | ---: | --- |",
     ]
     by_n: dict[int, dict[str, Cell]] = collections.defaultdict(dict)
     held: list[Cell] = []
@@ -1221,15 +1261,27 @@ def render(broker: str, cells: list[Cell], args: argparse.Namespace, versions: l
             rpm = c.requests_per_message
             base = at_one[variant].requests_per_message if variant in at_one else None
             fold = f"{rpm / base:,.1f}" if rpm is not None and base else ""
-            cpu = _cpu(c.cpu_per_1000)
             share = c.messages_per_second / lower if lower and variant not in ("ceiling", "bare") else None
-            lines.append(
-                f"| {n} | {variant} | {c.delivered // c.fanout} | {c.messages_per_second:,.1f} "
-                f"| {c.events_per_second:,.1f} | {'' if share is None else f'{share:.0%}'} "
-                f"| {cpu} | {c.rss_growth_kib:,.0f} "
-                f"| {'' if rpm is None else f'{rpm:.3f}'} | {fold} | {_by_kind(c)} "
-                f"| {c.load:.1f} | {_note(c)} |"
-            )
+            columns = [
+                str(n),
+                variant,
+                str(c.delivered // c.fanout),
+                f"{c.messages_per_second:,.1f}",
+                f"{c.events_per_second:,.1f}",
+                "" if share is None else f"{share:.0%}",
+                _cpu(c.cpu_per_1000),
+            ]
+            if broker_cpu:
+                columns.append("" if c.broker_cpu_per_1000 is None else _cpu(c.broker_cpu_per_1000))
+            columns += [
+                f"{c.rss_growth_kib:,.0f}",
+                "" if rpm is None else f"{rpm:.3f}",
+                fold,
+                _by_kind(c),
+                f"{c.load:.1f}",
+                _note(c),
+            ]
+            lines.append("| " + " | ".join(columns) + " |")
     for c in held:
         lines += [
             "",

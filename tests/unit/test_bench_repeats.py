@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+
 from bench.machine import Settled
-from bench.watchers import Cell, _note, median_cell
+from bench.watchers import Cell, _note, median_cell, render
 
 
 def cell(rate: float) -> Cell:
@@ -34,3 +36,30 @@ def test_a_broker_slow_to_go_quiet_is_noted_and_one_still_busy_says_so():
     busy = cell(100)
     busy.settled = Settled(60.1, 0.73, idle=False)
     assert _note(busy) == "the broker was still busy (73% of a core) after 60 s"
+
+
+def table_rows(cells: list[Cell]) -> list[list[str]]:
+    args = argparse.Namespace(repeats=1, sync=0.0, budget=60.0)
+    rendered = render("pubsub", cells, args, versions=[])
+    return [
+        [column.strip() for column in line.split("|")[1:-1]]
+        for line in rendered.splitlines()
+        if line.startswith("| ")
+    ]
+
+
+def test_the_brokers_cpu_gets_a_column_only_in_runs_that_measured_it():
+    ours = Cell("pubsub", "ours", 1, 1000, delivered=1000, seconds=1.0, cpu_seconds=0.07)
+    ceiling = Cell("pubsub", "ceiling", 1, 1000, delivered=1000, seconds=1.0, cpu_seconds=0.05)
+    header, _, *rows = table_rows([ours, ceiling])
+    assert "broker CPU s / 1,000 msgs" not in header  # a table of an earlier run keeps its columns
+    assert all(len(row) == len(header) for row in rows)
+
+    ours.broker_cpu_seconds = 0.045
+    header, _, *rows = table_rows([ours, ceiling])
+    column = header.index("broker CPU s / 1,000 msgs")
+    assert header[column - 1] == "CPU s / 1,000 msgs"
+    by_variant = {row[1]: row for row in rows}
+    assert by_variant["ours"][column] == "0.045"
+    assert by_variant["ceiling"][column] == ""  # a cell kept from an earlier run (--update)
+    assert all(len(row) == len(header) for row in rows)

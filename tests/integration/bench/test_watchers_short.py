@@ -90,12 +90,19 @@ def test_the_watchers_benchmark_runs_and_counts_requests_per_message(tmp_path, b
     assert cells[("ceiling", 1)].requests == {}
     assert cells[("template", 1)].requests == {}
 
+    # The broker's CPU is measured in every timed cell (its process runs on the same cores).
+    for cell in cells.values():
+        if cell.variant != "in-flight":
+            assert cell.broker_cpu_seconds is not None, cell
+            assert cell.broker_cpu_seconds >= 0, cell
+
     held = cells[("in-flight", bench_watchers.IN_FLIGHT_WATCHERS)]
     assert held.heap_per_event_bytes is not None
     assert held.heap_per_event_bytes > 0
 
     table = (tmp_path / f"watchers_{broker}.md").read_text()
     assert "| 3 | ours |" in table
+    assert "| broker CPU s / 1,000 msgs |" in table
     assert "load average" in table
     assert "Memory per in-flight trigger event" in table
     assert json.loads((tmp_path / f"watchers_{broker}.json").read_text())["cells"]
