@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -74,8 +73,22 @@ async def prepare_topic(bootstrap: str, topic: str, count: int, partitions: int 
         await producer.stop()
 
 
-async def bare_loop(bootstrap: str, topic: str, messages: int) -> float:
-    """aiokafka ``getmany`` and commit until ``messages`` are read; seconds from the first record."""
+async def bare_loop(
+    bootstrap: str,
+    topic: str,
+    messages: int,
+    *,
+    on_first_record: Callable[[], None],
+    on_done: Callable[[], None],
+) -> None:
+    """
+    aiokafka ``getmany`` and commit until ``messages`` are read and committed.
+
+    ``on_first_record`` is called when the first batch arrives and ``on_done`` after the last
+    commit, before the consumer stops: the caller's meter times exactly that span (its wall
+    time, this process's CPU and the broker's), as it does for the shared-stream variants from
+    their first trigger event.
+    """
     consumer = AIOKafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
@@ -85,15 +98,16 @@ async def bare_loop(bootstrap: str, topic: str, messages: int) -> float:
     )
     await consumer.start()
     try:
-        seen, start = 0, None
+        seen, started = 0, False
         while seen < messages:
             batch = await consumer.getmany(timeout_ms=500, max_records=DEFAULT_MAX_IN_FLIGHT)
-            if batch and start is None:
-                start = time.perf_counter()
+            if batch and not started:
+                started = True
+                on_first_record()
             for records in batch.values():
                 seen += len(records)
             if batch:
                 await consumer.commit()
-        return time.perf_counter() - (start or time.perf_counter())
+        on_done()
     finally:
         await consumer.stop()

@@ -35,8 +35,18 @@ def _memory_gib() -> str:
         return "unknown"
 
 
-def describe(packages: list[str]) -> str:
-    """A markdown block: date, CPU, cores, memory, OS, Python, and the given package versions."""
+def run_stamp() -> str:
+    """Now, as a table's ``run:`` line gives it (UTC, to the minute)."""
+    return f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}"
+
+
+def describe(packages: list[str], *, run: str | None = None) -> str:
+    """
+    A markdown block: date, CPU, cores, memory, OS, Python, and the given package versions.
+
+    ``run``: the run the table's cells come from (default: now); a table updated by a later
+    run keeps the first run's date, and its re-measured rows name theirs.
+    """
     versions = []
     for name in packages:
         try:
@@ -45,7 +55,7 @@ def describe(packages: list[str]) -> str:
             versions.append(f"{name} (not installed)")
     return "\n".join(
         [
-            f"- run: {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}",
+            f"- run: {run or run_stamp()}",
             f"- machine: {_cpu_model()}, {os.cpu_count()} cores, {_memory_gib()} RAM, {platform.platform()}",
             f"- load average at the end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())} (1/5/15 min)",
             f"- Python {platform.python_version()}; " + ", ".join(versions),
@@ -109,3 +119,22 @@ def processes_cpu_seconds(pids: Sequence[int]) -> float:
                 continue
             total += times.user + times.system
     return total
+
+
+def pin_threads(pids: Sequence[int], cpus: set[int]) -> None:
+    """
+    Restrict every thread of ``pids`` and their children to ``cpus``.
+
+    Per thread, because an affinity set on a process binds only its main thread; threads started
+    later inherit their creator's, so pinning a JVM's running threads pins those it starts next.
+    """
+    import psutil
+
+    for pid in pids:
+        root = psutil.Process(pid)
+        for process in [root, *root.children(recursive=True)]:
+            for thread in process.threads():
+                try:
+                    os.sched_setaffinity(thread.id, cpus)
+                except (ProcessLookupError, PermissionError):
+                    continue  # the thread ended meanwhile

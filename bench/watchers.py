@@ -87,7 +87,14 @@ from airflow_shared_stream.common.flow_control import CreditWindow, yield_point 
 from airflow_shared_stream.common.matching import RawMessage, build_message  # noqa: E402
 from airflow_shared_stream.common.settlement import decide  # noqa: E402
 from airflow_shared_stream.testing import InMemoryProducer, InMemoryTrigger  # noqa: E402
-from bench.machine import Settled, describe, processes_cpu_seconds, wait_until_idle  # noqa: E402
+from bench.machine import (  # noqa: E402
+    Settled,
+    describe,
+    pin_threads,
+    processes_cpu_seconds,
+    run_stamp,
+    wait_until_idle,
+)
 from tests.support.processes import free_port, running, wait_for_port  # noqa: E402
 from tests.support.request_log import RecordingProxy  # noqa: E402
 
@@ -121,6 +128,9 @@ class Cell:
     """How long the broker took to go quiet before this cell (:func:`bench.machine.wait_until_idle`)."""
     broker_cpu_seconds: float | None = None
     """CPU the broker's processes spent while the cell was timed (``None``: not measured)."""
+    run: str | None = None
+    """The run that measured this cell (its table's ``run:`` line, UTC), kept through ``--update``:
+    a table whose cells come from two runs names the later run in each re-measured row."""
 
     @property
     def fanout(self) -> int:
@@ -579,12 +589,14 @@ class Kafka:
         elif variant == "bare":
             meter = Meter(None)
             meter.start()
-            seconds = await kv.bare_loop(self.bootstrap, topic, messages)
-            meter.first_event()
+            await kv.bare_loop(
+                self.bootstrap,
+                topic,
+                messages,
+                on_first_record=meter.first_event,
+                on_done=lambda: meter.stop(cell, rss_kib()),
+            )
             cell.delivered = messages
-            meter.stop(cell, rss_kib())
-            # The loop times itself; the meter's span is empty, so neither CPU was measured.
-            cell.seconds, cell.cpu_seconds, cell.broker_cpu_seconds = seconds, float("nan"), None
         else:
             factory = kv.make_factory("ours" if variant == "ours" else "official", self.bootstrap, topic)
             await drive_shared(factory, cell, Meter(None), budget, sync)
@@ -1104,6 +1116,8 @@ async def bench(args: argparse.Namespace) -> dict[str, list[Cell]]:
     for broker_name in args.broker:
         broker: Any = BROKER_CLASSES[broker_name](args)
         with broker, _measuring_broker_cpu(broker.pids):
+            if args.pin_broker is not None:
+                _pin_apart(broker.pids, args.pin_broker)
             await broker.warm()
             plans = [(n, 1) for n in args.watchers]
             if broker_name == "kafka" and args.kafka_partitions > 1:
@@ -1135,6 +1149,20 @@ async def bench(args: argparse.Namespace) -> dict[str, list[Cell]]:
                 results[cell.broker].append(cell)
                 report(cell)
     return results
+
+
+def _pin_apart(broker_pids: Sequence[int], broker_cpu: int) -> None:
+    """
+    The broker on ``broker_cpu``, this process (the triggerer's side) on every other core.
+
+    As a deployment whose broker runs elsewhere: the triggerer's process does not share its cores
+    with the broker. Every variant of the run is pinned alike, the ceilings included.
+    """
+    others = set(range(os.cpu_count() or 1)) - {broker_cpu}
+    if not others or broker_cpu not in os.sched_getaffinity(0):
+        raise SystemExit(f"--pin-broker {broker_cpu}: needs that core and at least one other")
+    pin_threads(broker_pids, {broker_cpu})
+    pin_threads([os.getpid()], others)
 
 
 @contextlib.contextmanager
@@ -1215,7 +1243,8 @@ def _by_kind(cell: Cell) -> str:
     return ", ".join(f"{kind} {count / done * 1000:,.0f}" for kind, count in sorted(cell.requests.items()))
 
 
-def render(broker: str, cells: list[Cell], args: argparse.Namespace, versions: list[str]) -> str:
+def render(broker: str, cells: list[Cell], args: argparse.Namespace, versions: list[str], run: str) -> str:
+    """The markdown table of ``cells``; ``run`` is the run most of them (the first pass) come from."""
     # Tables of runs from before the broker's CPU was measured keep their columns.
     broker_cpu = any(c.broker_cpu_seconds is not None for c in cells)
     lines = [
@@ -1229,11 +1258,17 @@ def render(broker: str, cells: list[Cell], args: argparse.Namespace, versions: l
         )
         + "); "
         f"persistence confirmed {'at once' if args.sync <= 0 else f'every {args.sync:g} s'}; "
-        f"time budget per cell {args.budget:.0f} s. "
+        f"time budget per cell {args.budget:.0f} s"
+        + (
+            f"; the broker pinned to core {args.pin_broker}, the benchmark's process to the others"
+            if args.pin_broker is not None
+            else ""
+        )
+        + ". "
         + REQUEST_TARGETS.get(broker.split("-")[0], "")
         + ". `x N=1`: requests / message against the same variant at 1 watcher (flat is 1.0).",
         "",
-        describe(versions),
+        describe(versions, run=run),
         "",
         "| watchers | variant | messages | messages/s | trigger events/s | % of lower ceiling "
         "| CPU s / 1,000 msgs "
@@ -1280,7 +1315,7 @@ def render(broker: str, cells: list[Cell], args: argparse.Namespace, versions: l
                 fold,
                 _by_kind(c),
                 f"{c.load:.1f}",
-                _note(c),
+                _note(c, run),
             ]
             lines.append("| " + " | ".join(columns) + " |")
     for c in held:
@@ -1308,9 +1343,14 @@ SETTLE_NOTED = 2.0
 """A wait for the broker to go quiet this long (or longer) is noted in the cell's row."""
 
 
-def _note(cell: Cell) -> str:
-    """The cell's error, if any, a broker that was slow to go quiet before it, and every repeat's rate."""
+def _note(cell: Cell, run: str) -> str:
+    """
+    The cell's error, if any, the later run that re-measured it (``--update``), a broker that was
+    slow to go quiet before it, and every repeat's rate.
+    """
     notes = [cell.error] if cell.error else []
+    if cell.run is not None and cell.run != run:
+        notes.append(f"re-measured in the run of {cell.run}")
     settled = cell.settled
     if settled is not None and not settled.idle:
         busy = f"{settled.busy:.0%} of a core"
@@ -1370,10 +1410,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument(
+        "--pin-broker",
+        type=int,
+        metavar="CPU",
+        help="pin the broker's processes to this core and the benchmark's process to the others "
+        "(as a broker on another machine would leave the triggerer its cores)",
+    )
+    parser.add_argument(
         "--update",
         action="store_true",
         help="re-measure only the cells asked for, keeping the others of the results already written "
-        "(each cell keeps its own load average; the header's date and load are this run's)",
+        "(each cell keeps its own load average and run; the header keeps the first run's date, "
+        "and each re-measured row names its run)",
     )
     args = parser.parse_args(argv)
     args.messages = {b: {int(k): v for k, v in m.items()} for b, m in args.messages.items()}
@@ -1381,18 +1429,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _merge(previous: Path, cells: list[Cell]) -> list[Cell]:
-    """Cells of an earlier run's JSON, with those re-measured now (same variant and N) replaced."""
+def _merge(previous: Path, cells: list[Cell]) -> tuple[str, list[Cell]]:
+    """
+    The run an earlier table came from, and its cells with those re-measured now (same variant and
+    N) replaced. Each kept cell keeps its run; tables written before runs were recorded per cell
+    name theirs in the markdown's ``run:`` line.
+    """
     fresh = {(c.variant, c.watchers) for c in cells}
     fields = {f for f in Cell.__dataclass_fields__}
+    data = json.loads(previous.read_text())
+    first_run = data.get("run") or _run_line(previous.with_suffix(".md"))
     kept = []
-    for row in json.loads(previous.read_text())["cells"]:
+    for row in data["cells"]:
         if (row["variant"], row["watchers"]) not in fresh:
             cell = Cell(**{k: v for k, v in row.items() if k in fields})
             if isinstance(cell.settled, dict):
                 cell.settled = Settled(**cell.settled)
+            cell.run = cell.run or first_run
             kept.append(cell)
-    return kept + cells
+    return first_run, kept + cells
+
+
+def _run_line(markdown: Path) -> str:
+    """The ``- run: ...`` line's date of a table (:func:`bench.machine.describe` writes it)."""
+    prefix = "- run: "
+    for line in markdown.read_text().splitlines():
+        if line.startswith(prefix):
+            return line[len(prefix) :].strip()
+    raise ValueError(f"{markdown} has no '{prefix}' line: cannot tell which run its cells are from")
 
 
 def quiet_loggers() -> None:
@@ -1417,18 +1481,24 @@ def main(argv: list[str] | None = None) -> dict[str, list[Cell]]:
     args = parse_args(argv)
     quiet_loggers()
     results = asyncio.run(bench(args))
+    this_run = run_stamp()
     args.output_dir.mkdir(parents=True, exist_ok=True)
     for broker, cells in results.items():
+        for cell in cells:
+            cell.run = this_run
         versions = list(BROKER_CLASSES[broker.split("-")[0]].versions)
         if broker.startswith("kafka"):
             versions.append(Kafka.broker_distributions[args.kafka_broker])
         stem = f"watchers_{broker}-{args.tag}" if args.tag else f"watchers_{broker}"
         previous = args.output_dir / f"{stem}.json"
+        run = this_run
         if args.update and previous.exists():
-            cells = _merge(previous, cells)
-        (args.output_dir / f"{stem}.md").write_text(render(broker, cells, args, versions))
+            run, cells = _merge(previous, cells)
+        (args.output_dir / f"{stem}.md").write_text(render(broker, cells, args, versions, run))
         previous.write_text(
-            json.dumps({"load_at_end": os.getloadavg(), "cells": [c.as_row() for c in cells]}, indent=1)
+            json.dumps(
+                {"run": run, "load_at_end": os.getloadavg(), "cells": [c.as_row() for c in cells]}, indent=1
+            )
         )
         print(f"wrote {args.output_dir / f'{stem}.md'}")
     return results

@@ -1,11 +1,15 @@
-"""``bench/watchers.py``: which repeat a table row shows, and what its note says."""
+"""``bench/watchers.py``: which repeat a table row shows, what its note says, which run it is from."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 from bench.machine import Settled
-from bench.watchers import Cell, _note, median_cell, render
+from bench.watchers import Cell, _merge, _note, median_cell, render
+
+RUN = "2026-11-25 08:21 UTC"
 
 
 def cell(rate: float) -> Cell:
@@ -16,31 +20,31 @@ def test_the_median_repeat_is_kept_with_every_repeats_rate():
     chosen = median_cell([cell(300), cell(100), cell(200)])
     assert chosen.messages_per_second == 200
     assert chosen.repeats == [300.0, 100.0, 200.0]  # in the order they ran
-    assert _note(chosen) == "repeats: 300 / 100 / 200"
+    assert _note(chosen, RUN) == "repeats: 300 / 100 / 200"
 
 
 def test_an_even_count_keeps_the_lower_middle_and_one_run_has_no_note():
     assert median_cell([cell(400), cell(100), cell(300), cell(200)]).messages_per_second == 200
     single = median_cell([cell(500)])
     assert single.repeats == []
-    assert _note(single) == ""
+    assert _note(single, RUN) == ""
 
 
 def test_a_broker_slow_to_go_quiet_is_noted_and_one_still_busy_says_so():
     quick = cell(100)
     quick.settled = Settled(0.3, 0.01, idle=True)
-    assert _note(quick) == ""
+    assert _note(quick, RUN) == ""
     slow = cell(100)
     slow.settled = Settled(12.4, 0.02, idle=True)
-    assert _note(slow) == "the broker took 12 s to go quiet before it"
+    assert _note(slow, RUN) == "the broker took 12 s to go quiet before it"
     busy = cell(100)
     busy.settled = Settled(60.1, 0.73, idle=False)
-    assert _note(busy) == "the broker was still busy (73% of a core) after 60 s"
+    assert _note(busy, RUN) == "the broker was still busy (73% of a core) after 60 s"
 
 
-def table_rows(cells: list[Cell]) -> list[list[str]]:
-    args = argparse.Namespace(repeats=1, sync=0.0, budget=60.0)
-    rendered = render("pubsub", cells, args, versions=[])
+def table_rows(cells: list[Cell], run: str = RUN) -> list[list[str]]:
+    args = argparse.Namespace(repeats=1, sync=0.0, budget=60.0, pin_broker=None)
+    rendered = render("pubsub", cells, args, versions=[], run=run)
     return [
         [column.strip() for column in line.split("|")[1:-1]]
         for line in rendered.splitlines()
@@ -63,3 +67,33 @@ def test_the_brokers_cpu_gets_a_column_only_in_runs_that_measured_it():
     assert by_variant["ours"][column] == "0.045"
     assert by_variant["ceiling"][column] == ""  # a cell kept from an earlier run (--update)
     assert all(len(row) == len(header) for row in rows)
+
+
+def write_table(stem: Path, cells: list[Cell], *, run_in_json: bool) -> None:
+    """A results pair as ``main`` writes it (before runs were recorded: the run only in the markdown)."""
+    data: dict[str, object] = {"cells": [c.as_row() for c in cells]}
+    if run_in_json:
+        data["run"] = RUN
+    stem.with_suffix(".json").write_text(json.dumps(data))
+    stem.with_suffix(".md").write_text(f"# table\n\n- run: {RUN}\n- machine: test\n")
+
+
+def test_an_update_keeps_the_first_run_and_names_the_later_one_in_the_rows_it_re_measured(tmp_path):
+    later = "2026-11-25 10:09 UTC"
+    for run_in_json in (False, True):
+        stem = tmp_path / f"watchers_kafka-{run_in_json}"
+        write_table(
+            stem,
+            [cell(100), Cell("kafka", "bare", 1, 1000, delivered=1000, seconds=0.1)],
+            run_in_json=run_in_json,
+        )
+        fresh = Cell("kafka", "bare", 1, 1000, delivered=1000, seconds=0.2, run=later)
+
+        run, cells = _merge(stem.with_suffix(".json"), [fresh])
+
+        assert run == RUN
+        assert [(c.variant, c.run) for c in cells] == [("ours", RUN), ("bare", later)]
+        rows = {row[1]: row for row in table_rows(cells, run)[2:]}
+        assert rows["ours"][-1] == ""
+        assert rows["bare"][-1] == f"re-measured in the run of {later}"
+        assert rows["bare"][3] == "5,000.0"  # the fresh cell replaced the earlier one
