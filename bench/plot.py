@@ -73,10 +73,21 @@ def plot(results: Path, output: Path) -> None:
     plt.close(fig)
 
 
+def against_watcher_count(results: Path) -> bool:
+    """
+    Whether a table has a line to draw: two watcher counts or more.
+
+    A table of one watcher count (a single cell repeated, ``--tag steady1``) is read as a
+    table; a plot of it would be one point per variant.
+    """
+    cells = json.loads(results.read_text())["cells"]
+    return len({c["watchers"] for c in cells if c["variant"] != "in-flight"}) > 1
+
+
 def main(argv: list[str] | None = None) -> None:
-    paths = [Path(a) for a in (argv if argv is not None else sys.argv[1:])] or sorted(
-        RESULTS.glob("watchers_*.json")
-    )
+    paths = [Path(a) for a in (argv if argv is not None else sys.argv[1:])] or [
+        path for path in sorted(RESULTS.glob("watchers_*.json")) if against_watcher_count(path)
+    ]
     for path in paths:
         output = STATIC / f"bench_{path.stem.removeprefix('watchers_')}.png"
         plot(path, output)

@@ -97,3 +97,17 @@ def test_an_update_keeps_the_first_run_and_names_the_later_one_in_the_rows_it_re
         assert rows["ours"][-1] == ""
         assert rows["bare"][-1] == f"re-measured in the run of {later}"
         assert rows["bare"][3] == "5,000.0"  # the fresh cell replaced the earlier one
+
+
+def test_only_tables_of_several_watcher_counts_are_plotted(tmp_path):
+    from bench.plot import against_watcher_count
+
+    def table(*cells: Cell) -> Path:
+        path = tmp_path / f"watchers_{len(list(tmp_path.iterdir()))}.json"
+        path.write_text(json.dumps({"cells": [c.as_row() for c in cells]}))
+        return path
+
+    one_count = table(cell(100), Cell("kafka", "in-flight", 10, 500), Cell("kafka", "ceiling", 1, 1000))
+    several = table(cell(100), Cell("kafka", "ours", 10, 1000))
+    assert not against_watcher_count(one_count)  # the in-flight hold is not a watcher count
+    assert against_watcher_count(several)
