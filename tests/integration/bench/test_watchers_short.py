@@ -4,7 +4,8 @@ The short form of ``bench/watchers.py``: the script runs end to end on each leas
 and its accounting holds: every message reaches every watcher, requests per message are read off
 the wire (or the SDK, or the server) and stay flat in the watcher count, the in-memory ceiling
 and template make no request, and the in-flight hold measures memory. Timing is not checked (the machine is
-shared). Kafka's cells are the same code path and are left to the full run.
+shared). Kafka's shared-stream cells are the same code path and are left to the full run; its
+bare loop, metered apart, is checked here.
 
 The per-watcher anchors (amazon's, google's and azure's triggers) need the ``bench`` extra and
 bench/install_official_providers.sh, which the test environment does not install; they run in
@@ -106,3 +107,38 @@ def test_the_watchers_benchmark_runs_and_counts_requests_per_message(tmp_path, b
     assert "load average" in table
     assert "Memory per in-flight trigger event" in table
     assert json.loads((tmp_path / f"watchers_{broker}.json").read_text())["cells"]
+
+
+@pytest.mark.timeout(180)
+def test_the_kafka_bare_loop_is_metered_like_the_other_variants(tmp_path):
+    """Its wall time, this process's CPU and the broker's, from the first record to the last commit."""
+    results = bench_watchers.main(
+        [
+            "--broker",
+            "kafka",
+            "--kafka-partitions",
+            "1",
+            "--watchers",
+            "1",
+            "--variants",
+            "bare",
+            "ours",
+            "--messages",
+            json.dumps({"kafka": {"1": 200}}),
+            "--budget",
+            "60",
+            "--output-dir",
+            str(tmp_path),
+        ]
+    )
+    cells = {c.variant: c for c in results["kafka"]}
+    for cell in cells.values():
+        assert cell.error is None, cell
+        assert cell.delivered == 200, cell
+        assert cell.seconds > 0, cell
+        assert math.isfinite(cell.cpu_seconds), cell
+        assert cell.cpu_seconds > 0, cell
+        assert cell.broker_cpu_seconds is not None, cell
+    table = (tmp_path / "watchers_kafka.md").read_text()
+    bare_row = next(line for line in table.splitlines() if line.startswith("| 1 | bare |"))
+    assert "n/a" not in bare_row
