@@ -133,8 +133,12 @@ def pin_threads(pids: Sequence[int], cpus: set[int]) -> None:
     for pid in pids:
         root = psutil.Process(pid)
         for process in [root, *root.children(recursive=True)]:
-            for thread in process.threads():
+            try:
+                threads = process.threads()
+            except psutil.NoSuchProcess:
+                continue  # the process ended meanwhile
+            for thread in threads:
                 try:
                     os.sched_setaffinity(thread.id, cpus)
-                except (ProcessLookupError, PermissionError):
+                except ProcessLookupError:
                     continue  # the thread ended meanwhile
