@@ -62,7 +62,8 @@ def plot(results: Path, output: Path) -> None:
     requests_ax.set_title(f"{broker}: broker requests per message", fontsize=9)
     for ax in (rate_ax, requests_ax):
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.lines:
+            ax.legend(fontsize=8)
     if not requests_ax.lines:
         requests_ax.text(
             0.5, 0.5, "not counted for this broker", ha="center", transform=requests_ax.transAxes
