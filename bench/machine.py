@@ -9,10 +9,11 @@ import asyncio
 import os
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 
 def _cpu_model() -> str:
@@ -101,23 +102,29 @@ async def wait_until_idle(
             return Settled(waited, busy, idle=False)
 
 
-def processes_cpu_seconds(pids: Sequence[int]) -> float:
-    """User and system CPU seconds of ``pids`` and their living children (a JVM under a launcher)."""
+def process_tree(pids: Sequence[int]) -> Iterator[Any]:
+    """``psutil.Process`` of ``pids`` and their living children (a JVM under a launcher)."""
     import psutil
 
-    total = 0.0
     for pid in pids:
         try:
             root = psutil.Process(pid)
-            processes = [root, *root.children(recursive=True)]
+            yield from [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
             continue
-        for process in processes:
-            try:
-                times = process.cpu_times()
-            except psutil.NoSuchProcess:
-                continue
-            total += times.user + times.system
+
+
+def processes_cpu_seconds(pids: Sequence[int]) -> float:
+    """User and system CPU seconds of ``pids`` and their living children."""
+    import psutil
+
+    total = 0.0
+    for process in process_tree(pids):
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
     return total
 
 
@@ -130,15 +137,13 @@ def pin_threads(pids: Sequence[int], cpus: set[int]) -> None:
     """
     import psutil
 
-    for pid in pids:
-        root = psutil.Process(pid)
-        for process in [root, *root.children(recursive=True)]:
+    for process in process_tree(pids):
+        try:
+            threads = process.threads()
+        except psutil.NoSuchProcess:
+            continue  # the process ended meanwhile
+        for thread in threads:
             try:
-                threads = process.threads()
-            except psutil.NoSuchProcess:
-                continue  # the process ended meanwhile
-            for thread in threads:
-                try:
-                    os.sched_setaffinity(thread.id, cpus)
-                except ProcessLookupError:
-                    continue  # the thread ended meanwhile
+                os.sched_setaffinity(thread.id, cpus)
+            except ProcessLookupError:
+                continue  # the thread ended meanwhile
