@@ -1243,8 +1243,14 @@ def _by_kind(cell: Cell) -> str:
     return ", ".join(f"{kind} {count / done * 1000:,.0f}" for kind, count in sorted(cell.requests.items()))
 
 
-def render(broker: str, cells: list[Cell], args: argparse.Namespace, versions: list[str], run: str) -> str:
-    """The markdown table of ``cells``; ``run`` is the run most of them (the first pass) come from."""
+def table_run(cells: list[Cell]) -> str | None:
+    """The run a table is from: its earliest cell's (later ones re-measured cells with ``--update``)."""
+    return min((c.run for c in cells if c.run), default=None)  # "YYYY-MM-DD HH:MM UTC" sorts by time
+
+
+def render(broker: str, cells: list[Cell], args: argparse.Namespace, versions: list[str]) -> str:
+    """The markdown table of ``cells``."""
+    run = table_run(cells)
     # Tables of runs from before the broker's CPU was measured keep their columns.
     broker_cpu = any(c.broker_cpu_seconds is not None for c in cells)
     lines = [
@@ -1343,7 +1349,7 @@ SETTLE_NOTED = 2.0
 """A wait for the broker to go quiet this long (or longer) is noted in the cell's row."""
 
 
-def _note(cell: Cell, run: str) -> str:
+def _note(cell: Cell, run: str | None) -> str:
     """
     The cell's error, if any, the later run that re-measured it (``--update``), a broker that was
     slow to go quiet before it, and every repeat's rate.
@@ -1429,25 +1435,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _merge(previous: Path, cells: list[Cell]) -> tuple[str, list[Cell]]:
+def _merge(previous: Path, cells: list[Cell]) -> list[Cell]:
     """
-    The run an earlier table came from, and its cells with those re-measured now (same variant and
-    N) replaced. Each kept cell keeps its run; tables written before runs were recorded per cell
-    name theirs in the markdown's ``run:`` line.
+    An earlier table's cells, with those re-measured now (same variant and N) replaced. Each kept
+    cell keeps its run; tables written before runs were recorded per cell name theirs in the
+    markdown's ``run:`` line.
     """
     fresh = {(c.variant, c.watchers) for c in cells}
     fields = {f for f in Cell.__dataclass_fields__}
-    data = json.loads(previous.read_text())
-    first_run = data.get("run") or _run_line(previous.with_suffix(".md"))
     kept = []
-    for row in data["cells"]:
+    for row in json.loads(previous.read_text())["cells"]:
         if (row["variant"], row["watchers"]) not in fresh:
             cell = Cell(**{k: v for k, v in row.items() if k in fields})
             if isinstance(cell.settled, dict):
                 cell.settled = Settled(**cell.settled)
-            cell.run = cell.run or first_run
             kept.append(cell)
-    return first_run, kept + cells
+    if any(cell.run is None for cell in kept):
+        markdown_run = _run_line(previous.with_suffix(".md"))
+        for cell in kept:
+            cell.run = cell.run or markdown_run
+    return kept + cells
 
 
 def _run_line(markdown: Path) -> str:
@@ -1491,14 +1498,11 @@ def main(argv: list[str] | None = None) -> dict[str, list[Cell]]:
             versions.append(Kafka.broker_distributions[args.kafka_broker])
         stem = f"watchers_{broker}-{args.tag}" if args.tag else f"watchers_{broker}"
         previous = args.output_dir / f"{stem}.json"
-        run = this_run
         if args.update and previous.exists():
-            run, cells = _merge(previous, cells)
-        (args.output_dir / f"{stem}.md").write_text(render(broker, cells, args, versions, run))
+            cells = _merge(previous, cells)
+        (args.output_dir / f"{stem}.md").write_text(render(broker, cells, args, versions))
         previous.write_text(
-            json.dumps(
-                {"run": run, "load_at_end": os.getloadavg(), "cells": [c.as_row() for c in cells]}, indent=1
-            )
+            json.dumps({"load_at_end": os.getloadavg(), "cells": [c.as_row() for c in cells]}, indent=1)
         )
         print(f"wrote {args.output_dir / f'{stem}.md'}")
     return results

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from bench.machine import Settled
-from bench.watchers import Cell, _merge, _note, median_cell, render
+from bench.watchers import Cell, _merge, _note, median_cell, render, table_run
 
 RUN = "2026-11-25 08:21 UTC"
 
@@ -42,9 +42,9 @@ def test_a_broker_slow_to_go_quiet_is_noted_and_one_still_busy_says_so():
     assert _note(busy, RUN) == "the broker was still busy (73% of a core) after 60 s"
 
 
-def table_rows(cells: list[Cell], run: str = RUN) -> list[list[str]]:
+def table_rows(cells: list[Cell]) -> list[list[str]]:
     args = argparse.Namespace(repeats=1, sync=0.0, budget=60.0, pin_broker=None)
-    rendered = render("pubsub", cells, args, versions=[], run=run)
+    rendered = render("pubsub", cells, args, versions=[])
     return [
         [column.strip() for column in line.split("|")[1:-1]]
         for line in rendered.splitlines()
@@ -69,31 +69,34 @@ def test_the_brokers_cpu_gets_a_column_only_in_runs_that_measured_it():
     assert all(len(row) == len(header) for row in rows)
 
 
-def write_table(stem: Path, cells: list[Cell], *, run_in_json: bool) -> None:
-    """A results pair as ``main`` writes it (before runs were recorded: the run only in the markdown)."""
-    data: dict[str, object] = {"cells": [c.as_row() for c in cells]}
-    if run_in_json:
-        data["run"] = RUN
-    stem.with_suffix(".json").write_text(json.dumps(data))
-    stem.with_suffix(".md").write_text(f"# table\n\n- run: {RUN}\n- machine: test\n")
+def write_table(stem: Path, cells: list[Cell], *, runs_in_cells: bool) -> None:
+    """
+    A results pair as ``main`` writes it: each cell with its run, or (tables written before runs
+    were recorded per cell) the run only in the markdown, which then is the only place to find it.
+    """
+    for c in cells:
+        c.run = RUN if runs_in_cells else None
+    stem.with_suffix(".json").write_text(json.dumps({"cells": [c.as_row() for c in cells]}))
+    markdown_run = "(not read)" if runs_in_cells else RUN
+    stem.with_suffix(".md").write_text(f"# table\n\n- run: {markdown_run}\n- machine: test\n")
 
 
 def test_an_update_keeps_the_first_run_and_names_the_later_one_in_the_rows_it_re_measured(tmp_path):
     later = "2026-11-25 10:09 UTC"
-    for run_in_json in (False, True):
-        stem = tmp_path / f"watchers_kafka-{run_in_json}"
+    for runs_in_cells in (False, True):
+        stem = tmp_path / f"watchers_kafka-{runs_in_cells}"
         write_table(
             stem,
             [cell(100), Cell("kafka", "bare", 1, 1000, delivered=1000, seconds=0.1)],
-            run_in_json=run_in_json,
+            runs_in_cells=runs_in_cells,
         )
         fresh = Cell("kafka", "bare", 1, 1000, delivered=1000, seconds=0.2, run=later)
 
-        run, cells = _merge(stem.with_suffix(".json"), [fresh])
+        cells = _merge(stem.with_suffix(".json"), [fresh])
 
-        assert run == RUN
+        assert table_run(cells) == RUN
         assert [(c.variant, c.run) for c in cells] == [("ours", RUN), ("bare", later)]
-        rows = {row[1]: row for row in table_rows(cells, run)[2:]}
+        rows = {row[1]: row for row in table_rows(cells)[2:]}
         assert rows["ours"][-1] == ""
         assert rows["bare"][-1] == f"re-measured in the run of {later}"
         assert rows["bare"][3] == "5,000.0"  # the fresh cell replaced the earlier one
