@@ -114,3 +114,68 @@ def test_only_tables_of_several_watcher_counts_are_plotted(tmp_path):
     several = table(cell(100), Cell("kafka", "ours", 10, 1000))
     assert not against_watcher_count(one_count)  # the in-flight hold is not a watcher count
     assert against_watcher_count(several)
+
+
+class RecordingBroker:
+    """A broker that runs nothing: it records which cells the benchmark asks of it, in order."""
+
+    name = "pubsub"
+    pids: list[int] = []
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.asked: list[tuple[str, int, int]] = []
+        RecordingBroker.last = self
+
+    def __enter__(self) -> RecordingBroker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    async def warm(self) -> None:
+        pass
+
+    async def run(self, variant: str, watchers: int, messages: int) -> Cell:
+        self.asked.append((variant, watchers, messages))
+        return Cell("pubsub", variant, watchers, messages, delivered=messages * watchers, seconds=1.0)
+
+
+def test_every_variant_takes_an_unrecorded_turn_before_the_first_measured_cell(monkeypatch):
+    """
+    A process pays some costs once, and unwarmed they fell on the run's first cell (ours at one
+    watcher, first repeat): the first metric our template emits reads Airflow's metrics registry,
+    a YAML file (0.33 s of a 2 s Pub/Sub cell here), and each client's first use imports its
+    modules and opens its channel.
+    """
+    import asyncio
+
+    from bench import watchers
+
+    monkeypatch.setitem(watchers.BROKER_CLASSES, "pubsub", RecordingBroker)
+    args = watchers.parse_args(
+        [
+            "--broker", "pubsub", "--watchers", "1", "10", "--variants", "ours", "ceiling", "bare",
+            "--messages", '{"pubsub": {"1": 500, "10": 300}}', "--warm-up-messages", "50",
+            "--settle-limit", "0",
+        ]
+    )  # fmt: skip
+    results = asyncio.run(watchers.bench(args))
+
+    asked = RecordingBroker.last.asked
+    assert asked[:3] == [("ours", 1, 50), ("ceiling", 1, 50), ("bare", 1, 50)]
+    assert asked[3:] == [(v, n, m) for n, m in ((1, 500), (10, 300)) for v in ("ours", "ceiling", "bare")]
+    assert [(c.variant, c.watchers, c.messages) for c in results["pubsub"]] == asked[3:]
+
+
+def test_no_warm_up_turn_is_taken_when_it_is_switched_off(monkeypatch):
+    import asyncio
+
+    from bench import watchers
+
+    monkeypatch.setitem(watchers.BROKER_CLASSES, "pubsub", RecordingBroker)
+    args = watchers.parse_args(
+        ["--broker", "pubsub", "--watchers", "1", "--variants", "ours", "--warm-up-messages", "0",
+         "--messages", '{"pubsub": {"1": 500}}', "--settle-limit", "0"]
+    )  # fmt: skip
+    asyncio.run(watchers.bench(args))
+    assert RecordingBroker.last.asked == [("ours", 1, 500)]
