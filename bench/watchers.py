@@ -1494,22 +1494,42 @@ def _run_line(markdown: Path) -> str:
     raise ValueError(f"{markdown} has no '{prefix}' line: cannot tell which run its cells are from")
 
 
+QUIET_LOGGERS = (
+    "aiokafka",
+    "airflow_shared_stream",
+    "airflow.triggers.shared_stream",
+    "airflow.providers",
+    "airflow.task.hooks",
+    "botocore",
+    "azure",
+    "google",
+    "grpc",
+    "uamqp",
+)
+"""The loggers a benchmark run keeps at WARNING (:func:`quiet_loggers`)."""
+
+
 def quiet_loggers() -> None:
-    """Warnings and errors only from the stream and the broker clients, as a triggerer at WARNING."""
+    """
+    Warnings and errors only from the stream and the broker clients, as a triggerer at WARNING.
+
+    Two places decide: the standard library's logger levels (the broker SDKs), and Airflow's own
+    per-namespace levels (``[logging] namespace_levels``), which its structlog loggers obey and
+    ``setLevel`` does not reach. Airflow's hooks log under ``airflow.task.hooks.<module>``:
+    google's Pub/Sub hook wrote four INFO lines per pull of the per-watcher anchor.
+    """
+    import importlib
     import logging
 
-    for name in (
-        "aiokafka",
-        "airflow_shared_stream",
-        "airflow.triggers.shared_stream",
-        "airflow.providers",
-        "botocore",
-        "azure",
-        "google",
-        "grpc",
-        "uamqp",
-    ):
+    names = QUIET_LOGGERS
+    for name in names:
         logging.getLogger(name).setLevel(logging.WARNING)
+    for module in ("airflow._shared.logging.structlog", "airflow.sdk._shared.logging.structlog"):
+        with contextlib.suppress(ImportError):
+            structlog_config = importlib.import_module(module)
+            structlog_config.PER_LOGGER_LEVELS.update(
+                structlog_config.parse_namespace_log_levels({name: "warning" for name in names})
+            )
 
 
 def main(argv: list[str] | None = None) -> dict[str, list[Cell]]:

@@ -179,3 +179,33 @@ def test_no_warm_up_turn_is_taken_when_it_is_switched_off(monkeypatch):
     )  # fmt: skip
     asyncio.run(watchers.bench(args))
     assert RecordingBroker.last.asked == [("ours", 1, 500)]
+
+
+def test_the_anchors_hooks_are_quieted_as_ours_is(monkeypatch):
+    """
+    Airflow's structlog loggers obey ``[logging] namespace_levels``, not ``setLevel``, and its hooks
+    log under ``airflow.task.hooks``: google's Pub/Sub hook wrote four INFO lines per pull of the
+    per-watcher anchor, a cost ours did not pay.
+    """
+    import copy
+    import importlib
+    import logging
+
+    from bench import watchers
+
+    configs = []
+    for name in ("airflow._shared.logging.structlog", "airflow.sdk._shared.logging.structlog"):
+        config = importlib.import_module(name)
+        monkeypatch.setattr(config, "PER_LOGGER_LEVELS", copy.deepcopy(config.PER_LOGGER_LEVELS))
+        configs.append(config)
+    for name in watchers.QUIET_LOGGERS:
+        logger = logging.getLogger(name)
+        monkeypatch.setattr(logger, "level", logger.level)  # restored after the test
+
+    watchers.quiet_loggers()
+
+    hook = "airflow.task.hooks.airflow.providers.google.cloud.hooks.pubsub.PubSubAsyncHook"
+    for config in configs:
+        assert config.PER_LOGGER_LEVELS.longest_prefix(hook).get(None) == logging.WARNING
+        assert config.PER_LOGGER_LEVELS[""] == logging.INFO  # everything else as it was
+    assert logging.getLogger("botocore").getEffectiveLevel() == logging.WARNING
