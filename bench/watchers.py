@@ -1521,14 +1521,13 @@ def quiet_loggers() -> None:
     import importlib
     import logging
 
-    names = QUIET_LOGGERS
-    for name in names:
+    for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     for module in ("airflow._shared.logging.structlog", "airflow.sdk._shared.logging.structlog"):
         with contextlib.suppress(ImportError):
             structlog_config = importlib.import_module(module)
             structlog_config.PER_LOGGER_LEVELS.update(
-                structlog_config.parse_namespace_log_levels({name: "warning" for name in names})
+                structlog_config.parse_namespace_log_levels({name: "warning" for name in QUIET_LOGGERS})
             )
 
 

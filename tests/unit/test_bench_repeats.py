@@ -121,6 +121,8 @@ class RecordingBroker:
 
     name = "pubsub"
     pids: list[int] = []
+    last: RecordingBroker
+    """The instance the benchmark made last."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.asked: list[tuple[str, int, int]] = []
@@ -197,15 +199,16 @@ def test_the_anchors_hooks_are_quieted_as_ours_is(monkeypatch):
     for name in ("airflow._shared.logging.structlog", "airflow.sdk._shared.logging.structlog"):
         config = importlib.import_module(name)
         monkeypatch.setattr(config, "PER_LOGGER_LEVELS", copy.deepcopy(config.PER_LOGGER_LEVELS))
-        configs.append(config)
-    for name in watchers.QUIET_LOGGERS:
-        logger = logging.getLogger(name)
-        monkeypatch.setattr(logger, "level", logger.level)  # restored after the test
+        configs.append((config, config.PER_LOGGER_LEVELS[""]))
+    levels = {name: logging.getLogger(name).level for name in watchers.QUIET_LOGGERS}
+    try:
+        watchers.quiet_loggers()
 
-    watchers.quiet_loggers()
-
-    hook = "airflow.task.hooks.airflow.providers.google.cloud.hooks.pubsub.PubSubAsyncHook"
-    for config in configs:
-        assert config.PER_LOGGER_LEVELS.longest_prefix(hook).get(None) == logging.WARNING
-        assert config.PER_LOGGER_LEVELS[""] == logging.INFO  # everything else as it was
-    assert logging.getLogger("botocore").getEffectiveLevel() == logging.WARNING
+        hook = "airflow.task.hooks.airflow.providers.google.cloud.hooks.pubsub.PubSubAsyncHook"
+        for config, root_level in configs:
+            assert config.PER_LOGGER_LEVELS.longest_prefix(hook).get(None) == logging.WARNING
+            assert config.PER_LOGGER_LEVELS[""] == root_level  # everything else as it was
+        assert logging.getLogger("botocore").getEffectiveLevel() == logging.WARNING
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)  # setLevel, which also clears the level caches
