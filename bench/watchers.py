@@ -404,7 +404,6 @@ class Sqs:
 
         with contextlib.suppress(ImportError):
             import airflow.providers.amazon.aws.triggers.sqs  # noqa: F401
-        self._direct_endpoint = f"http://127.0.0.1:{port}"
         # The benchmark's own set-up calls go straight to moto, not through the proxy.
         self.direct = boto3.client(
             "sqs",
@@ -417,9 +416,6 @@ class Sqs:
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
-
-    async def warm(self) -> None:
-        await _warm_sqs_client(self._direct_endpoint)
 
     def queue(self, messages: int) -> str:
         url = self.direct.create_queue(QueueName=f"watchers-{uuid.uuid4().hex[:10]}")["QueueUrl"]
@@ -517,19 +513,6 @@ class Sqs:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _warm_sqs_client(endpoint: str) -> None:
-    from aiobotocore.session import get_session
-
-    async with get_session().create_client(
-        "sqs",
-        region_name="us-east-1",
-        endpoint_url=endpoint,
-        aws_access_key_id="b",
-        aws_secret_access_key="b",
-    ) as sqs:
-        await sqs.list_queues()
-
-
 # -- Kafka ------------------------------------------------------------------------------------
 
 
@@ -564,9 +547,6 @@ class Kafka:
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
-
-    async def warm(self) -> None:
-        pass
 
     async def run(self, variant: str, watchers: int, messages: int, partitions: int = 1) -> Cell:
         from bench import kafka_variants as kv
@@ -859,9 +839,6 @@ class PubSub:
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
 
-    async def warm(self) -> None:
-        pass
-
     def topic(self, messages: int, subscriptions: int = 1) -> tuple[str, list[str]]:
         topic = self.emulator.create_topic()
         subs = [
@@ -980,9 +957,6 @@ class ServiceBus:
 
     def __exit__(self, *exc: object) -> None:
         self.server.close()
-
-    async def warm(self) -> None:
-        pass
 
     def _bodies(self, messages: int) -> list[Any]:
         return [{"n": n, "kind": "order", "pad": "x" * 60} for n in range(messages)]
@@ -1118,7 +1092,6 @@ async def bench(args: argparse.Namespace) -> dict[str, list[Cell]]:
         with broker, _measuring_broker_cpu(broker.pids):
             if args.pin_broker is not None:
                 _pin_apart(broker.pids, args.pin_broker)
-            await broker.warm()
             await warm_up(broker, args)
             plans = [(n, 1) for n in args.watchers]
             if broker_name == "kafka" and args.kafka_partitions > 1:
@@ -1129,9 +1102,7 @@ async def bench(args: argparse.Namespace) -> dict[str, list[Cell]]:
                 )
                 runs: dict[str, list[Cell]] = collections.defaultdict(list)
                 for _ in range(args.repeats):
-                    for variant in args.variants:
-                        if variant == "in-flight":
-                            continue
+                    for variant in turn_variants(args):
                         settled = await between_cells(broker, args)
                         if broker_name == "kafka":
                             cell = await broker.run(variant, watchers, messages, partitions)
@@ -1152,6 +1123,11 @@ async def bench(args: argparse.Namespace) -> dict[str, list[Cell]]:
     return results
 
 
+def turn_variants(args: argparse.Namespace) -> list[str]:
+    """The variants asked for that take turns per watcher count (the in-flight hold runs once, apart)."""
+    return [variant for variant in args.variants if variant != "in-flight"]
+
+
 async def warm_up(broker: Any, args: argparse.Namespace) -> None:
     """
     One turn of every variant at one watcher, of ``--warm-up-messages``, before the first
@@ -1160,13 +1136,13 @@ async def warm_up(broker: Any, args: argparse.Namespace) -> None:
     Why: a process pays some costs once, and unwarmed they fell on the run's first cell, which is
     always ours at one watcher in the first repeat. The first metric the template emits makes
     Airflow read its metrics registry, a YAML file (0.33 s, in a Pub/Sub cell of about 2 s on the
-    two-core machine); the first use of each client imports its modules and opens its channel.
+    two-core machine); the first use of each client imports its modules and opens its channel
+    (botocore loads its service model). The turns run the measured cells' own code, so every such
+    cost is paid, whichever broker and variant it belongs to.
     """
     if args.warm_up_messages <= 0:
         return
-    for variant in args.variants:
-        if variant == "in-flight":
-            continue
+    for variant in turn_variants(args):
         await between_cells(broker, args)
         cell = await broker.run(variant, 1, args.warm_up_messages)
         print(f"warm-up: {cell.broker} {variant} {cell.messages_per_second:.1f} msg/s", flush=True)

@@ -134,9 +134,6 @@ class RecordingBroker:
     def __exit__(self, *exc: object) -> None:
         pass
 
-    async def warm(self) -> None:
-        pass
-
     async def run(self, variant: str, watchers: int, messages: int) -> Cell:
         self.asked.append((variant, watchers, messages))
         return Cell("pubsub", variant, watchers, messages, delivered=messages * watchers, seconds=1.0)
