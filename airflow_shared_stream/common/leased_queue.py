@@ -187,6 +187,10 @@ class InFlight(Generic[Handle]):
     advance_lane: Hashable
 
 
+ReceivedBatch = tuple[int, Sequence[Delivery[Handle]]]
+"""What one receive brought, stamped with the count of lane redeliveries when it returned."""
+
+
 def chunked(
     items: Sequence[Any],
     *,
@@ -443,8 +447,13 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         # redelivery (settled REDELIVER whatever their own outcome).
         self._lane_in_flight: dict[Hashable, set[int]] = {}
         self._held_back: set[int] = set()
+        # Ordered lanes: the count of lane redeliveries so far, and the count at each lane's
+        # last one; a received batch is stamped with the count when its receive returned, so
+        # a message received before its lane's redelivery (not yet handed out) is held back too.
+        self._lane_redeliveries = 0
+        self._redelivered_lanes: dict[Hashable, int] = {}
         self._lag_task: asyncio.Task[None] | None = None
-        self._receiving: collections.deque[asyncio.Task[Sequence[Delivery[Handle]]]] = collections.deque()
+        self._receiving: collections.deque[asyncio.Task[ReceivedBatch[Handle]]] = collections.deque()
         """Receives in flight, oldest first."""
         self._acks: AckBatcher[Handle] = AckBatcher(
             self._send_acks,
@@ -519,7 +528,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             if self._acks.error is not None:
                 self._raise_ack_error()
             self._start_receives()
-            deliveries = await self._next_received()
+            stamp, deliveries = await self._next_received()
             # A receive read ahead was started before the advance that found nobody subscribed,
             # so it did not wait for the backoff; what it brought (often the very message just
             # given back) waits here instead, and no receive starts meanwhile.
@@ -531,11 +540,17 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             for delivery in deliveries:
                 if delivery.lane is None:  # unordered: the one allocation per message, inline
                     yield delivery.message, InFlight(delivery, next(sequences), receive_lane)
+                elif self._redelivered_lanes.get(delivery.lane, -1) > stamp:
+                    await self._hold_back_received(delivery)
                 else:
                     yield delivery.message, self._track_on_lane(delivery, delivery.lane)
                 await yield_point()
+            if not any(task.done() for task in self._receiving):
+                # Every batch received so far is handed out; the next are stamped after every
+                # redelivery recorded here.
+                self._redelivered_lanes.clear()
 
-    async def _next_received(self) -> Sequence[Delivery[Handle]]:
+    async def _next_received(self) -> ReceivedBatch[Handle]:
         """
         The batch of the first receive to return (the oldest first when several have).
 
@@ -592,7 +607,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             task.cancel()
         await asyncio.gather(*receiving, return_exceptions=True)
 
-    async def _receive_batch(self, reserved: int) -> Sequence[Delivery[Handle]]:
+    async def _receive_batch(self, reserved: int) -> ReceivedBatch[Handle]:
         """
         Receive for ``reserved`` credits (reserved by :meth:`_start_receives`).
 
@@ -620,7 +635,25 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         if deliveries:
             self.metrics.incr(m.RECEIVED, len(deliveries))
             self.metrics.gauge(m.IN_FLIGHT, self._window.in_flight)
-        return deliveries
+        return self._lane_redeliveries, deliveries
+
+    async def _hold_back_received(self, delivery: Delivery[Handle]) -> None:
+        """
+        Give back, instead of handing out, a message whose lane had a redelivery since it arrived.
+
+        It is later in its lane than the redelivered message (everything earlier was handed
+        out before it), so it must come back after it, like the lane's messages in flight
+        (:meth:`plan_settlement`). Its credit and lease are released whatever the broker says.
+        """
+        assert self._leases is not None
+        try:
+            async with self._leases.settling([delivery.lease]):
+                await self.redeliver([delivery])
+        finally:
+            self._leased.pop(delivery.lease, None)
+            self._window.release(1)
+        self.metrics.incr(m.REDELIVERED, 1)
+        log.debug("%s: held back %s behind a redelivery of its lane", self.broker, delivery.message.label)
 
     def _track_on_lane(self, delivery: Delivery[Handle], lane: Hashable) -> InFlight[Handle]:
         """The payload of a message on an ordered lane, tracked per lane (unordered: inline above)."""
@@ -760,6 +793,8 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             if settlement is Settlement.REDELIVER and delivery.lane is not None:
                 later = {s for s in self._lane_in_flight.get(delivery.lane, ()) if s > payload.sequence}
                 self._held_back |= later
+                self._lane_redeliveries += 1
+                self._redelivered_lanes[delivery.lane] = self._lane_redeliveries
             if settlement is Settlement.DEAD_LETTER:
                 message = delivery.message
                 reason = "unprocessable" if message.unprocessable is not None else "rejected"

@@ -41,6 +41,15 @@ Sessions: on a session-enabled entity (``session_enabled=True``) the producer ho
 has room; each session is an ordered lane (an abandoned message holds back the later ones of its
 session), and a session whose receiver stays empty is released for other consumers. Without
 sessions there is no order to keep: the messages of one receive call share an advance lane.
+
+Two things keep a session's order through a redelivery. Session receivers prefetch: without
+prefetch the SDK gives back ("releases") a message that arrives while no receive call waits,
+and the service sends an abandoned session message straight back, so a redelivered message
+could be released while the one after it was handed out (CI saw a session come back as 2, 1).
+And an abandon gives the session up: the service puts an abandoned message back at the head
+of its session, but what the receiver already holds (prefetched, or received and not yet
+handed out) is ahead of it on the link. Closing the receiver releases all of that; the session
+is then taken again from its head.
 """
 
 from __future__ import annotations
@@ -181,6 +190,10 @@ class _SessionReceiver:
     session_id: str
     idle_receives: int = 0
     in_flight: set[str] = field(default_factory=set)
+    restarting: bool = False
+    """A message of it was abandoned: given up at the next receive, taken again from its head."""
+    closed: bool = False
+    """Its receiver is closed: the service has its session lock and every message it held back."""
 
 
 def _jsonable(value: Any) -> Any:
@@ -393,6 +406,8 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         return await self._receive_sessions(max_messages)
 
     async def _receive_sessions(self, max_messages: int) -> list[Delivery[Any]]:
+        for session in [s for s in self._sessions if s.restarting]:
+            await self._release_session(session)
         await self._accept_sessions()
         if not self._sessions:
             return []
@@ -417,9 +432,16 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
                     await self._release_session(session)
                     continue
                 raise self._explain("receive from", exc) from None
+            if session.restarting:
+                # A message of it was abandoned while this receive waited: what it brought is
+                # later in the session, and closing the receiver gives it back.
+                await self._release_session(session)
+                continue
             session.idle_receives = 0 if messages else session.idle_receives + 1
             for message in messages:
-                delivery = self._delivery(message, session.receiver, lane=("session", session.session_id))
+                delivery = self._delivery(
+                    message, session.receiver, lane=("session", session.session_id), session=session
+                )
                 session.in_flight.add(str(delivery.lease))
                 deliveries.append(delivery)
             if session.idle_receives >= 3 and not session.in_flight:
@@ -440,7 +462,11 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         if self._sessions and loop.time() < self._next_session_accept:
             return
         while len(self._sessions) < self._max_sessions:
-            receiver = self._new_receiver(session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1)
+            receiver = self._new_receiver(
+                session_id=NEXT_AVAILABLE_SESSION,
+                max_wait_time=1,
+                prefetch_count=max(1, self._window.max_in_flight // self._max_sessions),
+            )
             try:
                 await receiver.__aenter__()
             except Exception as exc:
@@ -465,9 +491,12 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
     async def _release_session(self, session: _SessionReceiver) -> None:
         if session in self._sessions:
             self._sessions.remove(session)
+        session.closed = True
         await _close_quietly(session.receiver)
 
-    def _delivery(self, message: Any, receiver: Any, *, lane: Any) -> Delivery[Any]:
+    def _delivery(
+        self, message: Any, receiver: Any, *, lane: Any, session: _SessionReceiver | None = None
+    ) -> Delivery[Any]:
         assert self._config is not None
         body = message_body(message)
         raw = build_message(
@@ -476,7 +505,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             label=self._label_of(message),
             max_payload_bytes=self._max_payload_bytes,
         )
-        handle = _Received(message, receiver)
+        handle = _Received(message, receiver, session)
         return Delivery(
             message=raw,
             handle=handle,
@@ -556,7 +585,16 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
                 self._forget_in_session(delivery)
 
     async def redeliver(self, deliveries: Sequence[Delivery[Any]]) -> None:
-        await _all(self._settle_one("abandon", d, lambda r, msg: r.abandon_message(msg)) for d in deliveries)
+        """Abandon; a session with an abandoned message is given up and taken again (module docstring)."""
+        try:
+            await _all(
+                self._settle_one("abandon", d, lambda r, msg: r.abandon_message(msg)) for d in deliveries
+            )
+        finally:
+            for delivery in deliveries:
+                session = delivery.handle.session
+                if session is not None:
+                    session.restarting = True
 
     async def dead_letter(self, letters: Sequence[DeadLetter[Any]]) -> None:
         await _all(self._dead_letter_one(letter) for letter in letters)
@@ -574,6 +612,17 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
 
     async def _settle_one(self, action: str, delivery: Delivery[Any], call: Any) -> None:
         received: _Received = delivery.handle
+        if received.session is not None and received.session.closed:
+            # Given up with its session: the service has it back, at its place in the session.
+            if action != "abandon":
+                self.lost_locks += 1
+                self.metrics.incr(m.LEASE_LOSSES)
+                log.warning(
+                    "Could not %s %s: its session was given up; Service Bus will redeliver it",
+                    action,
+                    self._label(delivery),
+                )
+            return
         try:
             await call(received.receiver, received.message)
         except Exception as exc:
@@ -617,6 +666,9 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             by_receiver.setdefault(id(delivery.handle.receiver), []).append(delivery)
         for group in by_receiver.values():
             receiver = group[0].handle.receiver
+            session = group[0].handle.session
+            if session is not None and session.closed:
+                continue  # given up: the service has them back, nothing to renew
             if self._session_enabled:
                 try:
                     await receiver.session.renew_lock()
@@ -737,10 +789,11 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
 
 @dataclass(slots=True)
 class _Received:
-    """A received message and the receiver that must settle it."""
+    """A received message, the receiver that must settle it, and its session (if any)."""
 
     message: Any
     receiver: Any
+    session: _SessionReceiver | None = None
 
 
 async def _all(settlements: Iterable[Awaitable[None]]) -> None:

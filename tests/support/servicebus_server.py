@@ -214,6 +214,9 @@ class ServiceBusServer:
         put-token`` and ``$management <operation>``."""
         self.settled_deliveries = 0
         """Deliveries the clients settled on their links (a range disposition settles many)."""
+        self.released_deliveries = 0
+        """Deliveries the clients released (given back unprocessed: the SDK does it to a message
+        that arrives while no receive call waits, and to what it holds when a receiver closes)."""
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -921,6 +924,7 @@ class _Handler:
             self._redeliver_later(entity, stored)
             dlv.update(Delivery.MODIFIED)
         else:  # RELEASED: not processed, so the delivery count stays
+            self.server.released_deliveries += 1
             link = stored.link
             entity.make_available(stored)
             stored.released_by = link

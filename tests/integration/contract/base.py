@@ -255,3 +255,38 @@ class OrderedLanesContract:
                 await asyncio.sleep(0.25)
         order = [p["body"]["seq"] for p in fast.payloads]
         assert order == [1, 2, 1, 2], f"the lane was handed back out of order: {order}"
+
+    async def test_a_message_received_but_not_yet_handed_out_is_held_back_behind_a_redelivery(
+        self, contract_broker
+    ):
+        """
+        Regression: the hold-back covered only messages already handed out.
+
+        One receive brings 1 and 2 of a lane; 1 is handed out and fails before 2 is handed out.
+        2 was received before the redelivery, so it is later in the lane than 1: handed out now,
+        it overtook 1 (and could be acked before 1 was ever processed).
+        """
+        broker = contract_broker
+        stream = broker.create_stream(ordered=True, lease_seconds=60)
+        broker.publish(stream, [{"seq": 1}, {"seq": 2}], lane="g")
+        trigger = broker.trigger(stream, max_in_flight=10)
+        producer = type(trigger).create_shared_stream_producer(trigger.serialize()[1])
+        events = producer.open_stream()
+        seen: list[tuple[int, Any]] = []
+        try:
+            raw, payload = await asyncio.wait_for(anext(events), timeout=30)
+            assert raw.envelope["body"] == {"seq": 1}
+            await producer.advance([AdvanceItem(payload, AdvanceOutcome(acked=0, failed=1, rejected=0))])
+            while len(seen) < 2:
+                raw, payload = await asyncio.wait_for(anext(events), timeout=30)
+                seen.append((raw.envelope["body"]["seq"], payload))
+            await producer.advance(
+                [AdvanceItem(p, AdvanceOutcome(acked=1, failed=0, rejected=0)) for _, p in seen]
+            )
+        finally:
+            await events.aclose()
+            await producer.aclose()
+        assert [seq for seq, _ in seen] == [1, 2], (
+            f"the lane was handed out out of order: 1, then {[seq for seq, _ in seen]}"
+        )
+        await eventually(lambda: broker.remaining(stream), lambda r: r == 0, timeout=30, what="acked")
