@@ -23,13 +23,16 @@ FAILED = AdvanceOutcome(acked=0, failed=1, rejected=0)
 ACKED = AdvanceOutcome(acked=1, failed=0, rejected=0)
 
 
-def session_producer(queue: str, connection: str, *, max_in_flight: int) -> ServiceBusSharedStreamProducer:
+def session_producer(
+    queue: str, connection: str, *, max_in_flight: int, max_concurrent_sessions: int = 8
+) -> ServiceBusSharedStreamProducer:
     return ServiceBusSharedStreamProducer(
         queue_name=queue,
         azure_service_bus_conn_id=connection,
         max_in_flight=max_in_flight,
         max_wait_time=1,
         session_enabled=True,
+        max_concurrent_sessions=max_concurrent_sessions,
     )
 
 
@@ -75,7 +78,9 @@ async def test_a_redelivery_comes_back_ahead_of_the_rest_of_a_long_session(servi
     """
     queue = servicebus.create_queue(requires_session=True)
     servicebus.send(queue, [{"seq": n} for n in range(1, 7)], session_id="g")
-    producer = session_producer(queue, servicebus_connection, max_in_flight=2)
+    # One session: its receiver prefetches the whole window (2), so the link's credit (3) lets
+    # the service send 3 while 1 and 2 are in flight.
+    producer = session_producer(queue, servicebus_connection, max_in_flight=2, max_concurrent_sessions=1)
     stream = producer.open_stream()
     order: list[int] = []
     try:
