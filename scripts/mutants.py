@@ -3,9 +3,10 @@
 Prove the shared contract suite catches the bugs it is named after.
 
 Each mutant is one deliberate bug (delete on receipt, no credit window, dead-letter after the
-delete, dead-letter skipped when the send fails, one lane per message on an ordered queue,
-leases not renewed; for Kafka: commit on receipt, no credit window, dead-letter fire-and-forget
-or after the commit, dead-letter skipped when the send fails). For each, this script copies the
+delete, dead-letter skipped when the send fails, one lane per message on an ordered queue, a
+lane's received messages not held back behind its redelivery, leases not renewed; for Kafka:
+commit on receipt, no credit window, dead-letter fire-and-forget or after the commit,
+dead-letter skipped when the send fails). For each, this script copies the
 package and the tests to a temporary directory, applies the mutant there (the working tree is
 never touched), runs the contract tests that must catch it against the real broker, and checks
 that they FAIL. A mutant that survives
@@ -79,7 +80,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="no credit window",
         broker="sqs",
         path="airflow_shared_stream/common/flow_control.py",
-        original="        return self.max_in_flight - self._in_flight - self._reserved\n",
+        original="        return self.max_in_flight - self.in_flight - self._reserved\n",
         mutated="        return 10**9  # mutant: every credit is always free\n",
         caught_by=("test_credit_window_bounds_what_is_received_from_the_broker",),
     ),
@@ -121,6 +122,14 @@ MUTANTS: tuple[Mutant, ...] = (
         original="            lane=group_id if self._queue.is_fifo else None,\n",
         mutated='            lane=message["MessageId"] if self._queue.is_fifo else None,\n',
         caught_by=("test_a_redelivery_holds_back_the_rest_of_its_lane",),
+    ),
+    Mutant(
+        name="a lane's received messages not held back behind its redelivery",
+        broker="sqs",
+        path="airflow_shared_stream/common/leased_queue.py",
+        original="                elif self._redelivered_lanes.get(delivery.lane, -1) > stamp:\n",
+        mutated="                elif False:  # mutant: only what was handed out is held back\n",
+        caught_by=("test_a_message_received_but_not_yet_handed_out_is_held_back_behind_a_redelivery",),
     ),
     Mutant(
         name="leases not renewed",
