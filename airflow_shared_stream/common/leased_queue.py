@@ -545,7 +545,7 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
                 else:
                     yield delivery.message, self._track_on_lane(delivery, delivery.lane)
                 await yield_point()
-            if not any(task.done() for task in self._receiving):
+            if self._redelivered_lanes and not any(task.done() for task in self._receiving):
                 # Every batch received so far is handed out; the next are stamped after every
                 # redelivery recorded here.
                 self._redelivered_lanes.clear()

@@ -613,12 +613,13 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
     async def _settle_one(self, action: str, delivery: Delivery[Any], call: Any) -> None:
         received: _Received = delivery.handle
         if received.session is not None and received.session.closed:
-            # Given up with its session: the service has it back, at its place in the session.
+            # Its session's receiver is closed (given up after an abandon, or its lock lost):
+            # the service has the message back, at its place in the session.
             if action != "abandon":
                 self.lost_locks += 1
                 self.metrics.incr(m.LEASE_LOSSES)
                 log.warning(
-                    "Could not %s %s: its session was given up; Service Bus will redeliver it",
+                    "Could not %s %s: its session's receiver is closed; Service Bus will redeliver it",
                     action,
                     self._label(delivery),
                 )
