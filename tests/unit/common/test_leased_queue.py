@@ -120,6 +120,39 @@ async def test_messages_received_after_the_redelivery_are_not_held_back():
     assert producer.calls == [("redeliver", ["a1", "a2"]), ("ack", ["a1", "a2"])]
 
 
+async def test_a_message_of_the_lane_received_but_not_handed_out_is_given_back_not_handed_out():
+    producer = RecordedBroker([("a1", "A", "x"), ("a2", "A", "x"), ("b1", "B", "x")])
+    stream = producer.open_stream()
+    [(_, a1)] = [await anext(stream)]
+    await producer.advance(items([a1], FAILED))
+    # a2 came in a1's batch: later in lane A than a1, so it goes back; b1's lane had no redelivery.
+    raw, b1 = await anext(stream)
+    assert raw.label == "b1"
+    assert producer.calls == [("redeliver", ["a1"]), ("redeliver", ["a2"])]
+    assert producer.in_flight == 1, "a2's credit came back"
+    assert producer.metrics._counts["redelivered"] == 2
+    await producer.advance(items([b1], ACKED))
+    await stream.aclose()
+    await producer.aclose()
+
+
+async def test_a_batch_received_after_the_redelivery_is_handed_out_and_the_record_is_dropped():
+    producer = RecordedBroker([("a1", "A", "x")])
+    stream = producer.open_stream()
+    _, a1 = await anext(stream)
+    await producer.advance(items([a1], FAILED))
+    producer.waiting = [("a1", "A", "x"), ("a2", "A", "x")]
+    again = [await anext(stream) for _ in range(2)]
+    assert [raw.label for raw, _ in again] == ["a1", "a2"]
+    assert producer.calls == [("redeliver", ["a1"])]
+    producer.waiting = [("a3", "A", "x")]
+    raw, _ = await anext(stream)  # a batch fully handed out with none waiting behind it clears the record
+    assert raw.label == "a3"
+    assert producer._redelivered_lanes == {}
+    await stream.aclose()
+    await producer.aclose()
+
+
 async def test_unordered_messages_share_the_lane_of_their_receive_call_and_are_not_held_back():
     producer = RecordedBroker([("m1", None, "x"), ("m2", None, "x")])
     m1, m2 = await take(producer, 2)
