@@ -1,0 +1,68 @@
+"""
+Every mutant of scripts/mutants.py still applies to the current code and names real tests.
+
+CI runs only the short list of mutants (tests/integration/contract/test_mutants_short.py); the
+long form is a script. A refactor that changes a mutated line leaves its mutant stale, and only
+the next run of the long form found it (the credit-window mutant had gone stale this way). These
+checks are pure text: they catch a stale mutant in the unit tests, without a broker.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load_mutants() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("shared_stream_mutants", ROOT / "scripts" / "mutants.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while building the class
+    spec.loader.exec_module(module)
+    return module
+
+
+MUTANTS = _load_mutants().MUTANTS
+
+
+def _test_names(path: Path) -> set[str]:
+    """Names of the test functions a module defines (its own and its classes')."""
+    tree = ast.parse(path.read_text())
+    return {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")
+    }
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: f"{m.broker}: {m.name}")
+def test_the_mutated_snippet_occurs_exactly_once(mutant):
+    source = (ROOT / mutant.path).read_text()
+    assert source.count(mutant.original) == 1, (
+        f"mutant {mutant.name!r} no longer applies to {mutant.path}: update it to the current code"
+    )
+    assert mutant.mutated != mutant.original
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: f"{m.broker}: {m.name}")
+def test_the_tests_that_must_catch_it_exist(mutant):
+    # A contract test is defined in the shared base class or in the broker's own contract module.
+    defined = _test_names(ROOT / "tests" / "integration" / "contract" / "base.py") | _test_names(
+        ROOT / "tests" / "integration" / mutant.broker / f"test_{mutant.broker}_contract.py"
+    )
+    missing = [name for name in mutant.caught_by if name not in defined]
+    assert mutant.caught_by, f"mutant {mutant.name!r} names no test that must catch it"
+    assert not missing, f"mutant {mutant.name!r} names no such test: {missing}"
+
+
+def test_the_short_list_is_the_two_the_suite_runs():
+    # tests/integration/contract/test_mutants_short.py asserts "all 2 mutant(s) caught".
+    assert sum(mutant.short for mutant in MUTANTS) == 2
