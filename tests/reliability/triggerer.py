@@ -19,8 +19,9 @@ subscriber that has not finished the event): ``normal``; ``slow`` (``delay`` sec
 the subscriber but cannot cancel it, core limit 4).
 
 A watcher that fails (its producer failed because the broker went away, say) is started again
-after ``restart_after`` seconds, as the triggerer re-runs a trigger still assigned to it;
-each failure is recorded in ``errors.jsonl``.
+after ``restart_after`` seconds, as the triggerer re-runs a trigger still assigned to it, and
+the watchers that failed together are started again together, as the triggerer re-creates them
+in one pass; each failure is recorded in ``errors.jsonl``.
 """
 
 from __future__ import annotations
@@ -204,11 +205,23 @@ class PersistingTriggerer:
             self.harness.confirm([p.seq for p in due if p.seq is not None])
 
     async def _restart_failed(self) -> None:
+        """
+        Start failed watchers again after ``restart_after``: those that failed together, together.
+
+        Airflow's triggerer re-creates every trigger still assigned to it that is not running in
+        one pass of its loop, so the watchers of a group that failed together (its producer
+        raised, and every subscriber got the error) subscribe again together. Restarting them
+        one at a time, ``restart_after`` apart, made the later ones re-join a stream the first
+        had already advanced (core limit 2, a late re-join): not the fault under test
+        (tests/unit/test_reliability_restarts.py).
+        """
         while True:
             await asyncio.sleep(0.1)
-            for watcher in list(self.harness.watchers.values()):
-                if watcher.error is None:
-                    continue
+            failed = [w for w in self.harness.watchers.values() if w.error is not None]
+            if not failed:
+                continue
+            restarting = []
+            for watcher in failed:
                 watcher_spec = self._by_watcher.pop(watcher.trigger_id)
                 self.failures += 1
                 self._errors.write(
@@ -223,7 +236,9 @@ class PersistingTriggerer:
                     + "\n"
                 )
                 await self.harness.remove(watcher)
-                await asyncio.sleep(self.spec.restart_after)
+                restarting.append(watcher_spec)
+            await asyncio.sleep(self.spec.restart_after)
+            for watcher_spec in restarting:
                 self._add(watcher_spec)
 
 
