@@ -16,13 +16,13 @@ settlement does against a broker that went away.
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from airflow_shared_stream.common.leased_queue import Delivery
 from airflow_shared_stream.testing import InMemoryProducer, InMemoryTrigger
+from tests.reliability.scenarios import read_records
 from tests.reliability.triggerer import PERSISTED, PersistingTriggerer, TriggererSpec, WatcherSpec
 
 
@@ -72,9 +72,8 @@ async def test_watchers_that_failed_together_are_started_again_together(tmp_path
     await triggerer.start()
     try:
         for _ in range(200):
-            persisted = [json.loads(line) for line in (tmp_path / PERSISTED).read_text().splitlines()]
             seen: dict[str, set[Any]] = {name: set() for name in names}
-            for record in persisted:
+            for record in read_records(tmp_path / PERSISTED):
                 seen[record["w"]].add(record["n"])
             if all(len(numbers) == 400 for numbers in seen.values()):
                 break
