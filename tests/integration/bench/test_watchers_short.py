@@ -146,3 +146,51 @@ def test_the_kafka_bare_loop_is_metered_like_the_other_variants(tmp_path):
     table = (tmp_path / "watchers_kafka.md").read_text()
     bare_row = next(line for line in table.splitlines() if line.startswith("| 1 | bare |"))
     assert "n/a" not in bare_row
+
+
+@pytest.mark.timeout(180)
+def test_the_pubsub_cells_run_on_the_server_with_pubsubs_own_pull_limit(tmp_path):
+    """
+    ``--pubsub-pull-cap`` (bench/fake_pubsub.py): a pull brings more than the emulator's 100.
+
+    1,000 messages take at least ten pulls from the emulator. Here the bare loop's pulls of up
+    to 1,000 take one or two, and ours, which asks for its credits (250 per pull with the default
+    window of 500 and two pulls in flight), four and the pulls still open at the end (each
+    counted, empty or not).
+    """
+    messages = 1000
+    results = bench_watchers.main(
+        [
+            "--broker",
+            "pubsub",
+            "--pubsub-pull-cap",
+            "1000",
+            "--watchers",
+            "1",
+            "3",
+            "--variants",
+            "ours",
+            "bare",
+            "--messages",
+            json.dumps({"pubsub": {"1": messages, "3": messages}}),
+            "--warm-up-messages",
+            "0",
+            "--budget",
+            "60",
+            "--output-dir",
+            str(tmp_path),
+        ]
+    )
+    cells = {(c.variant, c.watchers): c for c in results["pubsub"]}
+    assert set(cells) == {("ours", 1), ("ours", 3), ("bare", 1), ("bare", 3)}
+    for cell in cells.values():
+        assert cell.error is None, cell
+        assert cell.delivered == messages * cell.fanout, cell
+    bare_pulls = cells[("bare", 1)].requests["pull"]
+    assert bare_pulls < messages / 100, cells[("bare", 1)].requests
+    for n in (1, 3):
+        ours = cells[("ours", n)].requests
+        assert 0 < ours["pull"] < messages / 100, ours
+        assert ours["acknowledge"] >= 1, ours
+    table = (tmp_path / "watchers_pubsub.md").read_text()
+    assert "NOT on Google's emulator: on bench/fake_pubsub.py" in table
