@@ -87,7 +87,7 @@ async def _measure(variant: str, watchers: int, messages: int) -> dict[str, Any]
                 _instrumentation(False)
 
     w.drive_shared = counted  # type: ignore[assignment]
-    settings = argparse.Namespace(budget=1800.0, sync=0.0, kafka_broker="tansu")
+    settings = argparse.Namespace(budget=1800.0, sync=0.0, kafka_broker="tansu", pubsub_pull_cap=None)
     broker_name, _, partitions_text = variant.partition("-")
     partitions = int(partitions_text.rstrip("p") or 1)
 

@@ -43,7 +43,7 @@ def test_a_broker_slow_to_go_quiet_is_noted_and_one_still_busy_says_so():
 
 
 def table_rows(cells: list[Cell]) -> list[list[str]]:
-    args = argparse.Namespace(repeats=1, sync=0.0, budget=60.0, pin_broker=None)
+    args = argparse.Namespace(repeats=1, sync=0.0, budget=60.0, pin_broker=None, pubsub_pull_cap=None)
     rendered = render("pubsub", cells, args, versions=[])
     return [
         [column.strip() for column in line.split("|")[1:-1]]
