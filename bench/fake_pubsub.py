@@ -17,8 +17,7 @@ are none, as a pull with ``return_immediately`` unset does), ``Acknowledge`` and
 ``ModifyAckDeadline`` (0 puts a message back at the head; any other value is accepted and
 ignored). ``bench/watchers.py --pubsub-pull-cap 1000`` runs the Pub/Sub cells on it.
 
-Run: ``python -m bench.fake_pubsub --port P [--pull-cap 1000]``; prints ``Server started`` when
-it listens, as the emulator does.
+Run: ``python -m bench.fake_pubsub --port P [--pull-cap 1000]``.
 """
 
 from __future__ import annotations
@@ -207,26 +206,22 @@ async def serve(port: int, pull_cap: int) -> None:
     server.add_generic_rpc_handlers(FakePubSub(pull_cap).handlers())
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
-    print(f"Server started, port {port}, pull cap {pull_cap}", flush=True)
+    print(f"listening on 127.0.0.1:{port}, pull cap {pull_cap}", flush=True)
     await server.wait_for_termination()
 
 
 @contextlib.contextmanager
 def fake_pubsub_process(pull_cap: int = PUBSUB_PULL_LIMIT, *, timeout: float = 30.0) -> Iterator[Any]:
     """Run this server in a process of its own for the block; yields a ``PubSubEmulator`` for it."""
-    from tests.support.processes import free_port, running, tail
-    from tests.support.pubsub_emulator import READY_LINE, PubSubEmulator
+    from tests.support.processes import free_port, running, wait_for_port
+    from tests.support.pubsub_emulator import PubSubEmulator
 
     port = free_port()
     log_path = Path(tempfile.mkdtemp(prefix="bench-fake-pubsub-")) / "fake-pubsub.log"
     argv = [sys.executable, "-m", "bench.fake_pubsub", "--port", str(port), "--pull-cap", str(pull_cap)]
     root = Path(__file__).resolve().parents[1]
     with running(argv, log_path=log_path, cwd=root) as proc:
-        deadline = time.monotonic() + timeout
-        while READY_LINE not in log_path.read_text(errors="replace"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the fake Pub/Sub server did not start:\n{tail(log_path)}")
-            time.sleep(0.1)
+        wait_for_port(port, timeout, proc, what=f"the fake Pub/Sub server (log: {log_path})")
         yield PubSubEmulator(port=port, log_path=log_path, pid=proc.pid)
 
 
