@@ -15,6 +15,7 @@ import logging
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from airflow_shared_stream.sqs.errors import SqsAccessError, SqsConfigurationError, SqsEndpointError
 
@@ -292,7 +293,9 @@ async def open_sqs_client(
     session's as it is assumed), for the scrubber. ``clock`` is the role credentials' notion of
     now (tests move it to simulate idle days).
     """
-    on_secrets([s for s in (config.aws_secret_access_key, config.aws_session_token) if s])
+    on_secrets(
+        [s for s in (config.aws_secret_access_key, config.aws_session_token, *_proxy_passwords(config)) if s]
+    )
     botocore_config = (
         botocore_config.merge(_config_from_extra(config)) if config.config_kwargs else botocore_config
     )
@@ -305,6 +308,12 @@ async def open_sqs_client(
         kwargs = config.client_kwargs()
     async with session.create_client("sqs", config=botocore_config, **kwargs) as client:
         yield client
+
+
+def _proxy_passwords(config: SqsClientConfig) -> list[str | None]:
+    """Passwords in ``config_kwargs.proxies`` URLs (``http://user:password@proxy:3128``)."""
+    proxies = config.config_kwargs.get("proxies") or {}
+    return [urlsplit(url).password for url in proxies.values() if isinstance(url, str)]
 
 
 def _config_from_extra(config: SqsClientConfig) -> AioConfig:

@@ -199,6 +199,20 @@ async def test_profile_name_signs_as_the_profile_and_assumes_the_role_with_it(
     )
 
 
+async def test_profile_name_without_a_role_signs_every_sqs_call_as_the_profile(
+    sqs, proxy, harness, monkeypatch, shared_credentials
+):
+    connection = sqs.connection()
+    del connection["login"], connection["password"]
+    connection["extra"].update(endpoint_url=proxy.endpoint_url, profile_name=shared_credentials)
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_PROFILE", json.dumps(connection))
+    url = sqs.create_queue()
+    sqs.send(url, [{"n": 1}])
+    watcher = harness.add(SqsSharedStreamTrigger(url, aws_conn_id="aws_profile", wait_time_seconds=1))
+    await watcher.wait_for_events(1, timeout=60)
+    assert {key for (_operation, key) in proxy.signers()} == {PROFILE_KEY}, proxy.signers()
+
+
 async def test_a_profile_the_triggerer_does_not_have_is_named(sqs, harness, monkeypatch, shared_credentials):
     connection = sqs.connection()
     del connection["login"], connection["password"]

@@ -126,6 +126,24 @@ async def test_a_session_token_without_its_key_is_refused(monkeypatch):
     assert SECRET not in str(exc_info.value)
 
 
+async def test_a_proxy_password_goes_to_the_scrubber(monkeypatch):
+    from aiobotocore.config import AioConfig
+
+    from airflow_shared_stream.sqs.credentials import open_sqs_client
+
+    config = await _config(
+        monkeypatch,
+        extra={
+            "region_name": "eu-west-1",
+            "config_kwargs": {"proxies": {"https": "http://u:proxy-pw@p:3128"}},
+        },
+    )
+    seen: list[str] = []
+    async with open_sqs_client(config, AioConfig(), on_secrets=seen.extend) as client:
+        assert client.meta.config.proxies == {"https": "http://u:proxy-pw@p:3128"}
+    assert set(seen) == {SECRET, "proxy-pw"}
+
+
 def test_the_session_name_is_the_amazon_providers_in_the_alphabet_sts_accepts():
     assert role_session_name("aws default/1") == "Airflow_awsdefault1"
     assert len(role_session_name("x" * 100)) == 64
