@@ -98,8 +98,10 @@ async def test_role_arn_is_assumed_and_every_sqs_call_is_signed_as_the_role(
     conn_id = _role_connection(proxy, monkeypatch, "aws_role")
     before = len(_assumed_roles())
     with caplog.at_level(logging.DEBUG):
-        watcher = harness.add(SqsSharedStreamTrigger(url, aws_conn_id=conn_id, wait_time_seconds=1))
+        trigger = SqsSharedStreamTrigger(url, aws_conn_id=conn_id, wait_time_seconds=1)
+        watcher = harness.add(trigger)
         await watcher.wait_for_events(3, timeout=60)
+    assert SECRET_KEY not in json.dumps(trigger.serialize())
     signers = proxy.signers()
     assert signers[("AssumeRole", ACCESS_KEY)] >= 1, signers
     sqs_signers = {key for (operation, key) in signers if operation != "AssumeRole"}
