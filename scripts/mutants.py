@@ -35,6 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = "tests/integration/{broker}/test_{broker}_contract.py::Test{Broker}Contract::{test}"
+SQS_IDENTITY = "tests/integration/sqs/test_sqs_identity.py"
 
 
 TIMED_DEAD_LETTER = (
@@ -54,9 +55,13 @@ class Mutant:
     mutated: str
     caught_by: tuple[str, ...]
     short: bool = False
+    module: str = ""
+    """The test module of ``caught_by`` when it is not the broker's contract suite."""
 
     def test_ids(self) -> list[str]:
         broker = self.broker
+        if self.module:
+            return [f"{self.module}::{test}" for test in self.caught_by]
         return [
             CONTRACT.format(broker=broker, Broker=broker.capitalize(), test=test) for test in self.caught_by
         ]
@@ -192,6 +197,50 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         caught_by=("test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream",),
     ),
+    Mutant(
+        name="role_arn ignored: the stream runs as the keys that should only assume the role",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/credentials.py",
+        original="    if config.role_arn:\n        _install_sts_filter()\n",
+        mutated="    if config.role_arn and False:\n        _install_sts_filter()\n",
+        caught_by=("test_role_arn_is_assumed_and_every_sqs_call_is_signed_as_the_role",),
+        module=SQS_IDENTITY,
+    ),
+    Mutant(
+        name="the role is assumed once and never again: its keys expire on an idle stream",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/credentials.py",
+        original="    refresh = _assume_role(config, _session(config), botocore_config, on_secrets)\n",
+        mutated=(
+            "    assume = _assume_role(config, _session(config), botocore_config, on_secrets)\n"
+            "    first: dict[str, Any] = {}\n"
+            "\n"
+            "    async def refresh() -> dict[str, Any]:\n"
+            "        if not first:\n"
+            "            first.update(await assume())\n"
+            "        return first\n"
+        ),
+        caught_by=("test_the_role_is_assumed_again_before_its_keys_expire_on_a_stream_idle_for_days",),
+        module=SQS_IDENTITY,
+    ),
+    Mutant(
+        name="STS responses logged with the role's secret key",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/credentials.py",
+        original="        _install_sts_filter()\n        session = _role_session(",
+        mutated="        session = _role_session(",
+        caught_by=("test_role_arn_is_assumed_and_every_sqs_call_is_signed_as_the_role",),
+        module=SQS_IDENTITY,
+    ),
+    Mutant(
+        name="an unknown connection extra (a misspelt role_arn) silently ignored",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/credentials.py",
+        original="        elif key not in READ_EXTRAS:\n",
+        mutated="        elif False:\n",
+        caught_by=("test_an_unsupported_setting_is_refused_by_name",),
+        module="tests/unit/sqs/test_sqs_connection_settings.py",
+    ),
 )
 
 
@@ -250,10 +299,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--broker", help="only this broker's mutants")
     parser.add_argument("--short", action="store_true", help="only the quick subset")
+    parser.add_argument("--name", help="only the mutants whose name contains this text")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
     args = parser.parse_args(argv)
     chosen = [
-        m for m in MUTANTS if (args.broker is None or m.broker == args.broker) and (m.short or not args.short)
+        m
+        for m in MUTANTS
+        if (args.broker is None or m.broker == args.broker)
+        and (m.short or not args.short)
+        and (args.name is None or args.name in m.name)
     ]
     survivors = []
     for mutant in chosen:

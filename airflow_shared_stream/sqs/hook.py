@@ -1,12 +1,15 @@
 """
 Airflow Connection -> aiobotocore SQS client settings.
 
-Reads the ``aws`` connection exactly as ``apache-airflow-providers-amazon`` does, so existing
+Reads the ``aws`` connection as ``apache-airflow-providers-amazon`` does, so existing
 ``aws_default`` connections work unchanged: ``login`` is the access key id, ``password`` the
-secret access key, and ``extra`` may hold ``region_name``, ``endpoint_url`` (or
-``service_config.sqs.endpoint_url``) and ``aws_session_token``. A connection without keys
-falls back to botocore's default credential chain (environment, shared config, instance or
-task role), as the Amazon provider does.
+secret access key (or ``extra.aws_access_key_id`` and ``extra.aws_secret_access_key``), and
+``extra`` may hold ``region_name``, ``endpoint_url`` (or ``service_config.sqs.endpoint_url``),
+``aws_session_token``, ``profile_name``, ``role_arn`` with ``assume_role_kwargs``, ``verify``
+and some ``config_kwargs``. A connection without keys falls back to botocore's default
+credential chain (environment, shared config, instance or task role), as the Amazon provider
+does. Any other setting is refused (:mod:`airflow_shared_stream.sqs.credentials`): it could
+change who the stream runs as.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from urllib.parse import urlsplit
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_shared_stream.sqs.credentials import refused_extras
 from airflow_shared_stream.sqs.errors import SqsConfigurationError
 
 _AWS_QUEUE_HOST = re.compile(
@@ -88,16 +92,39 @@ class QueueUrl:
 
 @dataclass(frozen=True)
 class SqsClientConfig:
-    """Keyword arguments for ``AioSession.create_client("sqs", ...)``; secrets kept out of repr."""
+    """
+    Who the SQS client runs as and where it connects; secrets kept out of repr.
+
+    ``role_arn`` set: the keys (or the profile, or the default chain) only call STS
+    ``AssumeRole``, and SQS is called as the role
+    (:func:`~airflow_shared_stream.sqs.credentials.open_sqs_client`).
+    """
 
     region_name: str
     endpoint_url: str | None = None
     aws_access_key_id: str | None = None
     aws_secret_access_key: str | None = field(default=None, repr=False)
     aws_session_token: str | None = field(default=None, repr=False)
+    conn_id: str = "aws_default"
+    profile_name: str | None = None
+    role_arn: str | None = None
+    assume_role_kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
+    sts_endpoint_url: str | None = None
+    verify: bool | str | None = None
+    config_kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    def client_kwargs(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+    def client_kwargs(self, *, with_keys: bool = True) -> dict[str, Any]:
+        """Keyword arguments for ``create_client("sqs", ...)`` (the keys only without a role)."""
+        kwargs: dict[str, Any] = {
+            "region_name": self.region_name,
+            "endpoint_url": self.endpoint_url,
+            "verify": self.verify,
+        }
+        if with_keys:
+            kwargs["aws_access_key_id"] = self.aws_access_key_id
+            kwargs["aws_secret_access_key"] = self.aws_secret_access_key
+            kwargs["aws_session_token"] = self.aws_session_token
+        return {k: v for k, v in kwargs.items() if v is not None}
 
 
 class SqsHook(BaseHook):
@@ -133,24 +160,69 @@ class SqsHook(BaseHook):
         except AirflowNotFoundException:
             raise SqsConfigurationError(f"Airflow connection {self.aws_conn_id!r} is not defined") from None
         extra = conn.extra_dejson or {}
+        refused = [
+            f"{name} (use extra.endpoint_url)" for name in ("host", "port") if getattr(conn, name, None)
+        ]
+        refused.extend(refused_extras(extra))
+        if refused:
+            raise SqsConfigurationError(
+                f"connection {self.aws_conn_id!r} has settings the SQS shared stream does not support "
+                f"(they could change who it runs as): {'; '.join(refused)}"
+            )
         region = region_name or extra.get("region_name") or queue.region_in_host
         if not region:
             raise SqsConfigurationError(
                 f"no AWS region for queue {queue.url!r}: pass region_name to the trigger or set "
                 f"extra.region_name on connection {self.aws_conn_id!r}"
             )
-        endpoint = extra.get("endpoint_url") or (
-            (extra.get("service_config") or {}).get("sqs", {}).get("endpoint_url")
-        )
-        if bool(conn.login) != bool(conn.password):
+        service_config = extra.get("service_config") or {}
+        endpoint = (service_config.get("sqs") or {}).get("endpoint_url") or extra.get("endpoint_url")
+        access_key, secret_key = self._keys(conn.login, conn.password, extra)
+        if extra.get("aws_session_token") and not access_key:
             raise SqsConfigurationError(
-                f"connection {self.aws_conn_id!r} sets only one of login (access key id) and "
-                "password (secret access key); set both, or neither to use the default credential chain"
+                f"connection {self.aws_conn_id!r} sets aws_session_token without the access key it "
+                "belongs to: set login and password too"
             )
         return SqsClientConfig(
             region_name=region,
             endpoint_url=endpoint,
-            aws_access_key_id=conn.login or None,
-            aws_secret_access_key=conn.password or None,
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret_key,
             aws_session_token=extra.get("aws_session_token"),
+            conn_id=self.aws_conn_id,
+            profile_name=extra.get("profile_name"),
+            role_arn=extra.get("role_arn"),
+            assume_role_kwargs=dict(extra.get("assume_role_kwargs") or {}),
+            sts_endpoint_url=(service_config.get("sts") or {}).get("endpoint_url"),
+            verify=extra.get("verify"),
+            config_kwargs=dict(extra.get("config_kwargs") or {}),
         )
+
+    def _keys(
+        self, login: str | None, password: str | None, extra: dict[str, Any]
+    ) -> tuple[str | None, str | None]:
+        """The access key pair: login and password, or the extra's pair; never half of one, never both."""
+        pairs = [
+            (where, key, secret)
+            for where, key, secret in (
+                ("login and password", login, password),
+                (
+                    "extra.aws_access_key_id and extra.aws_secret_access_key",
+                    extra.get("aws_access_key_id"),
+                    extra.get("aws_secret_access_key"),
+                ),
+            )
+            if key or secret
+        ]
+        for where, key, secret in pairs:
+            if not (key and secret):
+                raise SqsConfigurationError(
+                    f"connection {self.aws_conn_id!r} sets only one of {where} (access key id and "
+                    "secret access key); set both, or neither to use the default credential chain"
+                )
+        if len(pairs) > 1:
+            raise SqsConfigurationError(
+                f"connection {self.aws_conn_id!r} sets an access key both in login and password and "
+                "in extra: set it in one place"
+            )
+        return (pairs[0][1], pairs[0][2]) if pairs else (None, None)

@@ -34,6 +34,7 @@ from airflow_shared_stream.common.errors import SecretScrubber, require_sdk
 from airflow_shared_stream.common.leased_queue import DeadLetter, Delivery, LeasedQueueProducer
 from airflow_shared_stream.common.matching import build_message
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
+from airflow_shared_stream.sqs.credentials import open_sqs_client
 from airflow_shared_stream.sqs.errors import (
     SqsAccessError,
     SqsEndpointError,
@@ -171,19 +172,17 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
 
     async def connect(self) -> float:
         from aiobotocore.config import AioConfig
-        from aiobotocore.session import get_session
 
         config = await SqsHook(self._aws_conn_id).aget_client_config(
             region_name=self._region_name, queue=self._queue
         )
-        self._scrubber.add(config.aws_secret_access_key, config.aws_session_token)
         client_config = AioConfig(
             connect_timeout=10,
             read_timeout=self._wait_time_seconds + 15,
             retries={"mode": "standard", "max_attempts": 5},
         )
         self._client = await self._exit_stack.enter_async_context(
-            get_session().create_client("sqs", config=client_config, **config.client_kwargs())
+            open_sqs_client(config, client_config, on_secrets=lambda secrets: self._scrubber.add(*secrets))
         )
         # botocore logs signed requests at DEBUG, session token header included.
         self._scrubber.install(*sdk_logger_names())

@@ -13,6 +13,7 @@ Runs its own event loop in a thread, so it works from synchronous and asynchrono
         endpoint = proxy.endpoint_url  # give this to the client under test
         ...
         proxy.counts()  # Counter({"ReceiveMessage": 101, "DeleteMessageBatch": 100, ...})
+        proxy.signers()  # Counter({("ReceiveMessage", "AKID..."): 101, ...}): who signed what
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import re
 import threading
 import time
 from typing import Self
 from urllib.parse import parse_qs
 
 _MAX_HEAD = 64 * 1024
+_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
 
 
 def operation_of(head: bytes, body: bytes) -> str:
@@ -41,6 +44,16 @@ def operation_of(head: bytes, body: bytes) -> str:
     return " ".join(lines[0].split(" ")[:2])
 
 
+def signer_of(head: bytes) -> str:
+    """The access key id a SigV4 request was signed with (``""`` for an unsigned request)."""
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "authorization":
+            found = _CREDENTIAL.search(value)
+            return found.group(1) if found else ""
+    return ""
+
+
 class RecordingProxy:
     """Forward every connection to ``upstream_host:upstream_port`` and count its requests."""
 
@@ -48,6 +61,7 @@ class RecordingProxy:
         self._upstream = (upstream_host, upstream_port)
         self._counts: collections.Counter[str] = collections.Counter()
         self._user_agents: collections.Counter[str] = collections.Counter()
+        self._signers: collections.Counter[tuple[str, str]] = collections.Counter()
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="recording-proxy", daemon=True)
@@ -63,6 +77,11 @@ class RecordingProxy:
         with self._lock:
             return collections.Counter(self._counts)
 
+    def signers(self) -> collections.Counter[tuple[str, str]]:
+        """Requests per (operation, access key id that signed it), since the start or :meth:`reset`."""
+        with self._lock:
+            return collections.Counter(self._signers)
+
     def cpu_seconds(self) -> float:
         """CPU time the proxy's thread used (a benchmark subtracts it from its process's)."""
         if self._thread.ident is None:
@@ -72,6 +91,7 @@ class RecordingProxy:
     def reset(self) -> None:
         with self._lock:
             self._counts.clear()
+            self._signers.clear()
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -106,8 +126,10 @@ class RecordingProxy:
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":", 1)[1])
                 body = await client_reader.readexactly(length) if length else b""
+                operation = operation_of(head, body)
                 with self._lock:
-                    self._counts[operation_of(head, body)] += 1
+                    self._counts[operation] += 1
+                    self._signers[operation, signer_of(head)] += 1
                 upstream_writer.write(head + body)
                 await upstream_writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):

@@ -133,3 +133,32 @@ async def test_wrong_credentials_are_named_without_the_secret(
     assert SECRET_KEY not in str(error)
     assert SECRET_KEY not in repr(error.__cause__)
     assert SECRET_KEY not in caplog.text
+
+
+async def test_a_role_sts_refuses_fails_the_stream_and_never_falls_back_to_the_keys(
+    authenticating_sqs, harness, monkeypatch, caplog
+):
+    role = "arn:aws:iam::123456789012:role/not-for-you"
+    conn = {
+        "conn_type": "aws",
+        "login": ACCESS_KEY,
+        "password": SECRET_KEY,
+        "extra": {
+            "region_name": REGION,
+            "endpoint_url": authenticating_sqs,
+            "role_arn": role,
+            "service_config": {"sts": {"endpoint_url": authenticating_sqs}},
+        },
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_REFUSED_ROLE", json.dumps(conn))
+    with caplog.at_level(logging.DEBUG):
+        watcher = harness.add(
+            SqsSharedStreamTrigger(
+                f"{authenticating_sqs}/123456789012/orders", aws_conn_id="aws_refused_role"
+            )
+        )
+        error = await watcher.wait_for_error()
+    assert isinstance(error, SqsAccessError)
+    assert f"STS refused to let connection 'aws_refused_role' assume role {role}" in str(error)
+    assert SECRET_KEY not in str(error)
+    assert SECRET_KEY not in caplog.text

@@ -1,0 +1,322 @@
+"""
+Who the SQS client runs as: the ``aws`` connection's extras checked, then an aiobotocore client.
+
+The extras are the Amazon provider's (``AwsConnectionWrapper``). The ones that choose the
+identity or the endpoint are read; every other one is refused with an error naming it, because
+a setting dropped on the floor can make the stream run as the triggerer's own identity.
+``role_arn`` is assumed through STS ``AssumeRole`` with refreshable credentials, so a stream
+idle for days assumes the role again instead of failing on an expired token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from airflow_shared_stream.sqs.errors import SqsAccessError, SqsConfigurationError, SqsEndpointError
+
+if TYPE_CHECKING:
+    import datetime
+
+    from aiobotocore.config import AioConfig
+    from aiobotocore.session import AioSession
+
+    from airflow_shared_stream.sqs.hook import SqsClientConfig
+
+READ_EXTRAS = frozenset(
+    {
+        "region_name",
+        "endpoint_url",
+        "service_config",
+        "aws_access_key_id",
+        "aws_secret_access_key",
+        "aws_session_token",
+        "profile_name",
+        "role_arn",
+        "assume_role_method",
+        "assume_role_kwargs",
+        "verify",
+        "config_kwargs",
+    }
+)
+"""Connection extras the SQS stream reads; any other extra is refused."""
+
+REFUSED_EXTRAS: Mapping[str, str] = {
+    "assume_role_with_saml": "SAML federation is not supported",
+    "assume_role_with_web_identity_federation": "web identity federation is not supported",
+    "assume_role_with_web_identity_token_file": "web identity federation is not supported",
+    "assume_role_with_web_identity_federation_audience": "web identity federation is not supported",
+    "session_kwargs": "deprecated by the Amazon provider: use login, password and profile_name",
+    "s3_config_file": "credential files are read only through profile_name",
+    "s3_config_format": "credential files are read only through profile_name",
+    "profile": "use profile_name",
+    "aws_account_id": "use role_arn",
+    "aws_iam_role": "use role_arn",
+    "external_id": "use assume_role_kwargs.ExternalId",
+    "host": "use endpoint_url",
+}
+"""Extras some version of the Amazon provider knew, with what to use instead."""
+
+ASSUME_ROLE_KWARGS = frozenset(
+    {
+        "RoleSessionName",
+        "DurationSeconds",
+        "ExternalId",
+        "Policy",
+        "PolicyArns",
+        "Tags",
+        "TransitiveTagKeys",
+        "SourceIdentity",
+        "ProvidedContexts",
+    }
+)
+"""``AssumeRole`` parameters ``assume_role_kwargs`` may set. Not ``SerialNumber``/``TokenCode``:
+a one-time MFA code cannot assume the role again when its keys expire."""
+
+CONFIG_KWARGS = frozenset({"proxies", "proxies_config", "user_agent_extra", "user_agent_appid"})
+"""botocore ``Config`` settings ``config_kwargs`` may set; the stream sets timeouts and retries."""
+
+SERVICE_CONFIG_KEYS: Mapping[str, frozenset[str]] = {
+    "sqs": frozenset({"endpoint_url"}),
+    "sts": frozenset({"endpoint_url", "test_endpoint_url"}),
+}
+"""``service_config`` keys read per service (``sts.test_endpoint_url`` is the UI's test button's).
+Sections for other services belong to other hooks sharing the connection and are not read."""
+
+_SESSION_NAME_INVALID = re.compile(r"[^\w+=,.@-]")
+_STS_SECRET_FIELDS = re.compile(
+    r"(<(SecretAccessKey|SessionToken)>)[^<]*(</\2>)"
+    r"|(\"(SecretAccessKey|SessionToken)\"\s*:\s*\")[^\"]*(\")"
+)
+_RESPONSE_LOGGERS = ("botocore.parsers", "aiobotocore.parsers", "botocore.endpoint", "aiobotocore.endpoint")
+
+
+def refused_extras(extra: Mapping[str, Any]) -> list[str]:
+    """One line per extra (or nested key) of ``extra`` the SQS stream does not read."""
+    problems = []
+    for key in sorted(extra):
+        if key in REFUSED_EXTRAS:
+            problems.append(f"{key} ({REFUSED_EXTRAS[key]})")
+        elif key not in READ_EXTRAS:
+            problems.append(f"{key} (unknown)")
+    method = extra.get("assume_role_method", "assume_role")
+    if method != "assume_role":
+        problems.append(f"assume_role_method={method!r} (only 'assume_role' is supported)")
+    if not extra.get("role_arn"):
+        problems.extend(
+            f"{key} (needs role_arn)" for key in ("assume_role_method", "assume_role_kwargs") if key in extra
+        )
+    problems.extend(_unread_keys("assume_role_kwargs", extra.get("assume_role_kwargs"), ASSUME_ROLE_KWARGS))
+    problems.extend(_unread_keys("config_kwargs", extra.get("config_kwargs"), CONFIG_KWARGS))
+    service_config = extra.get("service_config") or {}
+    if not isinstance(service_config, Mapping):
+        problems.append("service_config (not an object)")
+        service_config = {}
+    for service, keys in SERVICE_CONFIG_KEYS.items():
+        problems.extend(_unread_keys(f"service_config.{service}", service_config.get(service), keys))
+    return problems
+
+
+def _unread_keys(name: str, value: Any, allowed: Iterable[str]) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, Mapping):
+        return [f"{name} (not an object)"]
+    return [f"{name}.{key} (not supported)" for key in sorted(value) if key not in allowed]
+
+
+def role_session_name(conn_id: str) -> str:
+    """The Amazon provider's default session name, ``Airflow_<conn_id>``, in STS's alphabet."""
+    return _SESSION_NAME_INVALID.sub("", f"Airflow_{conn_id}")[:64]
+
+
+class _StsSecretFilter(logging.Filter):
+    """
+    Redact the keys in STS responses, which botocore logs at DEBUG before anyone can know them.
+
+    The secret scrubber removes secrets it was told about; these are new on every refresh.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "SecretAccessKey" in message or "SessionToken" in message:
+            record.msg, record.args = _STS_SECRET_FIELDS.sub(_redact, message), None
+        return True
+
+
+def _redact(found: re.Match[str]) -> str:
+    if found.group(1):
+        return f"{found.group(1)}***{found.group(3)}"
+    return f"{found.group(4)}***{found.group(6)}"
+
+
+_STS_FILTER = _StsSecretFilter()
+
+
+def _install_sts_filter() -> None:
+    for name in _RESPONSE_LOGGERS:
+        logger = logging.getLogger(name)
+        if _STS_FILTER not in logger.filters:
+            logger.addFilter(_STS_FILTER)
+
+
+def _session(config: SqsClientConfig) -> AioSession:
+    from aiobotocore.session import AioSession
+    from botocore.exceptions import ProfileNotFound
+
+    session = AioSession(profile=config.profile_name)
+    if config.profile_name:
+        try:
+            session.get_scoped_config()
+        except ProfileNotFound:
+            raise SqsConfigurationError(
+                f"connection {config.conn_id!r}: profile_name {config.profile_name!r} is not in the "
+                "triggerer's shared AWS config or credentials files"
+            ) from None
+    return session
+
+
+async def _source_credentials(config: SqsClientConfig, session: AioSession) -> Any:
+    """The credentials that call STS: the connection's keys, else its profile or the default chain."""
+    from aiobotocore.credentials import AioCredentials
+
+    if config.aws_access_key_id and config.aws_secret_access_key:
+        return AioCredentials(
+            config.aws_access_key_id, config.aws_secret_access_key, config.aws_session_token
+        )
+    credentials = await session.get_credentials()
+    if credentials is None:
+        raise SqsConfigurationError(
+            f"connection {config.conn_id!r} sets role_arn but has no credentials to assume it with: "
+            "set login and password, profile_name, or give the triggerer default AWS credentials"
+        )
+    return credentials
+
+
+def _assume_role(
+    config: SqsClientConfig,
+    session: AioSession,
+    botocore_config: AioConfig,
+    on_secrets: Callable[[Iterable[str]], None],
+) -> Callable[[], Any]:
+    """The refresh function of the role's credentials: one STS ``AssumeRole`` per call."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    assert config.role_arn is not None
+    role_arn = config.role_arn
+    parameters = {
+        "RoleSessionName": role_session_name(config.conn_id),
+        **config.assume_role_kwargs,
+        "RoleArn": role_arn,
+    }
+
+    async def refresh() -> dict[str, Any]:
+        source = await (await _source_credentials(config, session)).get_frozen_credentials()
+        try:
+            async with session.create_client(
+                "sts",
+                region_name=config.region_name,
+                endpoint_url=config.sts_endpoint_url,
+                verify=config.verify,
+                config=botocore_config,
+                aws_access_key_id=source.access_key,
+                aws_secret_access_key=source.secret_key,
+                aws_session_token=source.token,
+            ) as sts:
+                response = await sts.assume_role(**parameters)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "Unknown")
+            raise SqsAccessError(
+                f"STS refused to let connection {config.conn_id!r} assume role {role_arn} ({code})"
+            ) from None
+        except BotoCoreError as exc:
+            raise SqsEndpointError(
+                f"STS AssumeRole of {role_arn} for connection {config.conn_id!r} failed "
+                f"({type(exc).__name__})"
+            ) from None
+        credentials = response["Credentials"]
+        on_secrets([credentials["SecretAccessKey"], credentials["SessionToken"]])
+        return {
+            "access_key": credentials["AccessKeyId"],
+            "secret_key": credentials["SecretAccessKey"],
+            "token": credentials["SessionToken"],
+            "expiry_time": credentials["Expiration"].isoformat(),
+        }
+
+    return refresh
+
+
+def _role_session(
+    config: SqsClientConfig,
+    botocore_config: AioConfig,
+    on_secrets: Callable[[Iterable[str]], None],
+    clock: Callable[[], datetime.datetime] | None,
+) -> AioSession:
+    """A session whose only credentials are the role's, refreshed before they expire."""
+    from aiobotocore.credentials import AioCredentialResolver, AioDeferredRefreshableCredentials
+    from botocore.credentials import CredentialProvider
+
+    refresh = _assume_role(config, _session(config), botocore_config, on_secrets)
+    options = {"time_fetcher": clock} if clock else {}
+    credentials = AioDeferredRefreshableCredentials(
+        refresh_using=refresh, method="sts-assume-role", **options
+    )
+
+    class RoleProvider(CredentialProvider):
+        METHOD = "sts-assume-role"
+
+        async def load(self) -> Any:
+            return credentials
+
+    session = _session(config)
+    # The role alone: if assuming it fails, the client fails; it never falls back to the chain.
+    session.register_component("credential_provider", AioCredentialResolver([RoleProvider()]))
+    return session
+
+
+@contextlib.asynccontextmanager
+async def open_sqs_client(
+    config: SqsClientConfig,
+    botocore_config: AioConfig,
+    *,
+    on_secrets: Callable[[Iterable[str]], None],
+    clock: Callable[[], datetime.datetime] | None = None,
+) -> AsyncIterator[Any]:
+    """
+    An aiobotocore SQS client running as the connection says.
+
+    ``on_secrets`` is given every secret the client will send (the connection's, and each role
+    session's as it is assumed), for the scrubber. ``clock`` is the role credentials' notion of
+    now (tests move it to simulate idle days).
+    """
+    on_secrets(
+        [s for s in (config.aws_secret_access_key, config.aws_session_token, *_proxy_passwords(config)) if s]
+    )
+    botocore_config = (
+        botocore_config.merge(_config_from_extra(config)) if config.config_kwargs else botocore_config
+    )
+    if config.role_arn:
+        _install_sts_filter()
+        session = _role_session(config, botocore_config, on_secrets, clock)
+        kwargs = config.client_kwargs(with_keys=False)
+    else:
+        session = _session(config)
+        kwargs = config.client_kwargs()
+    async with session.create_client("sqs", config=botocore_config, **kwargs) as client:
+        yield client
+
+
+def _proxy_passwords(config: SqsClientConfig) -> list[str | None]:
+    """Passwords in ``config_kwargs.proxies`` URLs (``http://user:password@proxy:3128``)."""
+    proxies = config.config_kwargs.get("proxies") or {}
+    return [urlsplit(url).password for url in proxies.values() if isinstance(url, str)]
+
+
+def _config_from_extra(config: SqsClientConfig) -> AioConfig:
+    from aiobotocore.config import AioConfig
+
+    return AioConfig(**config.config_kwargs)
