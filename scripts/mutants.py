@@ -35,6 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = "tests/integration/{broker}/test_{broker}_contract.py::Test{Broker}Contract::{test}"
+PUBSUB_STREAM_TESTS = "tests/integration/pubsub/test_pubsub_shared_stream.py"
+PUBSUB_LIMIT_TESTS = "tests/integration/pubsub/test_pubsub_limits.py"
 
 
 TIMED_DEAD_LETTER = (
@@ -54,8 +56,12 @@ class Mutant:
     mutated: str
     caught_by: tuple[str, ...]
     short: bool = False
+    module: str | None = None
+    """The test module of ``caught_by`` when it is not the broker's contract suite."""
 
     def test_ids(self) -> list[str]:
+        if self.module is not None:
+            return [f"{self.module}::{test}" for test in self.caught_by]
         broker = self.broker
         return [
             CONTRACT.format(broker=broker, Broker=broker.capitalize(), test=test) for test in self.caught_by
@@ -191,6 +197,40 @@ MUTANTS: tuple[Mutant, ...] = (
             "                    pass\n"
         ),
         caught_by=("test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream",),
+    ),
+    Mutant(
+        name="a reject nacked to the subscription's dead-letter policy",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/producer.py",
+        original=(
+            "        if self.dead_letter_topic is None:\n"
+            "            await self._acknowledge_with_nowhere_to_go(letters)\n"
+        ),
+        mutated=(
+            "        if True:\n            await self.redeliver([letter.delivery for letter in letters])\n"
+        ),
+        caught_by=(
+            "test_a_reject_without_dead_letter_topic_goes_to_the_policy_topic_and_fires_no_watcher_again",
+        ),
+        module=PUBSUB_STREAM_TESTS,
+    ),
+    Mutant(
+        name="a reject with nowhere to dead-letter not refused",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/trigger.py",
+        original="                rejects=self.reject is not None,\n",
+        mutated="                rejects=False,\n",
+        caught_by=("test_a_reject_with_nowhere_to_dead_letter_is_refused_at_start",),
+        module=PUBSUB_STREAM_TESTS,
+    ),
+    Mutant(
+        name="emulator channel with gRPC's default 4 MiB receive limit",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/client.py",
+        original="        return grpc.aio.insecure_channel(target, options=list(options))\n",
+        mutated="        return grpc.aio.insecure_channel(target)\n",
+        caught_by=("test_a_backlog_whose_pull_is_over_grpcs_default_receive_limit_is_read",),
+        module=PUBSUB_LIMIT_TESTS,
     ),
 )
 

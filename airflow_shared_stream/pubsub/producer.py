@@ -4,11 +4,14 @@ The Pub/Sub half of a shared stream: one subscriber per subscription, on the lea
 ========  ================================================================================
 ACK       ``acknowledge`` (up to 1000 ack ids per call)
 REDELIVER ``modify_ack_deadline`` 0: Pub/Sub hands the message out again at once
-DEAD      with ``dead_letter_topic``: ``publish`` a copy there (data, attributes, ordering
-LETTER    key, plus ``dead_letter_reason``, ``dead_letter_description`` and the origin as
-          attributes), then ``acknowledge``. Without it: nack (``modify_ack_deadline`` 0), so
-          the subscription's own dead-letter policy moves it after its
-          ``max_delivery_attempts``; a subscription without a policy redelivers it forever
+DEAD      ``publish`` a copy (data, attributes, ordering key, plus ``dead_letter_reason``,
+LETTER    ``dead_letter_description`` and the origin as attributes) to ``dead_letter_topic``,
+          else to the topic of the subscription's dead-letter policy, then ``acknowledge``.
+          Never a nack: Pub/Sub would hand the message out again, and every watcher that
+          accepted it would fire again on each delivery until the policy moved it. With
+          neither topic, a watcher with a ``reject`` expression is refused at start
+          (:mod:`~airflow_shared_stream.common.reject_routes`); what is still rejected
+          (undecodable, too large, an expression that failed) is acknowledged and logged
 ========  ================================================================================
 
 While a message waits for its trigger events to be persisted, its ack deadline is extended with
@@ -37,6 +40,7 @@ from airflow_shared_stream.common.errors import require_sdk
 from airflow_shared_stream.common.leased_queue import DeadLetter, Delivery, LeasedQueueProducer
 from airflow_shared_stream.common.matching import build_message
 from airflow_shared_stream.common.metrics import stream_label
+from airflow_shared_stream.common.reject_routes import reject_routes
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.pubsub.client import ACK_IDS_PER_CALL, PULL_LIMIT, PubSubClient
 from airflow_shared_stream.pubsub.errors import PubSubConfigurationError
@@ -62,6 +66,9 @@ PUBLISH_LIMIT = 1000
 """Most messages in one ``publish`` request."""
 PUBLISH_BYTES = 9 * 1024 * 1024
 """Bytes of dead-letter copies per ``publish`` request (Pub/Sub's limit is 10 MB per request)."""
+
+NOWHERE_TO_DEAD_LETTER_FIX = "Give the trigger a dead_letter_topic or the subscription a dead-letter policy."
+"""What a refused ``reject`` says to do (:mod:`~airflow_shared_stream.common.reject_routes`)."""
 
 DEAD_LETTER_REASON = "dead_letter_reason"
 DEAD_LETTER_DESCRIPTION = "dead_letter_description"
@@ -134,10 +141,9 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
         self.subscription: str | None = None
         """The subscription's full path, once connected."""
         self.dead_letter_topic: str | None = None
-        """The dead-letter topic's full path, once connected (``None``: nack to the policy)."""
+        """Where rejected messages are published, once connected: ``dead_letter_topic``, else the
+        topic of the subscription's dead-letter policy (``None``: neither)."""
         self._ordered = False
-        self._policy_topic: str | None = None
-        self._policy_attempts = 0
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -161,21 +167,31 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
                 f"subscription {self.subscription} is a push subscription (it pushes to an endpoint); "
                 "the shared stream pulls: give it a pull subscription"
             )
+        policy_topic = subscription.dead_letter_policy.dead_letter_topic or None
         if self.dead_letter_topic is not None:
             if self.dead_letter_topic == subscription.topic:
                 raise PubSubConfigurationError(
                     f"dead_letter_topic {self.dead_letter_topic} is the topic subscription "
                     f"{self.subscription} reads: rejected messages would come straight back"
                 )
+        else:
+            # Rejected messages are published to the policy's topic by us, not nacked to the
+            # policy: a nack hands the message out again, and every watcher that accepted it
+            # fires again on each delivery until the policy gives up on it.
+            self.dead_letter_topic = policy_topic
+        if self.dead_letter_topic is not None:
             await self._client.get_topic(self.dead_letter_topic)
+        reject_routes().opened(
+            self.subscription,
+            self,
+            self.dead_letter_topic,
+            fix=NOWHERE_TO_DEAD_LETTER_FIX,
+        )
         self._ordered = bool(subscription.enable_message_ordering)
         if self._ordered:
             # Batches of concurrent pulls are yielded as they return: keep an ordering key's
             # messages in the order Pub/Sub handed them out.
             self.receives_in_flight = 1
-        policy = subscription.dead_letter_policy
-        self._policy_topic = policy.dead_letter_topic or None
-        self._policy_attempts = policy.max_delivery_attempts or (5 if self._policy_topic else 0)
         lease_seconds = max(10, int(subscription.ack_deadline_seconds or 10))
         log.info(
             "Pub/Sub shared stream open: subscription=%s endpoint=%s credentials=%s ordered=%s "
@@ -186,14 +202,15 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
             self._ordered,
             lease_seconds,
             self.dead_letter_topic,
-            self._policy_topic,
+            policy_topic,
             self._window.max_in_flight,
         )
-        if self.dead_letter_topic is None and self._policy_topic is None:
+        if self.dead_letter_topic is None:
             log.warning(
-                "Subscription %s has no dead_letter_topic and no dead-letter policy: rejected messages "
-                "are nacked and Pub/Sub redelivers them, again and again. Give the trigger a "
-                "dead_letter_topic or the subscription a dead-letter policy.",
+                "Subscription %s has no dead_letter_topic and no dead-letter policy: watchers with a "
+                "reject expression are refused, and messages that cannot be processed are "
+                "acknowledged and logged, not kept. Give the trigger a dead_letter_topic or the "
+                "subscription a dead-letter policy.",
                 self.subscription,
             )
         return lease_seconds
@@ -211,6 +228,8 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
             await asyncio.wait_for(self.redeliver(deliveries), timeout=CLOSE_NACK_SECONDS)
 
     async def disconnect(self) -> None:
+        if self.subscription is not None:
+            reject_routes().closed(self.subscription, self)
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -297,7 +316,7 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
     async def dead_letter(self, letters: Sequence[DeadLetter[PubSubMessageHandle]]) -> None:
         assert self.subscription is not None
         if self.dead_letter_topic is None:
-            await self._nack_to_policy(letters)
+            await self._acknowledge_with_nowhere_to_go(letters)
             return
         from google.pubsub_v1 import PubsubMessage
 
@@ -334,31 +353,29 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
         }
         return {**handle.attributes, **ours}
 
-    async def _nack_to_policy(self, letters: Sequence[DeadLetter[PubSubMessageHandle]]) -> None:
+    async def _acknowledge_with_nowhere_to_go(
+        self, letters: Sequence[DeadLetter[PubSubMessageHandle]]
+    ) -> None:
+        """
+        Acknowledge what was rejected on a stream with nowhere to dead-letter, and log each.
+
+        Only messages no ``reject`` expression chose get here (watchers with one are refused on
+        such a stream): undecodable or too large, or an expression that failed on them. Handed out
+        again, they would fail again and fire every watcher that accepted them again.
+        """
         assert self.subscription is not None
-        await self.client.modify_ack_deadline(
-            self.subscription, [letter.delivery.handle.ack_id for letter in letters], 0
+        await self.client.acknowledge(
+            self.subscription, [letter.delivery.handle.ack_id for letter in letters]
         )
         for letter in letters:
-            if self._policy_topic is not None:
-                log.warning(
-                    "Rejected message %s of %s nacked: the subscription's dead-letter policy moves it to %s "
-                    "after %d delivery attempts: %s",
-                    letter.delivery.message_id,
-                    self.subscription,
-                    self._policy_topic,
-                    self._policy_attempts,
-                    letter.description,
-                )
-            else:
-                log.warning(
-                    "Rejected message %s of %s nacked, and the subscription has no dead-letter policy: "
-                    "Pub/Sub will redeliver it (give the trigger a dead_letter_topic or the subscription "
-                    "a dead-letter policy): %s",
-                    letter.delivery.message_id,
-                    self.subscription,
-                    letter.description,
-                )
+            log.error(
+                "Message %s of %s was %s and the subscription has nowhere to dead-letter it (no "
+                "dead_letter_topic, no dead-letter policy): acknowledged, not kept: %s",
+                letter.delivery.message_id,
+                self.subscription,
+                letter.reason,
+                letter.description,
+            )
 
 
 @functools.lru_cache(maxsize=256)
