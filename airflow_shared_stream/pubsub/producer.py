@@ -43,6 +43,18 @@ from airflow_shared_stream.common.metrics import stream_label
 from airflow_shared_stream.common.reject_routes import reject_routes
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.pubsub.client import ACK_IDS_PER_CALL, PULL_LIMIT, PubSubClient
+from airflow_shared_stream.pubsub.dead_letter import (
+    ATTRIBUTE_VALUE_LIMIT,
+    DEAD_LETTER_DESCRIPTION,
+    DEAD_LETTER_ORIGIN_MESSAGE_ID,
+    DEAD_LETTER_ORIGIN_PUBLISH_TIME,
+    DEAD_LETTER_ORIGIN_SUBSCRIPTION,
+    DEAD_LETTER_REASON,
+    PUBLISH_REQUEST_BYTES,
+    copy_for_dead_letter,
+    request_size,
+    truncate_utf8,
+)
 from airflow_shared_stream.pubsub.errors import PubSubConfigurationError
 from airflow_shared_stream.pubsub.hook import PubSubHook, ResourceName
 
@@ -64,19 +76,13 @@ CLOSE_NACK_SECONDS = 5.0
 """How long closing the stream may spend giving unsettled messages back."""
 PUBLISH_LIMIT = 1000
 """Most messages in one ``publish`` request."""
-PUBLISH_BYTES = 9 * 1024 * 1024
-"""Bytes of dead-letter copies per ``publish`` request (Pub/Sub's limit is 10 MB per request)."""
+PUBLISH_BYTES = PUBLISH_REQUEST_BYTES - 512
+"""Bytes of dead-letter copies per ``publish`` request: Pub/Sub's limit, less room for the topic's
+name (``projects/<at most 30>/topics/<at most 255>``). A copy fitted to the limit with its topic
+(:func:`~airflow_shared_stream.pubsub.dead_letter.copy_for_dead_letter`) goes alone."""
 
 NOWHERE_TO_DEAD_LETTER_FIX = "Give the trigger a dead_letter_topic or the subscription a dead-letter policy."
 """What a refused ``reject`` says to do (:mod:`~airflow_shared_stream.common.reject_routes`)."""
-
-DEAD_LETTER_REASON = "dead_letter_reason"
-DEAD_LETTER_DESCRIPTION = "dead_letter_description"
-DEAD_LETTER_ORIGIN_SUBSCRIPTION = "dead_letter_origin_subscription"
-DEAD_LETTER_ORIGIN_MESSAGE_ID = "dead_letter_origin_message_id"
-DEAD_LETTER_ORIGIN_PUBLISH_TIME = "dead_letter_origin_publish_time"
-_ATTRIBUTE_VALUE_LIMIT = 1024
-"""Pub/Sub's limit on an attribute value, in bytes."""
 
 
 @dataclass(slots=True)
@@ -301,33 +307,23 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
         self, deliveries: Sequence[Delivery[PubSubMessageHandle]], seconds: float
     ) -> Collection[Delivery[PubSubMessageHandle]]:
         assert self.subscription is not None
-        # Unary ModifyAckDeadline reports no per-message failure (an expired ack id is ignored;
-        # the message simply comes back), so nothing is reported lost here.
-        await self.client.modify_ack_deadline(
+        # Pub/Sub names the ack ids it refused only on a subscription with exactly-once delivery
+        # (elsewhere an expired ack id is ignored and the message simply comes back).
+        refused = await self.client.modify_ack_deadline(
             self.subscription, [d.handle.ack_id for d in deliveries], int(seconds)
         )
-        return ()
+        return [d for d in deliveries if d.handle.ack_id in refused] if refused else ()
 
     def dead_letter_size(self, letter: DeadLetter[PubSubMessageHandle]) -> int:
-        handle = letter.delivery.handle
-        attributes = sum(len(k) + len(v) for k, v in handle.attributes.items())
-        return len(handle.data) + attributes + len(handle.ordering_key) + 2 * _ATTRIBUTE_VALUE_LIMIT
+        """The copy's share of a publish request, as Pub/Sub counts it (the serialized bytes)."""
+        return request_size("", self._dead_letter_copy(letter))
 
     async def dead_letter(self, letters: Sequence[DeadLetter[PubSubMessageHandle]]) -> None:
         assert self.subscription is not None
         if self.dead_letter_topic is None:
             await self._acknowledge_with_nowhere_to_go(letters)
             return
-        from google.pubsub_v1 import PubsubMessage
-
-        copies = [
-            PubsubMessage(
-                data=letter.delivery.handle.data,
-                attributes=self._dead_letter_attributes(letter),
-                ordering_key=letter.delivery.handle.ordering_key,
-            )
-            for letter in letters
-        ]
+        copies = [self._dead_letter_copy(letter) for letter in letters]
         # Publish first and acknowledge only what Pub/Sub has accepted: a failed publish raises,
         # the batch is not acknowledged, and the messages come back.
         await self.client.publish(self.dead_letter_topic, copies)
@@ -342,16 +338,23 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
             ", ".join(letter.delivery.message_id for letter in letters),
         )
 
-    def _dead_letter_attributes(self, letter: DeadLetter[PubSubMessageHandle]) -> dict[str, str]:
+    def _dead_letter_copy(self, letter: DeadLetter[PubSubMessageHandle]) -> Any:
+        """The raw ``PubsubMessage`` to publish: the original, our attributes, within Pub/Sub's limits."""
         handle = letter.delivery.handle
         ours = {
             DEAD_LETTER_REASON: letter.reason,
-            DEAD_LETTER_DESCRIPTION: _truncate(letter.description or "-", _ATTRIBUTE_VALUE_LIMIT),
+            DEAD_LETTER_DESCRIPTION: truncate_utf8(letter.description or "-", ATTRIBUTE_VALUE_LIMIT),
             DEAD_LETTER_ORIGIN_SUBSCRIPTION: self.subscription or "",
             DEAD_LETTER_ORIGIN_MESSAGE_ID: handle.message_id,
             DEAD_LETTER_ORIGIN_PUBLISH_TIME: handle.publish_time,
         }
-        return {**handle.attributes, **ours}
+        return copy_for_dead_letter(
+            topic=self.dead_letter_topic or "",
+            data=handle.data,
+            attributes=handle.attributes,
+            ordering_key=handle.ordering_key,
+            ours=ours,
+        )
 
     async def _acknowledge_with_nowhere_to_go(
         self, letters: Sequence[DeadLetter[PubSubMessageHandle]]
@@ -397,10 +400,3 @@ def _rfc3339(seconds: int, nanos: int) -> str:
 def _utc_seconds(seconds: int) -> str:
     """The whole-second part of :func:`_rfc3339`; a pull's messages share a few publish seconds."""
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-
-
-def _truncate(text: str, limit: int) -> str:
-    encoded = text.encode("utf-8")
-    if len(encoded) <= limit:
-        return text
-    return encoded[: limit - 3].decode("utf-8", errors="ignore") + "..."
