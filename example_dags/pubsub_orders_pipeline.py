@@ -9,9 +9,10 @@ persisted). Malformed events are published to the dead-letter topic, then acknow
 Settings (environment variables, read when the file is parsed):
 ``ORDERS_PUBSUB_SUBSCRIPTION`` (``orders-airflow``: a subscription id, or its full path),
 ``ORDERS_PUBSUB_PROJECT`` (empty: the connection's project) and
-``ORDERS_PUBSUB_DEAD_LETTER_TOPIC`` (``orders-dlq``; empty: nack to the subscription's own
-dead-letter policy). Credentials and the project come from the ``google_cloud_default``
-connection; ``PUBSUB_EMULATOR_HOST`` points the triggerer at an emulator.
+``ORDERS_PUBSUB_DEAD_LETTER_TOPIC`` (``orders-dlq``; empty: the topic of the subscription's own
+dead-letter policy; with neither, these watchers, which reject, are refused at start).
+Credentials and the project come from the ``google_cloud_default`` connection;
+``PUBSUB_EMULATOR_HOST`` points the triggerer at an emulator.
 """
 
 from __future__ import annotations

@@ -36,6 +36,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = "tests/integration/{broker}/test_{broker}_contract.py::Test{Broker}Contract::{test}"
 SQS_IDENTITY = "tests/integration/sqs/test_sqs_identity.py"
+PUBSUB_STREAM_TESTS = "tests/integration/pubsub/test_pubsub_shared_stream.py"
+PUBSUB_LIMIT_TESTS = "tests/integration/pubsub/test_pubsub_limits.py"
+PUBSUB_RAW_STUB_TESTS = "tests/integration/pubsub/test_pubsub_raw_stubs.py"
+PUBSUB_DEAD_LETTER_COPY_TESTS = "tests/unit/pubsub/test_pubsub_dead_letter_copy.py"
 
 
 TIMED_DEAD_LETTER = (
@@ -240,6 +244,69 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="        elif False:\n",
         caught_by=("test_an_unsupported_setting_is_refused_by_name",),
         module="tests/unit/sqs/test_sqs_connection_settings.py",
+    ),
+    Mutant(
+        name="a reject nacked to the subscription's dead-letter policy",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/producer.py",
+        original=(
+            "        if self.dead_letter_topic is None:\n"
+            "            await self._acknowledge_with_nowhere_to_go(letters)\n"
+        ),
+        mutated=(
+            "        if True:\n            await self.redeliver([letter.delivery for letter in letters])\n"
+        ),
+        caught_by=(
+            "test_a_reject_without_dead_letter_topic_goes_to_the_policy_topic_and_fires_no_watcher_again",
+        ),
+        module=PUBSUB_STREAM_TESTS,
+    ),
+    Mutant(
+        name="a reject with nowhere to dead-letter not refused",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/trigger.py",
+        original="                rejects=self.reject is not None,\n",
+        mutated="                rejects=False,\n",
+        caught_by=("test_a_reject_with_nowhere_to_dead_letter_is_refused_at_start",),
+        module=PUBSUB_STREAM_TESTS,
+    ),
+    Mutant(
+        name="emulator channel with gRPC's default 4 MiB receive limit",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/client.py",
+        original="        return grpc.aio.insecure_channel(target, options=list(options))\n",
+        mutated="        return grpc.aio.insecure_channel(target)\n",
+        caught_by=("test_a_backlog_whose_pull_is_over_grpcs_default_receive_limit_is_read",),
+        module=PUBSUB_LIMIT_TESTS,
+    ),
+    Mutant(
+        name="dead-letter copy over Pub/Sub's 100 attributes",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/dead_letter.py",
+        original="    room = MAX_ATTRIBUTES - len(ours) - len(markers)\n",
+        mutated="    room = MAX_ATTRIBUTES + len(ours)\n",
+        caught_by=(
+            "test_a_message_with_100_attributes_gets_a_copy_with_100_ours_kept_and_the_dropped_counted",
+        ),
+        module=PUBSUB_DEAD_LETTER_COPY_TESTS,
+    ),
+    Mutant(
+        name="dead-letter copy over Pub/Sub's 10 MB publish request",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/dead_letter.py",
+        original="        markers[DEAD_LETTER_TRUNCATED_FROM] = str(len(data))\n",
+        mutated="        pass\n",
+        caught_by=("test_a_copy_of_a_message_close_to_10_mb_is_cut_to_fit_the_publish_request",),
+        module=PUBSUB_DEAD_LETTER_COPY_TESTS,
+    ),
+    Mutant(
+        name="an ack id refused for good fails the call (exactly-once delivery)",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/client.py",
+        original="                    failures = ack_id_failures(exc, pending)\n",
+        mutated="                    failures: dict[str, str] = {}\n",
+        caught_by=("test_ack_ids_refused_for_good_on_an_exactly_once_subscription_do_not_fail_the_call",),
+        module=PUBSUB_RAW_STUB_TESTS,
     ),
 )
 

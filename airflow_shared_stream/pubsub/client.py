@@ -21,8 +21,9 @@ methods send, on raw protobuf messages. Everything else (``GetSubscription``, ``
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,10 @@ PULL_LIMIT = 1000
 """Most messages one ``pull`` may ask for."""
 MAX_ACK_DEADLINE_SECONDS = 600
 """Pub/Sub's longest ack deadline."""
+ACK_ID_RETRIES = 3
+"""Times an ack id Pub/Sub failed transiently (exactly-once delivery) is sent again."""
+ACK_ID_RETRY_SECONDS = 0.2
+"""First pause before sending such ack ids again; doubles each time."""
 
 
 class PubSubClient:
@@ -81,11 +86,8 @@ class PubSubClient:
         from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcAsyncIOTransport
 
         if self._settings.emulator_host:
-            import grpc
-
-            channel = grpc.aio.insecure_channel(self._settings.emulator_host)
             self._subscriber = SubscriberAsyncClient(
-                transport=SubscriberGrpcAsyncIOTransport(channel=channel)
+                transport=emulator_transport(SubscriberGrpcAsyncIOTransport, self._settings.emulator_host)
             )
         else:
             self._subscriber = SubscriberAsyncClient(credentials=self._settings.credentials)
@@ -103,11 +105,8 @@ class PubSubClient:
             from google.pubsub_v1.services.publisher.transports import PublisherGrpcAsyncIOTransport
 
             if self._settings.emulator_host:
-                import grpc
-
-                channel = grpc.aio.insecure_channel(self._settings.emulator_host)
                 self._publisher = PublisherAsyncClient(
-                    transport=PublisherGrpcAsyncIOTransport(channel=channel)
+                    transport=emulator_transport(PublisherGrpcAsyncIOTransport, self._settings.emulator_host)
                 )
             else:
                 self._publisher = PublisherAsyncClient(credentials=self._settings.credentials)
@@ -186,16 +185,34 @@ class PubSubClient:
             raise self.explain(exc, "Pull", subscription) from None
         return list(response.received_messages)
 
-    async def acknowledge(self, subscription: str, ack_ids: Sequence[str]) -> None:
+    async def acknowledge(self, subscription: str, ack_ids: Sequence[str]) -> set[str]:
+        """
+        Acknowledge ``ack_ids``; return those Pub/Sub refused for good (see :meth:`_settle_in_chunks`).
+
+        A refused acknowledgement is a message Pub/Sub hands out again (its lease had run out):
+        at-least-once allows that, so it is logged, and the stream goes on.
+        """
         calls = self.calls
-        await self._settle_in_chunks(
+        refused = await self._settle_in_chunks(
             calls.acknowledge, calls.acknowledge_request, "Acknowledge", subscription, ack_ids
         )
+        if refused:
+            log.warning(
+                "Pub/Sub refused %d acknowledgement(s) on %s (exactly-once delivery: their ack "
+                "deadline had passed); it hands those messages out again",
+                len(refused),
+                subscription,
+            )
+        return refused
 
-    async def modify_ack_deadline(self, subscription: str, ack_ids: Sequence[str], seconds: int) -> None:
-        """Set the ack deadline of ``ack_ids`` to ``seconds`` from now (0: redeliver at once)."""
+    async def modify_ack_deadline(self, subscription: str, ack_ids: Sequence[str], seconds: int) -> set[str]:
+        """
+        Set the ack deadline of ``ack_ids`` to ``seconds`` from now (0: redeliver at once).
+
+        Returns the ack ids Pub/Sub refused for good: their lease is lost.
+        """
         calls = self.calls
-        await self._settle_in_chunks(
+        return await self._settle_in_chunks(
             calls.modify_ack_deadline,
             calls.modify_ack_deadline_request,
             "ModifyAckDeadline",
@@ -212,23 +229,50 @@ class PubSubClient:
         subscription: str,
         ack_ids: Sequence[str],
         **fields: Any,
-    ) -> None:
-        """``Acknowledge`` or ``ModifyAckDeadline`` (``call``), one per ``ACK_IDS_PER_CALL`` ack ids."""
+    ) -> set[str]:
+        """
+        ``Acknowledge`` or ``ModifyAckDeadline`` (``call``), one per ``ACK_IDS_PER_CALL`` ack ids.
+
+        On a subscription with exactly-once delivery Pub/Sub fails the whole call when some of its
+        ack ids cannot be settled, and names each of them in the error's ``ErrorInfo`` metadata
+        (:func:`ack_id_failures`): ``PERMANENT_FAILURE_INVALID_ACK_ID`` for an ack id whose
+        deadline passed, ``TRANSIENT_FAILURE_...`` for one worth sending again. Raised, that failed
+        the stream over one expired lease, and the stream's restart left every other message of
+        the call to come back too. Instead the transient ones are sent again (a few times), the
+        permanent ones are returned, and the ack ids the error does not name were settled. Any
+        other failure raises.
+        """
         routing = self.calls.routing(subscription)
+        refused: set[str] = set()
         for start in range(0, len(ack_ids), ACK_IDS_PER_CALL):
-            request = request_class(
-                subscription=subscription, ack_ids=ack_ids[start : start + ACK_IDS_PER_CALL], **fields
-            )
-            try:
-                await call(request, retry=self._retry(), timeout=self._rpc_timeout, metadata=routing)
-            except Exception as exc:
-                raise self.explain(exc, operation, subscription) from None
+            pending = list(ack_ids[start : start + ACK_IDS_PER_CALL])
+            for attempt in range(ACK_ID_RETRIES + 1):
+                request = request_class(subscription=subscription, ack_ids=pending, **fields)
+                try:
+                    await call(request, retry=self._retry(), timeout=self._rpc_timeout, metadata=routing)
+                    break
+                except Exception as exc:
+                    failures = ack_id_failures(exc, pending)
+                    if not failures:
+                        raise self.explain(exc, operation, subscription) from None
+                    transient = [a for a in pending if failures.get(a, "").startswith("TRANSIENT_")]
+                    refused.update(a for a in failures if a not in transient)
+                    if transient and attempt == ACK_ID_RETRIES:
+                        raise self.explain(exc, operation, subscription) from None
+                    pending = transient
+                if not pending:
+                    break
+                await asyncio.sleep(ACK_ID_RETRY_SECONDS * 2**attempt)
+        return refused
 
     async def publish(self, topic: str, messages: Sequence[Any]) -> list[str]:
-        """Publish ``PubsubMessage`` objects in one request; return their message ids."""
+        """Publish ``PubsubMessage`` objects (proto-plus or raw protobuf) in one request; return their ids."""
+        from google.pubsub_v1 import PubsubMessage
+
+        wrapped = [m if isinstance(m, PubsubMessage) else PubsubMessage.wrap(m) for m in messages]
         try:
             response = await self._publisher_client().publish(
-                topic=topic, messages=list(messages), retry=self._retry(), timeout=self._rpc_timeout
+                topic=topic, messages=wrapped, retry=self._retry(), timeout=self._rpc_timeout
             )
         except Exception as exc:
             raise self.explain(exc, "Publish", topic) from None
@@ -274,6 +318,47 @@ class PubSubClient:
         return PubSubSharedStreamError(
             f"{where} failed: {type(exc).__name__}: {self.scrubber.scrub(str(exc))}"
         )
+
+
+def ack_id_failures(exc: BaseException, ack_ids: Collection[str]) -> dict[str, str]:
+    """
+    The ack ids of ``ack_ids`` a failed ``Acknowledge`` / ``ModifyAckDeadline`` names, with why.
+
+    Pub/Sub reports them on subscriptions with exactly-once delivery, as the metadata of an
+    ``ErrorInfo`` detail of the call's status (google-cloud-pubsub's streaming pull manager reads
+    them the same way). Empty for any other error.
+    """
+    from google.api_core import exceptions
+
+    if isinstance(exc, exceptions.RetryError):
+        exc = exc.cause or exc
+    metadata = exc.metadata if isinstance(exc, exceptions.GoogleAPICallError) else None
+    if not metadata:
+        return {}
+    named = set(ack_ids)
+    return {
+        ack_id: str(why)
+        for ack_id, why in metadata.items()
+        if ack_id in named and str(why).startswith(("PERMANENT_", "TRANSIENT_"))
+    }
+
+
+def emulator_transport(transport_class: Any, host: str) -> Any:
+    """
+    A GAPIC asyncio transport to the emulator at ``host``: plain gRPC, no credentials.
+
+    The transport builds the channel itself, through the callable it is given, with the options it
+    gives a production channel (no send or receive size limit, keepalive): a channel built with
+    gRPC's defaults refuses any response over 4 MiB, and one pull of large messages is more than
+    that (100 messages of 48 KB failed every pull with ResourceExhausted).
+    """
+    import grpc
+    from google.auth.credentials import AnonymousCredentials
+
+    def insecure_channel(target: str, *, options: Sequence[tuple[str, Any]] = (), **_: Any) -> Any:
+        return grpc.aio.insecure_channel(target, options=list(options))
+
+    return transport_class(host=host, credentials=AnonymousCredentials(), channel=insecure_channel)
 
 
 @dataclass(frozen=True)

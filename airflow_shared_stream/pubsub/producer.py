@@ -4,11 +4,14 @@ The Pub/Sub half of a shared stream: one subscriber per subscription, on the lea
 ========  ================================================================================
 ACK       ``acknowledge`` (up to 1000 ack ids per call)
 REDELIVER ``modify_ack_deadline`` 0: Pub/Sub hands the message out again at once
-DEAD      with ``dead_letter_topic``: ``publish`` a copy there (data, attributes, ordering
-LETTER    key, plus ``dead_letter_reason``, ``dead_letter_description`` and the origin as
-          attributes), then ``acknowledge``. Without it: nack (``modify_ack_deadline`` 0), so
-          the subscription's own dead-letter policy moves it after its
-          ``max_delivery_attempts``; a subscription without a policy redelivers it forever
+DEAD      ``publish`` a copy (data, attributes, ordering key, plus ``dead_letter_reason``,
+LETTER    ``dead_letter_description`` and the origin as attributes) to ``dead_letter_topic``,
+          else to the topic of the subscription's dead-letter policy, then ``acknowledge``.
+          Never a nack: Pub/Sub would hand the message out again, and every watcher that
+          accepted it would fire again on each delivery until the policy moved it. With
+          neither topic, a watcher with a ``reject`` expression is refused at start
+          (:mod:`~airflow_shared_stream.common.reject_routes`); what is still rejected
+          (undecodable, too large, an expression that failed) is acknowledged and logged
 ========  ================================================================================
 
 While a message waits for its trigger events to be persisted, its ack deadline is extended with
@@ -37,8 +40,21 @@ from airflow_shared_stream.common.errors import require_sdk
 from airflow_shared_stream.common.leased_queue import DeadLetter, Delivery, LeasedQueueProducer
 from airflow_shared_stream.common.matching import build_message
 from airflow_shared_stream.common.metrics import stream_label
+from airflow_shared_stream.common.reject_routes import reject_routes
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.pubsub.client import ACK_IDS_PER_CALL, PULL_LIMIT, PubSubClient
+from airflow_shared_stream.pubsub.dead_letter import (
+    ATTRIBUTE_VALUE_LIMIT,
+    DEAD_LETTER_DESCRIPTION,
+    DEAD_LETTER_ORIGIN_MESSAGE_ID,
+    DEAD_LETTER_ORIGIN_PUBLISH_TIME,
+    DEAD_LETTER_ORIGIN_SUBSCRIPTION,
+    DEAD_LETTER_REASON,
+    PUBLISH_REQUEST_BYTES,
+    copy_for_dead_letter,
+    request_size,
+    truncate_utf8,
+)
 from airflow_shared_stream.pubsub.errors import PubSubConfigurationError
 from airflow_shared_stream.pubsub.hook import PubSubHook, ResourceName
 
@@ -60,16 +76,13 @@ CLOSE_NACK_SECONDS = 5.0
 """How long closing the stream may spend giving unsettled messages back."""
 PUBLISH_LIMIT = 1000
 """Most messages in one ``publish`` request."""
-PUBLISH_BYTES = 9 * 1024 * 1024
-"""Bytes of dead-letter copies per ``publish`` request (Pub/Sub's limit is 10 MB per request)."""
+PUBLISH_BYTES = PUBLISH_REQUEST_BYTES - 512
+"""Bytes of dead-letter copies per ``publish`` request: Pub/Sub's limit, less room for the topic's
+name (``projects/<at most 30>/topics/<at most 255>``). A copy fitted to the limit with its topic
+(:func:`~airflow_shared_stream.pubsub.dead_letter.copy_for_dead_letter`) goes alone."""
 
-DEAD_LETTER_REASON = "dead_letter_reason"
-DEAD_LETTER_DESCRIPTION = "dead_letter_description"
-DEAD_LETTER_ORIGIN_SUBSCRIPTION = "dead_letter_origin_subscription"
-DEAD_LETTER_ORIGIN_MESSAGE_ID = "dead_letter_origin_message_id"
-DEAD_LETTER_ORIGIN_PUBLISH_TIME = "dead_letter_origin_publish_time"
-_ATTRIBUTE_VALUE_LIMIT = 1024
-"""Pub/Sub's limit on an attribute value, in bytes."""
+NOWHERE_TO_DEAD_LETTER_FIX = "Give the trigger a dead_letter_topic or the subscription a dead-letter policy."
+"""What a refused ``reject`` says to do (:mod:`~airflow_shared_stream.common.reject_routes`)."""
 
 
 @dataclass(slots=True)
@@ -134,10 +147,9 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
         self.subscription: str | None = None
         """The subscription's full path, once connected."""
         self.dead_letter_topic: str | None = None
-        """The dead-letter topic's full path, once connected (``None``: nack to the policy)."""
+        """Where rejected messages are published, once connected: ``dead_letter_topic``, else the
+        topic of the subscription's dead-letter policy (``None``: neither)."""
         self._ordered = False
-        self._policy_topic: str | None = None
-        self._policy_attempts = 0
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -161,21 +173,31 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
                 f"subscription {self.subscription} is a push subscription (it pushes to an endpoint); "
                 "the shared stream pulls: give it a pull subscription"
             )
+        policy_topic = subscription.dead_letter_policy.dead_letter_topic or None
         if self.dead_letter_topic is not None:
             if self.dead_letter_topic == subscription.topic:
                 raise PubSubConfigurationError(
                     f"dead_letter_topic {self.dead_letter_topic} is the topic subscription "
                     f"{self.subscription} reads: rejected messages would come straight back"
                 )
+        else:
+            # Rejected messages are published to the policy's topic by us, not nacked to the
+            # policy: a nack hands the message out again, and every watcher that accepted it
+            # fires again on each delivery until the policy gives up on it.
+            self.dead_letter_topic = policy_topic
+        if self.dead_letter_topic is not None:
             await self._client.get_topic(self.dead_letter_topic)
+        reject_routes().opened(
+            self.subscription,
+            self,
+            self.dead_letter_topic,
+            fix=NOWHERE_TO_DEAD_LETTER_FIX,
+        )
         self._ordered = bool(subscription.enable_message_ordering)
         if self._ordered:
             # Batches of concurrent pulls are yielded as they return: keep an ordering key's
             # messages in the order Pub/Sub handed them out.
             self.receives_in_flight = 1
-        policy = subscription.dead_letter_policy
-        self._policy_topic = policy.dead_letter_topic or None
-        self._policy_attempts = policy.max_delivery_attempts or (5 if self._policy_topic else 0)
         lease_seconds = max(10, int(subscription.ack_deadline_seconds or 10))
         log.info(
             "Pub/Sub shared stream open: subscription=%s endpoint=%s credentials=%s ordered=%s "
@@ -186,14 +208,15 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
             self._ordered,
             lease_seconds,
             self.dead_letter_topic,
-            self._policy_topic,
+            policy_topic,
             self._window.max_in_flight,
         )
-        if self.dead_letter_topic is None and self._policy_topic is None:
+        if self.dead_letter_topic is None:
             log.warning(
-                "Subscription %s has no dead_letter_topic and no dead-letter policy: rejected messages "
-                "are nacked and Pub/Sub redelivers them, again and again. Give the trigger a "
-                "dead_letter_topic or the subscription a dead-letter policy.",
+                "Subscription %s has no dead_letter_topic and no dead-letter policy: watchers with a "
+                "reject expression are refused, and messages that cannot be processed are "
+                "acknowledged and logged, not kept. Give the trigger a dead_letter_topic or the "
+                "subscription a dead-letter policy.",
                 self.subscription,
             )
         return lease_seconds
@@ -211,6 +234,8 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
             await asyncio.wait_for(self.redeliver(deliveries), timeout=CLOSE_NACK_SECONDS)
 
     async def disconnect(self) -> None:
+        if self.subscription is not None:
+            reject_routes().closed(self.subscription, self)
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -282,33 +307,23 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
         self, deliveries: Sequence[Delivery[PubSubMessageHandle]], seconds: float
     ) -> Collection[Delivery[PubSubMessageHandle]]:
         assert self.subscription is not None
-        # Unary ModifyAckDeadline reports no per-message failure (an expired ack id is ignored;
-        # the message simply comes back), so nothing is reported lost here.
-        await self.client.modify_ack_deadline(
+        # Pub/Sub names the ack ids it refused only on a subscription with exactly-once delivery
+        # (elsewhere an expired ack id is ignored and the message simply comes back).
+        refused = await self.client.modify_ack_deadline(
             self.subscription, [d.handle.ack_id for d in deliveries], int(seconds)
         )
-        return ()
+        return [d for d in deliveries if d.handle.ack_id in refused] if refused else ()
 
     def dead_letter_size(self, letter: DeadLetter[PubSubMessageHandle]) -> int:
-        handle = letter.delivery.handle
-        attributes = sum(len(k) + len(v) for k, v in handle.attributes.items())
-        return len(handle.data) + attributes + len(handle.ordering_key) + 2 * _ATTRIBUTE_VALUE_LIMIT
+        """The copy's share of a publish request, as Pub/Sub counts it (the serialized bytes)."""
+        return request_size("", self._dead_letter_copy(letter))
 
     async def dead_letter(self, letters: Sequence[DeadLetter[PubSubMessageHandle]]) -> None:
         assert self.subscription is not None
         if self.dead_letter_topic is None:
-            await self._nack_to_policy(letters)
+            await self._acknowledge_with_nowhere_to_go(letters)
             return
-        from google.pubsub_v1 import PubsubMessage
-
-        copies = [
-            PubsubMessage(
-                data=letter.delivery.handle.data,
-                attributes=self._dead_letter_attributes(letter),
-                ordering_key=letter.delivery.handle.ordering_key,
-            )
-            for letter in letters
-        ]
+        copies = [self._dead_letter_copy(letter) for letter in letters]
         # Publish first and acknowledge only what Pub/Sub has accepted: a failed publish raises,
         # the batch is not acknowledged, and the messages come back.
         await self.client.publish(self.dead_letter_topic, copies)
@@ -323,42 +338,47 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
             ", ".join(letter.delivery.message_id for letter in letters),
         )
 
-    def _dead_letter_attributes(self, letter: DeadLetter[PubSubMessageHandle]) -> dict[str, str]:
+    def _dead_letter_copy(self, letter: DeadLetter[PubSubMessageHandle]) -> Any:
+        """The raw ``PubsubMessage`` to publish: the original, our attributes, within Pub/Sub's limits."""
         handle = letter.delivery.handle
         ours = {
             DEAD_LETTER_REASON: letter.reason,
-            DEAD_LETTER_DESCRIPTION: _truncate(letter.description or "-", _ATTRIBUTE_VALUE_LIMIT),
+            DEAD_LETTER_DESCRIPTION: truncate_utf8(letter.description or "-", ATTRIBUTE_VALUE_LIMIT),
             DEAD_LETTER_ORIGIN_SUBSCRIPTION: self.subscription or "",
             DEAD_LETTER_ORIGIN_MESSAGE_ID: handle.message_id,
             DEAD_LETTER_ORIGIN_PUBLISH_TIME: handle.publish_time,
         }
-        return {**handle.attributes, **ours}
+        return copy_for_dead_letter(
+            topic=self.dead_letter_topic or "",
+            data=handle.data,
+            attributes=handle.attributes,
+            ordering_key=handle.ordering_key,
+            ours=ours,
+        )
 
-    async def _nack_to_policy(self, letters: Sequence[DeadLetter[PubSubMessageHandle]]) -> None:
+    async def _acknowledge_with_nowhere_to_go(
+        self, letters: Sequence[DeadLetter[PubSubMessageHandle]]
+    ) -> None:
+        """
+        Acknowledge what was rejected on a stream with nowhere to dead-letter, and log each.
+
+        Only messages no ``reject`` expression chose get here (watchers with one are refused on
+        such a stream): undecodable or too large, or an expression that failed on them. Handed out
+        again, they would fail again and fire every watcher that accepted them again.
+        """
         assert self.subscription is not None
-        await self.client.modify_ack_deadline(
-            self.subscription, [letter.delivery.handle.ack_id for letter in letters], 0
+        await self.client.acknowledge(
+            self.subscription, [letter.delivery.handle.ack_id for letter in letters]
         )
         for letter in letters:
-            if self._policy_topic is not None:
-                log.warning(
-                    "Rejected message %s of %s nacked: the subscription's dead-letter policy moves it to %s "
-                    "after %d delivery attempts: %s",
-                    letter.delivery.message_id,
-                    self.subscription,
-                    self._policy_topic,
-                    self._policy_attempts,
-                    letter.description,
-                )
-            else:
-                log.warning(
-                    "Rejected message %s of %s nacked, and the subscription has no dead-letter policy: "
-                    "Pub/Sub will redeliver it (give the trigger a dead_letter_topic or the subscription "
-                    "a dead-letter policy): %s",
-                    letter.delivery.message_id,
-                    self.subscription,
-                    letter.description,
-                )
+            log.error(
+                "Message %s of %s was %s and the subscription has nowhere to dead-letter it (no "
+                "dead_letter_topic, no dead-letter policy): acknowledged, not kept: %s",
+                letter.delivery.message_id,
+                self.subscription,
+                letter.reason,
+                letter.description,
+            )
 
 
 @functools.lru_cache(maxsize=256)
@@ -380,10 +400,3 @@ def _rfc3339(seconds: int, nanos: int) -> str:
 def _utc_seconds(seconds: int) -> str:
     """The whole-second part of :func:`_rfc3339`; a pull's messages share a few publish seconds."""
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-
-
-def _truncate(text: str, limit: int) -> str:
-    encoded = text.encode("utf-8")
-    if len(encoded) <= limit:
-        return text
-    return encoded[: limit - 3].decode("utf-8", errors="ignore") + "..."

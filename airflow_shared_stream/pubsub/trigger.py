@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
+from airflow_shared_stream.common.matching import RawMessage
+from airflow_shared_stream.common.reject_routes import reject_routes
 from airflow_shared_stream.common.trigger import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -13,7 +16,7 @@ from airflow_shared_stream.common.trigger import (
 )
 from airflow_shared_stream.pubsub.errors import PubSubConfigurationError, PubSubSharedStreamError
 from airflow_shared_stream.pubsub.hook import PubSubHook, ResourceName, validate_project_id
-from airflow_shared_stream.pubsub.producer import PubSubSharedStreamProducer
+from airflow_shared_stream.pubsub.producer import NOWHERE_TO_DEAD_LETTER_FIX, PubSubSharedStreamProducer
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +47,9 @@ class PubSubSharedStreamTrigger(SharedStreamTrigger):
     :param reject: JMESPath over the envelope; truthy dead-letters the message.
     :param dead_letter_topic: a topic id (in the subscription's project) or full path. Rejected
         messages are published there, with ``dead_letter_reason``, ``dead_letter_description``
-        and ``dead_letter_origin_*`` attributes, then acknowledged. Without it they are nacked,
-        so the subscription's own dead-letter policy takes them; a subscription without a policy
-        redelivers them (a warning says so).
+        and ``dead_letter_origin_*`` attributes, then acknowledged. Without it they are published
+        the same way to the topic of the subscription's dead-letter policy. With neither, a
+        watcher with a ``reject`` expression is refused at start.
     :param max_in_flight: most messages pulled and not yet settled.
     :param max_payload_bytes: largest message data turned into an event; larger ones are
         dead-lettered.
@@ -128,3 +131,24 @@ class PubSubSharedStreamTrigger(SharedStreamTrigger):
                 self._dead_letter.resolve(project) if project is not None else self.dead_letter_topic
             )
         return shape
+
+    @contextmanager
+    def _watching(self) -> Iterator[Callable[[RawMessage], bool] | None]:
+        """
+        The base's, and a ``reject`` refused at start when the stream has nowhere to dead-letter.
+
+        A reject given back to Pub/Sub instead would be handed out again and fire every watcher
+        that accepted it again (:mod:`~airflow_shared_stream.common.reject_routes`).
+        """
+        identity = self.stream_identity()
+        with super()._watching() as passed:
+            if len(identity) != 1:  # an unresolved project: the producer fails the stream
+                yield passed
+                return
+            with reject_routes().watching(
+                identity[0],
+                self._watcher_name(),
+                rejects=self.reject is not None,
+                fix=NOWHERE_TO_DEAD_LETTER_FIX,
+            ):
+                yield passed

@@ -33,6 +33,9 @@ from tests.support.processes import free_port, running, tail
 EMULATOR = Path("/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator")
 PROJECT = "shared-stream-test"
 READY_LINE = "Server started"
+CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+"""The helpers' channels take messages of any size, as Google's transports' do (a pull of a
+dead-letter copy of 10 MB is over gRPC's default 4 MiB)."""
 
 
 class EmulatorMissingError(RuntimeError):
@@ -97,7 +100,9 @@ class PubSubEmulator:
         from google.pubsub_v1 import PublisherClient
         from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
 
-        return PublisherClient(transport=PublisherGrpcTransport(channel=grpc.insecure_channel(self.host)))
+        return PublisherClient(
+            transport=PublisherGrpcTransport(channel=grpc.insecure_channel(self.host, CHANNEL_OPTIONS))
+        )
 
     @functools.cached_property
     def subscriber(self) -> Any:
@@ -105,7 +110,9 @@ class PubSubEmulator:
         from google.pubsub_v1 import SubscriberClient
         from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
 
-        return SubscriberClient(transport=SubscriberGrpcTransport(channel=grpc.insecure_channel(self.host)))
+        return SubscriberClient(
+            transport=SubscriberGrpcTransport(channel=grpc.insecure_channel(self.host, CHANNEL_OPTIONS))
+        )
 
     # -- admin ---------------------------------------------------------------------------------
 

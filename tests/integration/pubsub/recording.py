@@ -45,20 +45,22 @@ class RecordingClient(PubSubClient):
             ledger.leases[r.ack_id] = (r.message.message_id, time.monotonic() + ledger.ack_deadline)
         return received
 
-    async def acknowledge(self, subscription: str, ack_ids: Sequence[str]) -> None:
-        await super().acknowledge(subscription, ack_ids)
+    async def acknowledge(self, subscription: str, ack_ids: Sequence[str]) -> set[str]:
+        refused = await super().acknowledge(subscription, ack_ids)
         ledger = LEDGERS.setdefault(subscription, Ledger(ack_deadline=10))
         for ack_id in ack_ids:
-            if ack_id in ledger.leases:
+            if ack_id in ledger.leases and ack_id not in refused:
                 ledger.acked.add(ledger.leases.pop(ack_id)[0])
+        return refused
 
-    async def modify_ack_deadline(self, subscription: str, ack_ids: Sequence[str], seconds: int) -> None:
-        await super().modify_ack_deadline(subscription, ack_ids, seconds)
+    async def modify_ack_deadline(self, subscription: str, ack_ids: Sequence[str], seconds: int) -> set[str]:
+        refused = await super().modify_ack_deadline(subscription, ack_ids, seconds)
         ledger = LEDGERS.setdefault(subscription, Ledger(ack_deadline=10))
         for ack_id in ack_ids:
-            if ack_id in ledger.leases:
+            if ack_id in ledger.leases and ack_id not in refused:
                 message_id, _ = ledger.leases[ack_id]
                 ledger.leases[ack_id] = (message_id, time.monotonic() + seconds)
+        return refused
 
 
 class RecordingProducer(PubSubSharedStreamProducer):

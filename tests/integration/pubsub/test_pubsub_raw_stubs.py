@@ -21,7 +21,7 @@ from google.protobuf import empty_pb2
 from google.pubsub_v1 import types
 
 from airflow_shared_stream.pubsub.client import PubSubClient
-from airflow_shared_stream.pubsub.errors import PubSubNotFoundError
+from airflow_shared_stream.pubsub.errors import PubSubConfigurationError, PubSubNotFoundError
 from airflow_shared_stream.pubsub.hook import PubSubClientSettings
 
 SUBSCRIPTION = "projects/shop-prod-1/subscriptions/orders"
@@ -33,6 +33,9 @@ class RecordingServer(grpc.GenericRpcHandler):
     def __init__(self) -> None:
         self.calls: list[tuple[str, bytes, list[tuple[str, str]]]] = []
         self.refuse_pulls = False
+        self.ack_id_failures: list[dict[str, str]] = []
+        """Per ``Acknowledge`` / ``ModifyAckDeadline`` call, in order: the ack ids to fail, as
+        Pub/Sub fails them on a subscription with exactly-once delivery."""
 
     def service(self, handler_call_details: Any) -> Any:
         method = handler_call_details.method
@@ -48,9 +51,38 @@ class RecordingServer(grpc.GenericRpcHandler):
                 if self.refuse_pulls:
                     await context.abort(grpc.StatusCode.NOT_FOUND, "Resource not found (resource=orders).")
                 return types.PullResponse.pb()().SerializeToString()
+            if self.ack_id_failures:
+                failures = self.ack_id_failures.pop(0)
+                if failures:
+                    await abort_like_exactly_once_delivery(context, failures)
             return empty_pb2.Empty().SerializeToString()
 
         return grpc.unary_unary_rpc_method_handler(answer)
+
+
+async def abort_like_exactly_once_delivery(context: Any, failures: dict[str, str]) -> None:
+    """
+    Fail the call as Pub/Sub does when ack ids of an exactly-once subscription cannot be settled.
+
+    The status carries an ``ErrorInfo`` detail whose metadata maps each failed ack id to why
+    (``PERMANENT_FAILURE_INVALID_ACK_ID``, ``TRANSIENT_FAILURE_...``), in the
+    ``grpc-status-details-bin`` trailer, which is where google-cloud-pubsub reads it.
+    """
+    from google.protobuf import any_pb2
+    from google.rpc import code_pb2, error_details_pb2, status_pb2
+
+    info = error_details_pb2.ErrorInfo(
+        reason="EXACTLY_ONCE_ACKID_FAILURE", domain="pubsub.googleapis.com", metadata=failures
+    )
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    message = "Some acknowledgement ids in the request were invalid."
+    status = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=message, details=[detail])
+    await context.abort(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        message,
+        trailing_metadata=(("grpc-status-details-bin", status.SerializeToString()),),
+    )
 
 
 @pytest.fixture
@@ -122,3 +154,67 @@ async def test_a_refused_pull_reads_as_before(server):
         await ours.close()
     assert SUBSCRIPTION in str(caught.value)
     assert "google_cloud_default" in str(caught.value)
+
+
+def acked_ids(call: tuple[str, bytes, list[tuple[str, str]]]) -> list[str]:
+    request_class = (
+        types.AcknowledgeRequest if call[0].endswith("/Acknowledge") else types.ModifyAckDeadlineRequest
+    )
+    return list(request_class.pb().FromString(call[1]).ack_ids)
+
+
+async def test_ack_ids_refused_for_good_on_an_exactly_once_subscription_do_not_fail_the_call(server):
+    """
+    Exactly-once delivery: an ack id whose deadline passed fails the whole call, naming that id.
+
+    Google's emulator accepts any ack id even on such a subscription, so a server that answers as
+    Pub/Sub does stands in for it here. Raised, the failure failed the stream (and every other
+    message of the call came back with its restart); now the refused ids are returned (their
+    messages come back: at-least-once) and the others count as settled, not sent again.
+    """
+    recording, address = server
+    recording.ack_id_failures = [
+        {"a2": "PERMANENT_FAILURE_INVALID_ACK_ID"},
+        {"a1": "PERMANENT_FAILURE_INVALID_ACK_ID"},
+    ]
+    ours = PubSubClient(
+        PubSubClientSettings(project="shop-prod-1", emulator_host=address, credentials_source="emulator"),
+        gcp_conn_id="google_cloud_default",
+    )
+    ours.open()
+    try:
+        assert await ours.acknowledge(SUBSCRIPTION, ["a1", "a2", "a3"]) == {"a2"}
+        assert await ours.modify_ack_deadline(SUBSCRIPTION, ["a1", "a3"], 30) == {"a1"}
+    finally:
+        await ours.close()
+    assert [acked_ids(call) for call in recording.calls] == [["a1", "a2", "a3"], ["a1", "a3"]]
+
+
+async def test_ack_ids_refused_for_now_are_sent_again_alone(server):
+    recording, address = server
+    recording.ack_id_failures = [{"a2": "TRANSIENT_FAILURE_UNORDERED_ACK_ID"}, {}]
+    ours = PubSubClient(
+        PubSubClientSettings(project="shop-prod-1", emulator_host=address, credentials_source="emulator"),
+        gcp_conn_id="google_cloud_default",
+    )
+    ours.open()
+    try:
+        assert await ours.acknowledge(SUBSCRIPTION, ["a1", "a2", "a3"]) == set()
+    finally:
+        await ours.close()
+    assert [acked_ids(call) for call in recording.calls] == [["a1", "a2", "a3"], ["a2"]]
+
+
+async def test_a_refused_settlement_that_names_no_ack_id_still_fails_clearly(server):
+    recording, address = server
+    recording.ack_id_failures = [{"unrelated-id": "PERMANENT_FAILURE_INVALID_ACK_ID"}]
+    ours = PubSubClient(
+        PubSubClientSettings(project="shop-prod-1", emulator_host=address, credentials_source="emulator"),
+        gcp_conn_id="google_cloud_default",
+    )
+    ours.open()
+    try:
+        with pytest.raises(PubSubConfigurationError, match=r"Acknowledge on .* was refused"):
+            await ours.acknowledge(SUBSCRIPTION, ["a1"])
+    finally:
+        await ours.close()

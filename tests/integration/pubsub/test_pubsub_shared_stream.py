@@ -11,6 +11,7 @@ import random
 import pytest
 
 from airflow_shared_stream.common.errors import StreamShapeConflictError
+from airflow_shared_stream.common.reject_routes import RejectWithNowhereToGoError
 from airflow_shared_stream.pubsub.trigger import PubSubSharedStreamTrigger
 from airflow_shared_stream.testing import SharedStreamHarness
 from tests.integration.pubsub.recording import RecordingTrigger, track
@@ -143,19 +144,76 @@ async def test_failed_watcher_makes_the_message_come_back_at_once(pubsub):
         assert ids_of(healthy) == [sent, sent]
 
 
-async def test_reject_without_dead_letter_topic_is_nacked_to_the_subscription_policy(pubsub, harness):
+async def test_a_reject_without_dead_letter_topic_goes_to_the_policy_topic_and_fires_no_watcher_again(
+    pubsub, harness
+):
+    """
+    One watcher accepts a message, another rejects it: it leaves the subscription once.
+
+    Nacked to the subscription's dead-letter policy instead, Pub/Sub handed it out again until the
+    policy moved it, and the watcher that accepted it fired on every delivery (five times with
+    ``max_delivery_attempts=5``). The stream publishes it to the policy's topic itself, with the
+    reason and origin, and acknowledges it.
+    """
     dead_topic, dead_reader = pubsub.topic_with_subscription()
     topic = pubsub.create_topic()
     subscription = pubsub.create_subscription(topic, dead_letter_topic=dead_topic, max_delivery_attempts=5)
-    watcher = harness.add(PubSubSharedStreamTrigger(subscription, reject="body.order_id == null"))
-    pubsub.publish(topic, [{"order_id": 1}, {"broken": True}, {"order_id": 2}])
-    await watcher.wait_for_events(2)
+    ledger = track(subscription, ack_deadline=10)
+    rejecting = harness.add(RecordingTrigger(subscription, reject="body.order_id == null"))
+    accepting = harness.add(RecordingTrigger(subscription))
+    sent = pubsub.publish(topic, [{"order_id": 1}, {"broken": True}, {"order_id": 2}])
+    await rejecting.wait_for_events(2)
     dead = await eventually(
-        lambda: pubsub.pull(dead_reader), lambda m: len(m) == 1, timeout=90, what="policy dead letter"
+        lambda: pubsub.pull(dead_reader),
+        lambda m: len(m) == 1,
+        timeout=90,
+        what="dead letter on the policy topic",
     )
+    assert sorted(ids_of(accepting)) == sorted(sent)  # each once: the rejected one never came back
     assert json.loads(dead[0].message.data) == {"broken": True}
-    assert [p["body"]["order_id"] for p in watcher.payloads] == [1, 2]
-    assert {p["delivery_attempt"] for p in watcher.payloads} == {1}
+    attributes = dict(dead[0].message.attributes)
+    assert attributes["dead_letter_reason"] == "rejected"
+    assert attributes["dead_letter_origin_message_id"] == sent[1]
+    await eventually(lambda: ledger.acked, lambda acked: acked == set(sent), timeout=30, what="acknowledged")
+    await harness.stop()
+    await assert_nothing_comes_back(pubsub, subscription)
+    assert sorted(ids_of(accepting)) == sorted(sent)  # each once: the rejected one never came back
+    assert [p["body"]["order_id"] for p in rejecting.payloads] == [1, 2]
+
+
+async def test_a_reject_with_nowhere_to_dead_letter_is_refused_at_start(pubsub, harness):
+    """
+    No ``dead_letter_topic`` and no dead-letter policy: a watcher with ``reject`` does not run.
+
+    Its rejects could only be given back, and every watcher that accepted them would fire again
+    on each delivery. Started together with the other watchers, the stream fails before its first
+    pull (nothing is taken from the subscription); joining a running stream, it fails alone.
+    """
+    topic, subscription = pubsub.topic_with_subscription()
+    [first] = pubsub.publish(topic, [{"n": 1}])
+    accepting = harness.add(PubSubSharedStreamTrigger(subscription))
+    rejecting = harness.add(PubSubSharedStreamTrigger(subscription, reject="body.n == `1`"))
+    error = await rejecting.wait_for_error()
+    assert isinstance(error, RejectWithNowhereToGoError)
+    assert f"trigger {rejecting.trigger_id}" in str(error)
+    assert "dead-letter policy" in str(error)
+    await accepting.wait_for_error()
+    assert accepting.events == []
+    # Never pulled: still there, not leased to the failed stream.
+    left = await asyncio.to_thread(pubsub.pull, subscription, ack=False)
+    assert [m.message.message_id for m in left] == [first]
+
+    async with SharedStreamHarness(confirm_after=0.0) as second:
+        accepting = second.add(PubSubSharedStreamTrigger(subscription))
+        await accepting.wait_for_events(1, timeout=30)
+        late = second.add(PubSubSharedStreamTrigger(subscription, reject="body.n == `2`"))
+        error = await late.wait_for_error()
+        assert isinstance(error, RejectWithNowhereToGoError)
+        [then] = pubsub.publish(topic, [{"n": 2}])
+        await accepting.wait_for_events(2)
+        assert accepting.error is None
+        assert ids_of(accepting) == [first, then]
+        assert late.events == []
 
 
 async def test_reject_with_dead_letter_topic_publishes_then_acknowledges(pubsub, harness):

@@ -10,7 +10,8 @@ from google.protobuf import timestamp_pb2
 from google.pubsub_v1 import PubsubMessage, ReceivedMessage
 
 from airflow_shared_stream.common.leased_queue import DeadLetter
-from airflow_shared_stream.pubsub.producer import PubSubSharedStreamProducer, _truncate
+from airflow_shared_stream.pubsub.dead_letter import truncate_utf8
+from airflow_shared_stream.pubsub.producer import PubSubSharedStreamProducer
 
 SUBSCRIPTION = "projects/shop-prod-1/subscriptions/orders"
 
@@ -91,7 +92,9 @@ def test_oversized_data_is_unprocessable():
 def test_dead_letter_copy_keeps_attributes_and_adds_reason_and_origin():
     p = producer(ordered=True)
     delivery = p._delivery(received(b"{}", key="c-17"))
-    attributes = p._dead_letter_attributes(DeadLetter(delivery, "rejected", "trigger 3: " + "é" * 2000))
+    copy = p._dead_letter_copy(DeadLetter(delivery, "rejected", "trigger 3: " + "é" * 2000))
+    assert copy.ordering_key == "c-17"
+    attributes = dict(copy.attributes)
     assert attributes["tier"] == "vip"
     assert attributes["dead_letter_reason"] == "rejected"
     assert len(attributes["dead_letter_description"].encode()) <= 1024
@@ -101,7 +104,7 @@ def test_dead_letter_copy_keeps_attributes_and_adds_reason_and_origin():
 
 
 def test_truncate_keeps_utf8_whole():
-    assert _truncate("abc", 10) == "abc"
-    cut = _truncate("é" * 10, 9)
+    assert truncate_utf8("abc", 10) == "abc"
+    cut = truncate_utf8("é" * 10, 9)
     assert cut.endswith("...")
     assert len(cut.encode()) <= 9
