@@ -41,6 +41,8 @@ TIMED_DEAD_LETTER = (
     "        if dead:\n"
     "            with self.metrics.timed(m.ADVANCE_LATENCY):  # the one broker call an advance makes\n"
 )
+SERVICEBUS_IDENTITY = "tests/integration/servicebus/test_servicebus_stream_identity.py"
+SERVICEBUS_IDENTITY_UNIT = "tests/unit/servicebus/test_stream_identity.py"
 DEAD_LETTER_SEND = TIMED_DEAD_LETTER + "                await self._dead_letter(dead)\n"
 """Kafka's advance sending its dead letters and waiting for the broker's acknowledgement."""
 
@@ -56,9 +58,11 @@ class Mutant:
     short: bool = False
 
     def test_ids(self) -> list[str]:
+        """Contract tests by name; any other test as its pytest node id (``path::name``)."""
         broker = self.broker
         return [
-            CONTRACT.format(broker=broker, Broker=broker.capitalize(), test=test) for test in self.caught_by
+            test if "::" in test else CONTRACT.format(broker=broker, Broker=broker.capitalize(), test=test)
+            for test in self.caught_by
         ]
 
 
@@ -191,6 +195,55 @@ MUTANTS: tuple[Mutant, ...] = (
             "                    pass\n"
         ),
         caught_by=("test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream",),
+    ),
+    # Stream identity: every spelling of one entity is one stream (docs/concepts.rst).
+    Mutant(
+        name="Service Bus stream keyed by the connection id",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/trigger.py",
+        original="        return (self._namespace, self._entity.identity)\n",
+        mutated="        return (self.azure_service_bus_conn_id, self._entity.identity)\n",
+        caught_by=(
+            f"{SERVICEBUS_IDENTITY}::test_spellings_of_one_namespace_share_one_receiver_and_every_watcher_sees_everything",
+        ),
+    ),
+    Mutant(
+        name="Service Bus emulator's default port left out of the namespace",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/hook.py",
+        original='    return f"{hostname}:{port or EMULATOR_AMQP_PORT}"\n',
+        mutated='    return f"{hostname}:{port}" if port else hostname\n',
+        caught_by=(f"{SERVICEBUS_IDENTITY_UNIT}::test_two_connections_naming_one_namespace_are_one_stream",),
+    ),
+    Mutant(
+        name="split-stream check grouped by connection id",
+        broker="servicebus",
+        path="airflow_shared_stream/placement.py",
+        original="            key = trigger.shared_stream_key()\n",
+        mutated='            key = (trigger.shared_stream_key(), kwargs.get("azure_service_bus_conn_id"))\n',
+        caught_by=(
+            f"{SERVICEBUS_IDENTITY}::test_the_split_stream_check_groups_two_connection_ids_of_one_entity",
+        ),
+    ),
+    Mutant(
+        name="last resolved endpoint not standing in where a connection cannot be read",
+        broker="servicebus",
+        path="airflow_shared_stream/common/trigger.py",
+        original="            return known\n",
+        mutated="            return None\n",
+        caught_by=(
+            f"{SERVICEBUS_IDENTITY_UNIT}::test_the_last_endpoint_read_stands_in_where_a_connection_cannot_be_read",
+        ),
+    ),
+    Mutant(
+        name="SQS legacy global host not the us-east-1 queue",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/hook.py",
+        original="    if hostname == _LEGACY_US_EAST_1_HOST:\n",
+        mutated="    if False:  # mutant: queue.amazonaws.com is a host of its own\n",
+        caught_by=(
+            "tests/integration/sqs/test_sqs_stream_identity.py::test_two_aws_spellings_of_one_queue_share_one_receiver",
+        ),
     ),
 )
 
