@@ -152,10 +152,16 @@ class ConnectionEndpoints:
             if known is None:
                 # Our configuration errors are secret-free; anything else is named by type only.
                 reason = str(exc) if isinstance(exc, SharedStreamConfigurationError) else type(exc).__name__
-                log.warning("Cannot resolve the %s endpoint of connection %r: %s", broker, conn_id, reason)
+                log.warning(
+                    "Cannot resolve what connection %r names for a %s stream: %s", conn_id, broker, reason
+                )
             return known
         self._last[(broker, conn_id)] = endpoint
         return endpoint
+
+    def clear(self) -> None:
+        """Forget every answer (tests: each starts from a process that has read nothing)."""
+        self._last.clear()
 
 
 connection_endpoints = ConnectionEndpoints()
