@@ -245,6 +245,39 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/integration/sqs/test_sqs_stream_identity.py::test_two_aws_spellings_of_one_queue_share_one_receiver",
         ),
     ),
+    Mutant(
+        name="SQS second connection id of one queue not refused",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/trigger.py",
+        original="        shape = super().normalized_shape()\n",
+        mutated='        shape = super().normalized_shape()\n        shape.pop("aws_conn_id")\n',
+        caught_by=(
+            "tests/integration/sqs/test_sqs_stream_identity.py::test_a_second_connection_id_for_one_queue_fails_naming_both",
+        ),
+    ),
+    Mutant(
+        name="Pub/Sub second connection id of one project not refused",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/trigger.py",
+        original="        shape = super().normalized_shape()\n",
+        mutated='        shape = super().normalized_shape()\n        shape.pop("gcp_conn_id")\n',
+        caught_by=(
+            "tests/integration/pubsub/test_pubsub_stream_identity.py::"
+            "test_two_connection_ids_of_one_project_are_one_stream_and_the_second_fails_naming_both",
+        ),
+    ),
+    Mutant(
+        name="Kafka derived group shared by two connection ids",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/identity.py",
+        original=(
+            "    identity = repr((GROUP_DIGEST_TAG, tuple(normalise_topics(topics)), kafka_config_id))\n"
+        ),
+        mutated="    identity = repr((GROUP_DIGEST_TAG, tuple(normalise_topics(topics))))\n",
+        caught_by=(
+            "tests/unit/kafka/test_stream_identity.py::test_two_connection_ids_of_one_cluster_never_share_a_derived_group",
+        ),
+    ),
 )
 
 
