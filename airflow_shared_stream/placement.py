@@ -18,8 +18,15 @@ to live triggerers, groups them by stream key, and for every stream this trigger
 * logs an ERROR naming the stream and the triggerers when a leased queue runs on more than one,
   with what to do about it; for Kafka an INFO line.
 
+The stream key is the broker-side entity (docs/concepts.rst, "Stream identity"), resolved here
+as in the triggerer: a Service Bus key holds the namespace the connection names, read from the
+metadata database like any connection of the supervisor. Watchers that reach one queue through
+two connection ids, or two spellings of one URL, are therefore one stream here too, and the
+report names every spelling of it.
+
 The check is one indexed query per interval per triggerer, reads kwargs as Airflow decrypts them,
-and logs no kwargs (only the secret-free stream label the metrics use).
+and logs no kwargs but the identity arguments (names, URLs and connection ids, never a secret)
+beside the stream label the metrics use.
 """
 
 from __future__ import annotations
@@ -59,6 +66,8 @@ class StreamPlacement:
     every_triggerer_reads_everything: bool
     watchers: dict[int, int] = field(default_factory=dict)
     """triggerer (job) id -> how many of the stream's watchers it runs."""
+    spellings: set[str] = field(default_factory=set)
+    """How the watchers name the stream (their identity arguments as given; secret-free)."""
 
     @property
     def split(self) -> bool:
@@ -66,7 +75,10 @@ class StreamPlacement:
 
     def describe(self) -> str:
         where = ", ".join(f"{n} on triggerer {job}" for job, n in sorted(self.watchers.items()))
-        return f"{self.broker} stream {self.label!r} ({where})"
+        described = f"{self.broker} stream {self.label!r} ({where})"
+        if len(self.spellings) > 1:
+            described += f", named as {' and as '.join(sorted(self.spellings))}"
+        return described
 
 
 def stream_placements(rows: Iterable[tuple[str, dict[str, Any], int]]) -> list[StreamPlacement]:
@@ -100,7 +112,14 @@ def stream_placements(rows: Iterable[tuple[str, dict[str, Any], int]]) -> list[S
                 every_triggerer_reads_everything=trigger_class.every_triggerer_reads_everything,
             )
         placement.watchers[triggerer_id] = placement.watchers.get(triggerer_id, 0) + 1
+        placement.spellings.add(_spelling(trigger))
     return list(found.values())
+
+
+def _spelling(trigger: Any) -> str:
+    """The identity arguments as the watcher gives them: connection ids, names, URLs."""
+    given = ((name, getattr(trigger, name, None)) for name in trigger.identity_fields)
+    return ", ".join(f"{name}={value!r}" for name, value in given if value is not None)
 
 
 def _label(trigger: Any) -> str:

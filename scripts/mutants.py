@@ -46,6 +46,8 @@ TIMED_DEAD_LETTER = (
     "        if dead:\n"
     "            with self.metrics.timed(m.ADVANCE_LATENCY):  # the one broker call an advance makes\n"
 )
+SERVICEBUS_IDENTITY = "tests/integration/servicebus/test_servicebus_stream_identity.py"
+SERVICEBUS_IDENTITY_UNIT = "tests/unit/servicebus/test_stream_identity.py"
 DEAD_LETTER_SEND = TIMED_DEAD_LETTER + "                await self._dead_letter(dead)\n"
 """Kafka's advance sending its dead letters and waiting for the broker's acknowledgement."""
 
@@ -63,11 +65,13 @@ class Mutant:
     """The test module of ``caught_by`` when it is not the broker's contract suite."""
 
     def test_ids(self) -> list[str]:
+        """Contract tests by name, tests of ``module`` by name, any other test by node id (``path::name``)."""
         broker = self.broker
         if self.module:
-            return [f"{self.module}::{test}" for test in self.caught_by]
+            return [test if "::" in test else f"{self.module}::{test}" for test in self.caught_by]
         return [
-            CONTRACT.format(broker=broker, Broker=broker.capitalize(), test=test) for test in self.caught_by
+            test if "::" in test else CONTRACT.format(broker=broker, Broker=broker.capitalize(), test=test)
+            for test in self.caught_by
         ]
 
 
@@ -307,6 +311,88 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="                    failures: dict[str, str] = {}\n",
         caught_by=("test_ack_ids_refused_for_good_on_an_exactly_once_subscription_do_not_fail_the_call",),
         module=PUBSUB_RAW_STUB_TESTS,
+    ),
+    # Stream identity: every spelling of one entity is one stream (docs/concepts.rst).
+    Mutant(
+        name="Service Bus stream keyed by the connection id",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/trigger.py",
+        original="        return (self._namespace, self._entity.identity)\n",
+        mutated="        return (self.azure_service_bus_conn_id, self._entity.identity)\n",
+        caught_by=(
+            f"{SERVICEBUS_IDENTITY}::test_spellings_of_one_namespace_share_one_receiver_and_every_watcher_sees_everything",
+        ),
+    ),
+    Mutant(
+        name="Service Bus emulator's default port left out of the namespace",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/hook.py",
+        original='    return f"{hostname}:{port or EMULATOR_AMQP_PORT}"\n',
+        mutated='    return f"{hostname}:{port}" if port else hostname\n',
+        caught_by=(f"{SERVICEBUS_IDENTITY_UNIT}::test_two_connections_naming_one_namespace_are_one_stream",),
+    ),
+    Mutant(
+        name="split-stream check grouped by connection id",
+        broker="servicebus",
+        path="airflow_shared_stream/placement.py",
+        original="            key = trigger.shared_stream_key()\n",
+        mutated='            key = (trigger.shared_stream_key(), kwargs.get("azure_service_bus_conn_id"))\n',
+        caught_by=(
+            f"{SERVICEBUS_IDENTITY}::test_the_split_stream_check_groups_two_connection_ids_of_one_entity",
+        ),
+    ),
+    Mutant(
+        name="last resolved endpoint not standing in where a connection cannot be read",
+        broker="servicebus",
+        path="airflow_shared_stream/common/trigger.py",
+        original="            return known\n",
+        mutated="            return None\n",
+        caught_by=(
+            f"{SERVICEBUS_IDENTITY_UNIT}::test_the_last_endpoint_read_stands_in_where_a_connection_cannot_be_read",
+        ),
+    ),
+    Mutant(
+        name="SQS legacy global host not the us-east-1 queue",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/hook.py",
+        original="    if hostname == _LEGACY_US_EAST_1_HOST:\n",
+        mutated="    if False:  # mutant: queue.amazonaws.com is a host of its own\n",
+        caught_by=(
+            "tests/integration/sqs/test_sqs_stream_identity.py::test_two_aws_spellings_of_one_queue_share_one_receiver",
+        ),
+    ),
+    Mutant(
+        name="SQS second connection id of one queue not refused",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/trigger.py",
+        original="        shape = super().normalized_shape()\n",
+        mutated='        shape = super().normalized_shape()\n        shape.pop("aws_conn_id")\n',
+        caught_by=(
+            "tests/integration/sqs/test_sqs_stream_identity.py::test_a_second_connection_id_for_one_queue_fails_naming_both",
+        ),
+    ),
+    Mutant(
+        name="Pub/Sub second connection id of one project not refused",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/trigger.py",
+        original="        shape = super().normalized_shape()\n",
+        mutated='        shape = super().normalized_shape()\n        shape.pop("gcp_conn_id")\n',
+        caught_by=(
+            "tests/integration/pubsub/test_pubsub_stream_identity.py::"
+            "test_two_connection_ids_of_one_project_are_one_stream_and_the_second_fails_naming_both",
+        ),
+    ),
+    Mutant(
+        name="Kafka derived group shared by two connection ids",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/identity.py",
+        original=(
+            "    identity = repr((GROUP_DIGEST_TAG, tuple(normalise_topics(topics)), kafka_config_id))\n"
+        ),
+        mutated="    identity = repr((GROUP_DIGEST_TAG, tuple(normalise_topics(topics))))\n",
+        caught_by=(
+            "tests/unit/kafka/test_stream_identity.py::test_two_connection_ids_of_one_cluster_never_share_a_derived_group",
+        ),
     ),
 )
 

@@ -55,3 +55,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return worker_group(nodeid)
 
     return WorkerGroups(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _forget_resolved_connections() -> Any:
+    """What a stream key read from a connection is remembered per process: not across tests."""
+    yield
+    from airflow_shared_stream.common.trigger import connection_endpoints
+
+    connection_endpoints.clear()

@@ -5,7 +5,10 @@ A broker trigger declares, once, which of its arguments are what:
 
 * ``identity_fields``: the upstream identity (queue; topics; subscription; entity with the
   endpoint that resolves it). Normalised by :meth:`SharedStreamTrigger.stream_identity`, they
-  and nothing else form :meth:`~SharedStreamTrigger.shared_stream_key`.
+  and nothing else form :meth:`~SharedStreamTrigger.shared_stream_key`. Where only the
+  connection names the endpoint (a Service Bus connection string), the key holds the endpoint
+  the connection resolves to, not the connection id (:class:`ConnectionEndpoints`): two
+  connection ids that reach the same entity are one stream.
 * ``shaping_fields``: arguments that shape the ONE consumer all watchers of a stream share
   (dead-letter destination, connection, long-poll wait...). ``max_in_flight`` and
   ``max_payload_bytes`` are shaping fields of every broker. Watchers of one stream must agree
@@ -121,6 +124,48 @@ class _StreamShapes:
 
 stream_shapes = _StreamShapes()
 """The triggerer process's registry of stream shapes (one event loop, no locking needed)."""
+
+
+class ConnectionEndpoints:
+    """
+    Resolve a connection id to the endpoint it names, for a stream key; remember the last answer.
+
+    A stream key may read an Airflow Connection (configuration, never the broker): Airflow
+    computes the key in the trigger's own task, where synchronous connection access works, and
+    the triggerer supervisor, which runs the cross-triggerer check, reads connections from the
+    metadata database. One place cannot read them: the manager's poll task, where
+    :meth:`SharedStreamTrigger.create_shared_stream_producer` recomputes the key of the watcher
+    that has just computed it in its own task. There, and whenever a read fails, the endpoint
+    this process last read for the connection stands in. With no answer at all the key falls
+    back to the connection id (the stream then fails at start, with the error that says what is
+    wrong with the connection).
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], str] = {}
+
+    def resolve(self, broker: str, conn_id: str, read: Callable[[], str]) -> str | None:
+        try:
+            endpoint = read()
+        except Exception as exc:
+            known = self._last.get((broker, conn_id))
+            if known is None:
+                # Our configuration errors are secret-free; anything else is named by type only.
+                reason = str(exc) if isinstance(exc, SharedStreamConfigurationError) else type(exc).__name__
+                log.warning(
+                    "Cannot resolve what connection %r names for a %s stream: %s", conn_id, broker, reason
+                )
+            return known
+        self._last[(broker, conn_id)] = endpoint
+        return endpoint
+
+    def clear(self) -> None:
+        """Forget every answer (tests: each starts from a process that has read nothing)."""
+        self._last.clear()
+
+
+connection_endpoints = ConnectionEndpoints()
+"""This process's record of what each connection id resolved to (see :class:`ConnectionEndpoints`)."""
 
 
 class SharedStreamTrigger(BaseEventTrigger):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -13,12 +12,11 @@ from airflow_shared_stream.common.trigger import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_PAYLOAD_BYTES,
     SharedStreamTrigger,
+    connection_endpoints,
 )
-from airflow_shared_stream.pubsub.errors import PubSubConfigurationError, PubSubSharedStreamError
+from airflow_shared_stream.pubsub.errors import PubSubConfigurationError
 from airflow_shared_stream.pubsub.hook import PubSubHook, ResourceName, validate_project_id
 from airflow_shared_stream.pubsub.producer import NOWHERE_TO_DEAD_LETTER_FIX, PubSubSharedStreamProducer
-
-log = logging.getLogger(__name__)
 
 
 class PubSubSharedStreamTrigger(SharedStreamTrigger):
@@ -107,13 +105,21 @@ class PubSubSharedStreamTrigger(SharedStreamTrigger):
         if self._resolved_project is None:
             project = self.project_id or self._subscription.project
             if project is None:
-                try:
-                    project = PubSubHook(self.gcp_conn_id).connection_project()
-                except PubSubSharedStreamError as exc:
-                    log.warning("Cannot resolve the project of subscription %r: %s", self.subscription, exc)
+                project = connection_endpoints.resolve(
+                    self.broker, self.gcp_conn_id, self._connection_project
+                )
+                if project is None:
                     return None
             self._resolved_project = project
         return self._resolved_project
+
+    def _connection_project(self) -> str:
+        project = PubSubHook(self.gcp_conn_id).connection_project()
+        if project is None:
+            raise PubSubConfigurationError(
+                f"connection {self.gcp_conn_id!r} names no project for subscription {self.subscription!r}"
+            )
+        return project
 
     def stream_identity(self) -> tuple[Hashable, ...]:
         project = self.project()

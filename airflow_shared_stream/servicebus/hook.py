@@ -80,6 +80,10 @@ class ServiceBusClientConfig:
         return ServiceBusClient(self.namespace, credential, **client_kwargs)
 
 
+EMULATOR_AMQP_PORT = 5672
+"""The development emulator's port (plain AMQP) when its endpoint names none, as the SDK's."""
+
+
 def parse_connection_string(connection_string: str, conn_id: str) -> str:
     """
     Check a Service Bus connection string and return the namespace it resolves to.
@@ -97,13 +101,45 @@ def parse_connection_string(connection_string: str, conn_id: str) -> str:
             "connection string (expected Endpoint=sb://<namespace>/;SharedAccessKeyName=<name>;"
             "SharedAccessKey=<key>, or SharedAccessSignature=<token>)"
         ) from None
-    endpoint = urlsplit(properties.endpoint)
-    namespace = endpoint.netloc or properties.fully_qualified_namespace
+    namespace = urlsplit(properties.endpoint).netloc or properties.fully_qualified_namespace
     if not namespace:
         raise ServiceBusConfigurationError(
             f"the connection string of Airflow connection {conn_id!r} names no namespace endpoint"
         )
-    return namespace.lower()
+    return normalise_namespace(namespace, emulator=_uses_development_emulator(connection_string))
+
+
+def normalise_namespace(host: str, *, emulator: bool) -> str:
+    """
+    The namespace a host spelling reaches, spelled one way: what the stream key compares.
+
+    Follows the SDK: over TLS (a real namespace) it connects to the host alone, whatever port
+    the endpoint names (``sb://ns.servicebus.windows.net:443/`` is ``ns.servicebus.windows.net``);
+    the development emulator speaks plain AMQP on the endpoint's port, 5672 when it names none
+    (``sb://localhost`` is ``localhost:5672``). Host names are case-insensitive. Names are not
+    resolved through DNS: ``localhost`` and ``127.0.0.1`` stay two spellings.
+    """
+    parts = urlsplit(f"//{host.strip()}")
+    try:
+        hostname, port = parts.hostname, parts.port
+    except ValueError:
+        hostname, port = None, None
+    if not hostname:
+        raise ServiceBusConfigurationError(f"{host!r} is not a Service Bus namespace host name")
+    if ":" in hostname:  # an IPv6 literal keeps its brackets
+        hostname = f"[{hostname}]"
+    if not emulator:
+        return hostname
+    return f"{hostname}:{port or EMULATOR_AMQP_PORT}"
+
+
+def _uses_development_emulator(connection_string: str) -> bool:
+    """Whether the SDK treats the string as the emulator's (``UseDevelopmentEmulator=true``)."""
+    for part in connection_string.split(";"):
+        name, _, value = part.partition("=")
+        if name.strip().lower() == "usedevelopmentemulator":
+            return value.strip() == "true"
+    return False
 
 
 def _connection_string_secrets(connection_string: str) -> list[str]:
@@ -145,6 +181,22 @@ class ServiceBusSharedStreamHook(BaseHook):
             },
         }
 
+    def namespace(self) -> str:
+        """
+        The namespace the connection resolves to, normalised (:func:`normalise_namespace`).
+
+        Synchronous, for the stream key: the triggerer computes it in the trigger's own task,
+        where Airflow's synchronous connection access works. Reads the connection, never the
+        service.
+        """
+        try:
+            conn = BaseHook.get_connection(self.conn_id)
+        except AirflowNotFoundException:
+            raise ServiceBusConfigurationError(
+                f"Airflow connection {self.conn_id!r} is not defined"
+            ) from None
+        return self.config_from(conn).namespace
+
     async def aget_client_config(self) -> ServiceBusClientConfig:
         """Read the connection (through the triggerer's secrets backends) and build the config."""
         try:
@@ -175,11 +227,12 @@ class ServiceBusSharedStreamHook(BaseHook):
                 f"extra.fully_qualified_namespace of Airflow connection {self.conn_id!r} must be a host "
                 "name such as <namespace>.servicebus.windows.net, not a URL or a connection string"
             )
+        namespace = normalise_namespace(namespace, emulator=False)
         credential = _extra(extra, "credential")
         if credential:
-            return ServiceBusClientConfig(namespace=namespace.lower(), sas_token=credential)
+            return ServiceBusClientConfig(namespace=namespace, sas_token=credential)
         return ServiceBusClientConfig(
-            namespace=namespace.lower(),
+            namespace=namespace,
             use_default_credential=True,
             managed_identity_client_id=_extra(extra, "managed_identity_client_id"),
             workload_identity_tenant_id=_extra(extra, "workload_identity_tenant_id"),

@@ -344,10 +344,11 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         """
         Refuse a second producer for the same entity of the same namespace in this process.
 
-        The stream key holds the connection id (the namespace is only known once the connection
-        is read), so two watchers of one entity through two connections to the same namespace get
-        two streams; competing consumers would silently split its messages between them. Both
-        connections are resolved by now: the second one fails loudly instead.
+        The stream key holds the namespace the connection resolves to, so two connections to one
+        namespace are one stream. The key falls back to the connection id where the connection
+        could not be read when the key was computed; then two streams may reach one entity, and
+        competing consumers would silently split its messages. Both connections are resolved by
+        now: the second one fails loudly instead.
         """
         assert self._config is not None
         key = (self._config.namespace, self._entity.identity)

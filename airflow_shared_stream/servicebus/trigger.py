@@ -9,6 +9,7 @@ from airflow_shared_stream.common.trigger import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_PAYLOAD_BYTES,
     SharedStreamTrigger,
+    connection_endpoints,
 )
 from airflow_shared_stream.servicebus.errors import ServiceBusConfigurationError
 from airflow_shared_stream.servicebus.hook import ServiceBusSharedStreamHook
@@ -54,12 +55,13 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
         instead of one ``complete_message`` each (see
         :mod:`airflow_shared_stream.servicebus.ranges`); ``False`` completes them one by one.
 
-    The stream is the entity (names are case-insensitive) read through the connection, which
-    stands for the namespace it resolves to; watchers of one entity must use the same connection
-    (a second connection to the same namespace and entity fails when its stream starts, instead
-    of silently splitting the messages). Every other argument but ``match`` and ``reject`` shapes
-    the one receiver: every watcher of the entity must give the same values (a watcher that
-    disagrees fails at start, naming the argument).
+    The stream is the entity (names are case-insensitive) of the namespace the connection
+    resolves to, normalised (host case, scheme, trailing slash and the port the SDK would use;
+    a connection string or ``extra.fully_qualified_namespace``): watchers whose connections
+    spell one namespace differently, or two connection ids with the same connection string,
+    share one receiver, built from the first watcher's connection. Every other argument but
+    ``match`` and ``reject`` shapes the one receiver: every watcher of the entity must give the
+    same values (a watcher that disagrees fails at start, naming the argument).
     """
 
     broker = "servicebus"
@@ -131,9 +133,19 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
         self.session_enabled = session_enabled
         self.max_concurrent_sessions = max_concurrent_sessions
         self.complete_in_ranges = complete_in_ranges
+        self._namespace: str | None = None
 
     def stream_identity(self) -> tuple[Hashable, ...]:
-        return (self.azure_service_bus_conn_id, self._entity.identity)
+        """The namespace the connection resolves to and the entity: not the connection id."""
+        if self._namespace is None:
+            conn_id = self.azure_service_bus_conn_id
+            self._namespace = connection_endpoints.resolve(
+                self.broker, conn_id, ServiceBusSharedStreamHook(conn_id).namespace
+            )
+        if self._namespace is None:
+            # Unreadable here: a key of its own; the producer fails the stream saying why.
+            return ("unresolved", self.azure_service_bus_conn_id, self._entity.identity)
+        return (self._namespace, self._entity.identity)
 
     def normalized_shape(self) -> dict[str, Any]:
         shape = super().normalized_shape()

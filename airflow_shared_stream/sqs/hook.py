@@ -25,9 +25,19 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow_shared_stream.sqs.credentials import refused_extras
 from airflow_shared_stream.sqs.errors import SqsConfigurationError
 
-_AWS_QUEUE_HOST = re.compile(
-    r"^(?:sqs\.)?(?P<region>[a-z]{2}(?:-[a-z]+)+-\d+)\.(?:queue\.)?amazonaws\.com(?:\.cn)?$"
+_REGION = r"(?P<region>[a-z]{2}(?:-[a-z]+)+-\d+)"
+_AWS_QUEUE_HOSTS = tuple(
+    re.compile(f"^{pattern}$")
+    for pattern in (
+        # sqs.<region>.amazonaws.com[.cn], sqs-fips.<region>..., <region>.queue.amazonaws.com[.cn]
+        rf"(?:sqs(?:-fips)?\.)?{_REGION}\.(?:queue\.)?amazonaws\.com(?:\.cn)?",
+        rf"sqs\.{_REGION}\.api\.aws",  # dual-stack
+        rf"vpce-[a-z0-9-]+\.sqs\.{_REGION}\.vpce\.amazonaws\.com(?:\.cn)?",  # interface endpoints
+    )
 )
+"""Every host AWS routes to the regional SQS service: all of them name the same queues."""
+_LEGACY_US_EAST_1_HOST = "queue.amazonaws.com"
+"""The legacy global SQS host: queues of us-east-1."""
 _QUEUE_PATH = re.compile(r"^/(?P<account>\d{12})/(?P<name>[A-Za-z0-9_-]{1,80}(?:\.fifo)?)$")
 
 
@@ -74,10 +84,10 @@ class QueueUrl:
                 f"{url!r} is not an SQS queue URL: expected "
                 "https://sqs.<region>.amazonaws.com/<12-digit account id>/<queue name>"
             )
-        hostname = parts.hostname.lower()
-        host = _AWS_QUEUE_HOST.match(hostname)
-        if host:
-            endpoint = f"aws:{host['region']}"
+        hostname = parts.hostname.lower().rstrip(".")
+        region = _aws_region_of_host(hostname)
+        if region is not None:
+            endpoint = f"aws:{region}"
         else:
             default_port = 443 if parts.scheme.lower() == "https" else 80
             endpoint = f"{hostname}:{parts.port or default_port}"
@@ -85,9 +95,20 @@ class QueueUrl:
             url=url,
             account=path["account"],
             name=path["name"],
-            region_in_host=host["region"] if host else None,
+            region_in_host=region,
             endpoint=endpoint,
         )
+
+
+def _aws_region_of_host(hostname: str) -> str | None:
+    """The region of an AWS SQS host (any of its spellings), ``None`` for any other host."""
+    if hostname == _LEGACY_US_EAST_1_HOST:
+        return "us-east-1"
+    for pattern in _AWS_QUEUE_HOSTS:
+        host = pattern.match(hostname)
+        if host is not None:
+            return host["region"]
+    return None
 
 
 @dataclass(frozen=True)

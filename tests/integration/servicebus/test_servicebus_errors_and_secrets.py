@@ -96,17 +96,3 @@ async def test_unreachable_namespace(port, monkeypatch, harness, caplog):
     assert isinstance(error, ServiceBusEndpointError), error
     assert "did not answer as Service Bus" in str(error)
     assert_no_secret(error, caplog, SAS_KEY)
-
-
-async def test_two_connections_to_one_entity_fail_instead_of_splitting(servicebus, monkeypatch, harness):
-    queue = servicebus.create_queue()
-    conn = json.dumps(servicebus.connection(key_name=KEY_NAME, key=SAS_KEY))
-    monkeypatch.setenv("AIRFLOW_CONN_SB_ONE", conn)
-    monkeypatch.setenv("AIRFLOW_CONN_SB_TWO", conn)
-    first = harness.add(ServiceBusSharedStreamTrigger(queue, azure_service_bus_conn_id="sb_one"))
-    servicebus.send(queue, [{"n": 1}])
-    await first.wait_for_events(1)
-    second = harness.add(ServiceBusSharedStreamTrigger(queue, azure_service_bus_conn_id="sb_two"))
-    error = await second.wait_for_error(timeout=30)
-    assert isinstance(error, ServiceBusConfigurationError)
-    assert "already streamed through connection 'sb_one'" in str(error)

@@ -90,6 +90,8 @@ def test_subscription_path_and_case_insensitive_identity():
     a = ServiceBusSharedStreamTrigger("Orders", max_in_flight=10, match="body.a")
     b = ServiceBusSharedStreamTrigger("orders", max_in_flight=20, reject="body.b")
     assert a.shared_stream_key() == b.shared_stream_key()  # tuning never splits a stream
+    # Neither connection is defined here, so each keys on its id (test_stream_identity.py: the
+    # namespace a defined connection names is the key).
     other = ServiceBusSharedStreamTrigger("orders", azure_service_bus_conn_id="other")
     assert other.shared_stream_key() != a.shared_stream_key()
 

@@ -19,7 +19,7 @@ AWS_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
         ("https://eu-central-1.queue.amazonaws.com/123456789012/jobs.fifo", "eu-central-1", True),
         ("https://sqs.cn-north-1.amazonaws.com.cn/123456789012/q", "cn-north-1", False),
         ("http://127.0.0.1:4566/000000000000/local-queue", None, False),
-        ("https://vpce-1a2b.sqs.us-east-1.vpce.amazonaws.com/123456789012/private", None, False),
+        ("https://vpce-1a2b.sqs.us-east-1.vpce.amazonaws.com/123456789012/private", "us-east-1", False),
     ],
 )
 def test_queue_url_parsing(url, region, fifo):
