@@ -54,7 +54,6 @@ class SharedStreamQueueProvider(BaseMessageQueueProvider):
     """
 
     scheme: str
-    extra: ClassVar[str]
     trigger_path: ClassVar[str]
 
     def scheme_matches(self, scheme: str) -> bool:
@@ -62,15 +61,8 @@ class SharedStreamQueueProvider(BaseMessageQueueProvider):
         return isinstance(scheme, str) and scheme.lower() == self.scheme
 
     def trigger_class(self) -> type[BaseEventTrigger]:
-        try:
-            trigger: type[BaseEventTrigger] = import_string(self.trigger_path)
-        except ModuleNotFoundError as exc:
-            if (exc.name or "").startswith("airflow_shared_stream"):
-                raise
-            raise ImportError(
-                f"MessageQueueTrigger scheme {self.scheme!r} needs the {self.extra!r} extra: "
-                f"pip install 'airflow-shared-stream[{self.extra}]' ({exc})"
-            ) from exc
+        # Without the broker's extra, its package's import names the extra to install.
+        trigger: type[BaseEventTrigger] = import_string(self.trigger_path)
         return trigger
 
 
@@ -78,7 +70,6 @@ class KafkaSharedStreamQueueProvider(SharedStreamQueueProvider):
     """``shared+kafka``: :class:`~airflow_shared_stream.kafka.trigger.KafkaSharedStreamTrigger`."""
 
     scheme = "shared+kafka"
-    extra = "kafka"
     trigger_path = "airflow_shared_stream.kafka.trigger.KafkaSharedStreamTrigger"
 
 
@@ -86,7 +77,6 @@ class SqsSharedStreamQueueProvider(SharedStreamQueueProvider):
     """``shared+sqs``: :class:`~airflow_shared_stream.sqs.trigger.SqsSharedStreamTrigger`."""
 
     scheme = "shared+sqs"
-    extra = "sqs"
     trigger_path = "airflow_shared_stream.sqs.trigger.SqsSharedStreamTrigger"
 
 
@@ -94,7 +84,6 @@ class PubSubSharedStreamQueueProvider(SharedStreamQueueProvider):
     """``shared+pubsub``: :class:`~airflow_shared_stream.pubsub.trigger.PubSubSharedStreamTrigger`."""
 
     scheme = "shared+pubsub"
-    extra = "pubsub"
     trigger_path = "airflow_shared_stream.pubsub.trigger.PubSubSharedStreamTrigger"
 
 
@@ -102,7 +91,6 @@ class ServiceBusSharedStreamQueueProvider(SharedStreamQueueProvider):
     """``shared+servicebus``: :class:`~airflow_shared_stream.servicebus.ServiceBusSharedStreamTrigger`."""
 
     scheme = "shared+servicebus"
-    extra = "servicebus"
     trigger_path = "airflow_shared_stream.servicebus.trigger.ServiceBusSharedStreamTrigger"
 
 
