@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -139,3 +140,17 @@ def test_a_scheme_whose_extra_is_missing_names_the_extra(monkeypatch):
         match=r"install the provider's 'kafka' extra \(pip install 'airflow-shared-stream\[kafka\]'\)",
     ):
         provider.trigger_class()
+
+
+def test_the_example_dag_declares_one_queue_in_both_forms_and_they_share_one_stream():
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.module_loading import import_string
+
+    example = Path(__file__).resolve().parents[2] / "example_dags" / "message_queue_orders.py"
+    bag = DagBag(dag_folder=str(example))
+    assert bag.import_errors == {}
+    triggers = _serialized_watchers(bag.dags["message_queue_orders"])
+    assert len(triggers) == 2
+    assert {t["classpath"] for t in triggers} == {"airflow_shared_stream.sqs.trigger.SqsSharedStreamTrigger"}
+    rebuilt = [import_string(t["classpath"])(**t["kwargs"]) for t in triggers]
+    assert len({trigger.shared_stream_key() for trigger in rebuilt}) == 1
