@@ -44,6 +44,11 @@ TIMED_DEAD_LETTER = (
 DEAD_LETTER_SEND = TIMED_DEAD_LETTER + "                await self._dead_letter(dead)\n"
 """Kafka's advance sending its dead letters and waiting for the broker's acknowledgement."""
 
+QUEUES_TESTS = "tests/unit/test_queues.py::"
+TRIGGER_CLASS = "    def trigger_class(self) -> type[BaseEventTrigger]:\n"
+TRIGGER_IMPORT = "        trigger: type[BaseEventTrigger] = import_string(self.trigger_path)\n"
+"""The MessageQueueTrigger scheme providers' trigger lookup (airflow_shared_stream/queues.py)."""
+
 
 @dataclass(frozen=True)
 class Mutant:
@@ -54,8 +59,12 @@ class Mutant:
     mutated: str
     caught_by: tuple[str, ...]
     short: bool = False
+    tests: tuple[str, ...] = ()
+    """Full test ids (``path::name``) for a mutant outside the brokers' contract (``caught_by`` empty)."""
 
     def test_ids(self) -> list[str]:
+        if self.tests:
+            return list(self.tests)
         broker = self.broker
         return [
             CONTRACT.format(broker=broker, Broker=broker.capitalize(), test=test) for test in self.caught_by
@@ -191,6 +200,73 @@ MUTANTS: tuple[Mutant, ...] = (
             "                    pass\n"
         ),
         caught_by=("test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream",),
+    ),
+    # common.messaging's MessageQueueTrigger schemes (airflow_shared_stream/queues.py).
+    Mutant(
+        name="a scheme the official Amazon provider claims",
+        broker="queues",
+        path="airflow_shared_stream/queues.py",
+        original='    scheme = "shared+sqs"\n',
+        mutated='    scheme = "sqs"\n',
+        caught_by=(),
+        tests=(QUEUES_TESTS + "test_no_scheme_of_the_official_providers_or_a_near_miss_is_ours",),
+    ),
+    Mutant(
+        name="a scheme matched by suffix",
+        broker="queues",
+        path="airflow_shared_stream/queues.py",
+        original="        return isinstance(scheme, str) and scheme.lower() == self.scheme\n",
+        mutated="        return isinstance(scheme, str) and self.scheme.endswith(scheme.lower())\n",
+        caught_by=(),
+        tests=(QUEUES_TESTS + "test_no_scheme_of_the_official_providers_or_a_near_miss_is_ours",),
+    ),
+    Mutant(
+        name="a scheme matched case-sensitively",
+        broker="queues",
+        path="airflow_shared_stream/queues.py",
+        original="        return isinstance(scheme, str) and scheme.lower() == self.scheme\n",
+        mutated="        return isinstance(scheme, str) and scheme == self.scheme\n",
+        caught_by=(),
+        tests=(QUEUES_TESTS + "test_a_scheme_is_case_insensitive",),
+    ),
+    Mutant(
+        name="a queue URI claimed",
+        broker="queues",
+        path="airflow_shared_stream/queues.py",
+        original=TRIGGER_CLASS,
+        mutated="    def queue_matches(self, queue: str) -> bool:\n        return True\n\n" + TRIGGER_CLASS,
+        caught_by=(),
+        tests=(QUEUES_TESTS + "test_no_queue_uri_is_ours",),
+    ),
+    Mutant(
+        name="our trigger wrapped in a subclass of its own",
+        broker="queues",
+        path="airflow_shared_stream/queues.py",
+        original=TRIGGER_IMPORT,
+        mutated=(
+            "        base = import_string(self.trigger_path)\n"
+            '        trigger: type[BaseEventTrigger] = type("Queued" + base.__name__, (base,), {})\n'
+        ),
+        caught_by=(),
+        tests=(
+            QUEUES_TESTS + "test_the_serialized_dag_names_our_trigger_class",
+            "tests/integration/sqs/test_sqs_message_queue.py::TestSqsMessageQueue::"
+            "test_watchers_declared_through_message_queue_trigger_share_one_consumer",
+        ),
+    ),
+    Mutant(
+        name="unknown arguments dropped",
+        broker="queues",
+        path="airflow_shared_stream/queues.py",
+        original=TRIGGER_IMPORT,
+        mutated=(
+            "        import inspect\n"
+            "        base = import_string(self.trigger_path)\n"
+            "        known = inspect.signature(base).parameters\n"
+            "        trigger: Any = lambda **kw: base(**{k: v for k, v in kw.items() if k in known})\n"
+        ),
+        caught_by=(),
+        tests=(QUEUES_TESTS + "test_an_unknown_argument_fails_the_dag_parse_naming_it_and_our_trigger",),
     ),
 )
 
