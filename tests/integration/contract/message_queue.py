@@ -22,6 +22,7 @@ import pytest
 from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger
 from airflow.triggers.base import BaseEventTrigger
 
+from airflow_shared_stream.common.errors import StreamShapeConflictError
 from airflow_shared_stream.queues import SCHEMES
 from airflow_shared_stream.testing import SharedStreamHarness
 from tests.integration.contract.base import ContractBroker, ids
@@ -70,6 +71,22 @@ class MessageQueueContract:
         assert {type(w.trigger) for w in watchers} == {self.trigger_class}
         for watcher in watchers:
             assert sorted(ids(broker, watcher)) == sorted(sent)
+
+    async def test_a_watcher_that_disagrees_on_the_shared_consumer_fails_naming_the_argument(
+        self, contract_broker
+    ):
+        # The two forms are one stream, so the stream-identity rule spans them: no silent split.
+        broker = contract_broker
+        stream = broker.create_stream()
+        async with SharedStreamHarness(confirm_after=0.0) as harness:
+            direct = harness.add(self.direct(broker, stream, max_in_flight=100))
+            [sent] = broker.publish(stream, [{"n": 1}])
+            await direct.wait_for_events(1, timeout=60)
+            disagreeing = harness.add(self.through_common_messaging(broker, stream, max_in_flight=50))
+            error = await disagreeing.wait_for_error(timeout=30)
+        assert isinstance(error, StreamShapeConflictError)
+        assert "max_in_flight=50" in str(error)
+        assert ids(broker, direct) == [sent]
 
     async def _outcome(self, broker: ContractBroker, declare: Declare) -> dict[str, Any]:
         """Fired, acked and dead-lettered messages of one scenario, by position in the publish order."""
