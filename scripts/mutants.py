@@ -6,7 +6,9 @@ Each mutant is one deliberate bug (delete on receipt, no credit window, dead-let
 delete, dead-letter skipped when the send fails, one lane per message on an ordered queue, a
 lane's received messages not held back behind its redelivery, leases not renewed; for Kafka:
 commit on receipt, no credit window, dead-letter fire-and-forget or after the commit,
-dead-letter skipped when the send fails). For each, this script copies the
+dead-letter skipped when the send fails; for the MessageQueueTrigger schemes, ``--broker queues``:
+a scheme that collides or matches loosely, a URI claimed, our trigger wrapped, unknown arguments
+dropped, each naming its own tests). For each, this script copies the
 package and the tests to a temporary directory, applies the mutant there (the working tree is
 never touched), runs the contract tests that must catch it against the real broker, and checks
 that they FAIL. A mutant that survives
