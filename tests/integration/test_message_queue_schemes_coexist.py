@@ -10,7 +10,7 @@ example Dag there.
 Cost: the Google and Azure providers bring about 160 packages, and google-genai needs an older
 tenacity (importlib-metadata follows) than .venv's, so those two are left unpinned. Measured on a
 2-core machine: the first install downloads them (53 s); later ones come from uv's cache (25 s
-idle, 89 s at a load average of 10), and the probe takes about 8 s. The venv is built once per
+idle, 49 s at a load average of 6, 89 s at 10), and the probe takes about 8 s. Built once per
 session (module scope, one module).
 """
 
