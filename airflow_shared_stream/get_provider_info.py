@@ -122,6 +122,12 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             },
         ],
+        "queues": [
+            "airflow_shared_stream.queues.KafkaSharedStreamQueueProvider",
+            "airflow_shared_stream.queues.SqsSharedStreamQueueProvider",
+            "airflow_shared_stream.queues.PubSubSharedStreamQueueProvider",
+            "airflow_shared_stream.queues.ServiceBusSharedStreamQueueProvider",
+        ],
         "config": {
             "shared_stream": {
                 "description": "Settings of the airflow-shared-stream provider.",

@@ -6,7 +6,9 @@ Each mutant is one deliberate bug (delete on receipt, no credit window, dead-let
 delete, dead-letter skipped when the send fails, one lane per message on an ordered queue, a
 lane's received messages not held back behind its redelivery, leases not renewed; for Kafka:
 commit on receipt, no credit window, dead-letter fire-and-forget or after the commit,
-dead-letter skipped when the send fails). For each, this script copies the
+dead-letter skipped when the send fails; for the MessageQueueTrigger schemes, ``--broker queues``:
+a scheme that collides or matches loosely, a URI claimed, our trigger wrapped, unknown arguments
+dropped, each naming its own tests). For each, this script copies the
 package and the tests to a temporary directory, applies the mutant there (the working tree is
 never touched), runs the contract tests that must catch it against the real broker, and checks
 that they FAIL. A mutant that survives
@@ -50,6 +52,11 @@ SERVICEBUS_IDENTITY = "tests/integration/servicebus/test_servicebus_stream_ident
 SERVICEBUS_IDENTITY_UNIT = "tests/unit/servicebus/test_stream_identity.py"
 DEAD_LETTER_SEND = TIMED_DEAD_LETTER + "                await self._dead_letter(dead)\n"
 """Kafka's advance sending its dead letters and waiting for the broker's acknowledgement."""
+
+QUEUES_TESTS = "tests/unit/test_queues.py::"
+TRIGGER_CLASS = "    def trigger_class(self) -> type[BaseEventTrigger]:\n"
+TRIGGER_IMPORT = "        trigger: type[BaseEventTrigger] = import_string(self.trigger_path)\n"
+"""The MessageQueueTrigger scheme providers' trigger lookup (airflow_shared_stream/queues.py)."""
 
 
 @dataclass(frozen=True)
@@ -393,6 +400,67 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=(
             "tests/unit/kafka/test_stream_identity.py::test_two_connection_ids_of_one_cluster_never_share_a_derived_group",
         ),
+    ),
+    # common.messaging's MessageQueueTrigger schemes (airflow_shared_stream/queues.py).
+    Mutant(
+        name="a scheme the official Amazon provider claims",
+        broker="queues",
+        path="airflow_shared_stream/queues.py",
+        original='    scheme = "shared+sqs"\n',
+        mutated='    scheme = "sqs"\n',
+        caught_by=(QUEUES_TESTS + "test_no_scheme_of_the_official_providers_or_a_near_miss_is_ours",),
+    ),
+    Mutant(
+        name="a scheme matched by suffix",
+        broker="queues",
+        path="airflow_shared_stream/queues.py",
+        original="        return isinstance(scheme, str) and scheme.lower() == self.scheme\n",
+        mutated="        return isinstance(scheme, str) and self.scheme.endswith(scheme.lower())\n",
+        caught_by=(QUEUES_TESTS + "test_no_scheme_of_the_official_providers_or_a_near_miss_is_ours",),
+    ),
+    Mutant(
+        name="a scheme matched case-sensitively",
+        broker="queues",
+        path="airflow_shared_stream/queues.py",
+        original="        return isinstance(scheme, str) and scheme.lower() == self.scheme\n",
+        mutated="        return isinstance(scheme, str) and scheme == self.scheme\n",
+        caught_by=(QUEUES_TESTS + "test_a_scheme_is_case_insensitive",),
+    ),
+    Mutant(
+        name="a queue URI claimed",
+        broker="queues",
+        path="airflow_shared_stream/queues.py",
+        original=TRIGGER_CLASS,
+        mutated="    def queue_matches(self, queue: str) -> bool:\n        return True\n\n" + TRIGGER_CLASS,
+        caught_by=(QUEUES_TESTS + "test_no_queue_uri_is_ours",),
+    ),
+    Mutant(
+        name="our trigger wrapped in a subclass of its own",
+        broker="queues",
+        path="airflow_shared_stream/queues.py",
+        original=TRIGGER_IMPORT,
+        mutated=(
+            "        base = import_string(self.trigger_path)\n"
+            '        trigger: type[BaseEventTrigger] = type("Queued" + base.__name__, (base,), {})\n'
+        ),
+        caught_by=(
+            QUEUES_TESTS + "test_the_serialized_dag_names_our_trigger_class",
+            "tests/integration/sqs/test_sqs_message_queue.py::TestSqsMessageQueue::"
+            "test_watchers_declared_through_message_queue_trigger_share_one_consumer",
+        ),
+    ),
+    Mutant(
+        name="unknown arguments dropped",
+        broker="queues",
+        path="airflow_shared_stream/queues.py",
+        original=TRIGGER_IMPORT,
+        mutated=(
+            "        import inspect\n"
+            "        base = import_string(self.trigger_path)\n"
+            "        known = inspect.signature(base).parameters\n"
+            "        trigger: Any = lambda **kw: base(**{k: v for k, v in kw.items() if k in known})\n"
+        ),
+        caught_by=(QUEUES_TESTS + "test_an_unknown_argument_fails_the_dag_parse_naming_it_and_our_trigger",),
     ),
 )
 

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+from tests.support.deployment_venv import deployment_venv, run
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 # connection type -> the distribution that owns it (the brief's list; test_provider_info.py
 # checks provider.yaml against all four, this test installs the two this provider reads today).
@@ -36,46 +34,17 @@ OFFICIAL_OWNERS = {
 }
 
 
-def _run(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
-    result = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
-    assert result.returncode == 0, (
-        f"{' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    )
-    return result.stdout
-
-
 @pytest.fixture(scope="module")
 def deployment_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtualenv with this provider and the official Amazon and Kafka providers."""
-    work = tmp_path_factory.mktemp("official-providers")
-    uv = [sys.executable, "-m", "uv"]
-    # .venv's versions as constraints: the same Airflow and SDKs as the rest of the suite, all
-    # already in uv's cache. Editable lines (this checkout) are not constraints.
-    frozen = _run(*uv, "pip", "freeze", "--python", sys.executable)
-    constraints = work / "constraints.txt"
-    constraints.write_text("".join(line + "\n" for line in frozen.splitlines() if not line.startswith("-e ")))
-    venv = work / "venv"
-    _run(*uv, "venv", "--quiet", "--python", sys.executable, str(venv))
-    python = venv / "bin" / "python"
-    _run(
-        *uv,
-        "pip",
-        "install",
-        "--quiet",
-        "--python",
-        str(python),
-        "--constraints",
-        str(constraints),
-        "--editable",
-        f"{ROOT}[sqs,kafka]",
-        *OFFICIAL_OWNERS.values(),
+    return deployment_venv(
+        tmp_path_factory.mktemp("official-providers"), "sqs,kafka", list(OFFICIAL_OWNERS.values())
     )
-    return python
 
 
 def _airflow_json(python: Path, home: Path, *args: str) -> list[dict[str, Any]]:
     env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    out = _run(str(python), "-m", "airflow", *args, "--output", "json", env=env)
+    out = run(str(python), "-m", "airflow", *args, "--output", "json", env=env)
     return json.loads(out)
 
 
