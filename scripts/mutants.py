@@ -17,6 +17,7 @@ Usage::
     .venv/bin/python scripts/mutants.py              # every mutant of every broker
     .venv/bin/python scripts/mutants.py --broker sqs
     .venv/bin/python scripts/mutants.py --short      # the quick subset the test suite runs
+    .venv/bin/python scripts/mutants.py --name "in flight"   # the mutants whose name says so
 
 A mutant whose source snippet no longer occurs exactly once fails loudly too: refactor the
 code, then update the snippet, so no mutant silently stops being applied.
@@ -37,6 +38,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = "tests/integration/{broker}/test_{broker}_contract.py::Test{Broker}Contract::{test}"
 
 
+KAFKA_POSITIONS = "tests/integration/kafka/test_kafka_positions.py"
+"""Kafka watchers' own positions across triggerers (guarantees no other broker has)."""
+
 TIMED_DEAD_LETTER = (
     "        if dead:\n"
     "            with self.metrics.timed(m.ADVANCE_LATENCY):  # the one broker call an advance makes\n"
@@ -54,9 +58,13 @@ class Mutant:
     mutated: str
     caught_by: tuple[str, ...]
     short: bool = False
+    module: str | None = None
+    """Test module of ``caught_by`` when they are not contract tests (a guarantee of one broker)."""
 
     def test_ids(self) -> list[str]:
         broker = self.broker
+        if self.module is not None:
+            return [f"{self.module}::{test}" for test in self.caught_by]
         return [
             CONTRACT.format(broker=broker, Broker=broker.capitalize(), test=test) for test in self.caught_by
         ]
@@ -192,6 +200,15 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         caught_by=("test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream",),
     ),
+    Mutant(
+        name="watcher moved by records in flight it never received",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/producer.py",
+        original="                if payload.offset == position and payload.seq >= since:\n",
+        mutated="                if payload.offset == position:\n",
+        caught_by=("test_a_watcher_admitted_behind_is_not_moved_by_records_in_flight_it_never_received",),
+        module=KAFKA_POSITIONS,
+    ),
 )
 
 
@@ -250,10 +267,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--broker", help="only this broker's mutants")
     parser.add_argument("--short", action="store_true", help="only the quick subset")
+    parser.add_argument("--name", help="only the mutants whose name contains this text")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
     args = parser.parse_args(argv)
     chosen = [
-        m for m in MUTANTS if (args.broker is None or m.broker == args.broker) and (m.short or not args.short)
+        m
+        for m in MUTANTS
+        if (args.broker is None or m.broker == args.broker)
+        and (m.short or not args.short)
+        and (args.name is None or args.name in m.name)
     ]
     survivors = []
     for mutant in chosen:

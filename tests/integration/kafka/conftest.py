@@ -134,6 +134,19 @@ class KafkaSandbox:
         finally:
             await consumer.stop()
 
+    async def commit(self, group_id: str, topic: str, offsets: dict[int, int]) -> None:
+        """Make ``offsets`` the group's committed offsets (a position another triggerer left)."""
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=group_id, enable_auto_commit=False
+        )
+        await consumer.start()
+        try:
+            partitions = {TopicPartition(topic, p): offset for p, offset in offsets.items()}
+            consumer.assign(list(partitions))
+            await consumer.commit(partitions)
+        finally:
+            await consumer.stop()
+
     async def wait_committed(
         self,
         group_id: str,
