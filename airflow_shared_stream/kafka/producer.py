@@ -27,7 +27,11 @@ Settlement (see :mod:`airflow_shared_stream.common.settlement`):
 
 Where it starts: at the lowest position of the watchers it serves; a partition without any has
 its start committed, for the stream's group and for each watcher, before its first record is
-read, so a restart or a move never skips what was produced after the stream first started. The
+read, so a restart or a move never skips what was produced after the stream first started.
+Every ``POSITION_REFRESH_INTERVAL`` the stream's commits and every watcher's position are
+committed again, unchanged, so an idle stream's positions never reach the broker's
+``offsets.retention.minutes`` and expire into ``auto.offset.reset``; each watcher's commits carry
+the consumer's shape, which that refresh checks against other triggerers (:mod:`.marks`). The
 stream's own consumer is never rebalanced; :mod:`~airflow_shared_stream.kafka.ownership` still
 guards a group-subscribed consumer an embedder gives to :meth:`KafkaSharedStreamProducer.attach`.
 """
@@ -68,7 +72,7 @@ from aiokafka.errors import (  # noqa: E402
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer  # noqa: E402
 
 from airflow_shared_stream.common import metrics as m  # noqa: E402
-from airflow_shared_stream.common.errors import SecretScrubber  # noqa: E402
+from airflow_shared_stream.common.errors import SecretScrubber, StreamShapeConflictError  # noqa: E402
 from airflow_shared_stream.common.flow_control import CreditWindow, yield_point  # noqa: E402
 from airflow_shared_stream.common.matching import RawMessage, build_message  # noqa: E402
 from airflow_shared_stream.common.metrics import StreamMetrics  # noqa: E402
@@ -88,9 +92,10 @@ from airflow_shared_stream.kafka.errors import (  # noqa: E402
 )
 from airflow_shared_stream.kafka.hook import KafkaHook  # noqa: E402
 from airflow_shared_stream.kafka.identity import consumer_group_id, group_claims  # noqa: E402
+from airflow_shared_stream.kafka.marks import LIVE_FOR, PositionMark, disagreements, newest_mark  # noqa: E402
 from airflow_shared_stream.kafka.offsets import OffsetLedger  # noqa: E402
 from airflow_shared_stream.kafka.ownership import PartitionOwnership  # noqa: E402
-from airflow_shared_stream.kafka.positions import PositionStore  # noqa: E402
+from airflow_shared_stream.kafka.positions import Committed, PositionStore  # noqa: E402
 from airflow_shared_stream.kafka.watchers import (  # noqa: E402
     WatcherCursor,
     stream_ref,
@@ -113,6 +118,11 @@ holding them longer costs is memory that lives too long: at 20,000 messages a se
 commit round kept ~4,000 advance items (with their payloads and outcomes) alive through two
 garbage-collector generations, and the full collections of the triggerer's heap that followed
 cost a fifth of the stream's time at one watcher (bench/results/watchers_kafka.md)."""
+
+POSITION_REFRESH_INTERVAL = 60.0
+"""Seconds between two commits of unchanged positions: far below any offsets retention, and the
+liveness a position's mark shows to other triggerers (:data:`~.marks.LIVE_FOR` is five of them).
+One ``OffsetFetch`` and one ``OffsetCommit`` per watcher per interval."""
 
 ZERO_SUBSCRIBER_BACKOFF = 0.25
 """Pause before re-reading a message no subscriber was online for, instead of spinning on it."""
@@ -252,6 +262,14 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self._lanes: list[TopicPartition] = []
         self._seq = 0
         """Sequence number of the next record yielded (stamped on its payload)."""
+        self.shape: dict[str, Any] = {
+            "dead_letter_topic": dead_letter_topic,
+            "max_in_flight": max_in_flight,
+            "max_payload_bytes": max_payload_bytes,
+        }
+        """The consumer's shaping arguments, as the trigger normalises them: what marks positions."""
+        self._refresher: asyncio.Task[None] | None = None
+        self._closing = False
 
     @property
     def kafka_conn_id(self) -> str:
@@ -282,6 +300,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
     async def open_stream(self) -> AsyncIterator[tuple[RawMessage, KafkaBrokerPayload]]:
         consumer = await self._connect()
         self.committer.start()
+        if self._refresher is None:
+            self._refresher = asyncio.create_task(self._refresh_positions(), name="kafka-position-refresh")
         keep_record = self.dead_letter_topic is not None
         ownership, credits, metrics = self.ownership, self.credits, self.metrics
         while True:
@@ -400,9 +420,12 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         """
         self._unanchored.discard(tp)
         try:
-            if await consumer.committed(tp) is not None:
+            committed = await consumer.committed(tp)
+            if committed is not None:
+                self.committer.seed({tp: committed}, self.ownership.epoch(tp))
                 return
             await consumer.commit({tp: position})
+            self.committer.seed({tp: position}, self.ownership.epoch(tp))
         except LOST_TO_REBALANCE as exc:
             # Lost to a rebalance: the partition's next owner anchors it.
             log.info("Start position of %s/%d not committed (%s)", tp.topic, tp.partition, type(exc).__name__)
@@ -495,9 +518,10 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         on a fresh stream is the stream group's commit or ``auto.offset.reset``. When the stream
         starts (``starting``) and every watcher has a position on a partition, the partition starts
         at the lowest of them, forward too. Runs between fetches, in the task that yields, so
-        ``since_seq`` is exact.
+        ``since_seq`` is exact. A watcher whose position a live consumer of another shape writes
+        is refused instead (:mod:`.marks`).
         """
-        pending = self.watchers.take_pending()
+        pending = [cursor for cursor in self.watchers.take_pending() if cursor.conflict is None]
         if not pending or self._positions is None or self.group_id is None:
             self.watchers.pending[:0] = pending
             return
@@ -506,10 +530,12 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         for cursor in pending:
             group = cursor.group = watcher_group_id(self.group_id, cursor.digest)
             try:
-                loaded.append((cursor, group, await positions.fetch(group, self._lanes)))
+                committed = await positions.fetch(group, self._lanes)
             except KafkaError as exc:
                 self.watchers.pending[:0] = pending
                 raise self._error(f"reading the position of watcher {cursor.label}", exc) from None
+            if not self._refused(cursor, committed):
+                loaded.append((cursor, group, committed.offsets))
         # Start (or seek back) each partition at the lowest position among the joiners.
         for tp in self._lanes:
             wanted = [found[tp] for _, _, found in loaded if tp in found]
@@ -528,14 +554,15 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 else:
                     cursor.next[tp] = anchors[tp] = await consumer.position(tp)
             try:
-                await positions.commit(group, anchors)
+                await positions.commit(group, anchors, self._mark(cursor))
             except KafkaError as exc:
                 raise self._error(f"anchoring the position of watcher {cursor.label}", exc) from None
             committer = OffsetCommitter(
-                commit=functools.partial(positions.commit, group),
+                commit=functools.partial(self._commit_position, cursor, group),
                 owns=_always,
                 describe_error=self._error,
             )
+            committer.seed(cursor.next, 0)
             committer.start()
             cursor.committer = committer
             cursor.since_seq = self._seq
@@ -546,6 +573,61 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 ", ".join(f"{tp.partition}@{cursor.next[tp]}" for tp in self._lanes),
                 cursor.group,
             )
+
+    def _mark(self, cursor: WatcherCursor) -> str:
+        """What a commit of ``cursor``'s position says: this shape, now, and whether it still runs."""
+        live = cursor.refs > 0 and not self._closing  # a watcher that left, or a stream that stops
+        return PositionMark(self.shape, time.time(), live).encode()
+
+    async def _commit_position(
+        self, cursor: WatcherCursor, group: str, offsets: dict[TopicPartition, int]
+    ) -> None:
+        if self._positions is not None:
+            await self._positions.commit(group, offsets, self._mark(cursor))
+
+    def _refused(self, cursor: WatcherCursor, committed: Committed) -> bool:
+        """Refuse ``cursor`` if a live consumer of another shape writes its position (:mod:`.marks`)."""
+        conflicts = disagreements(self.shape, newest_mark(committed.metadata.values()), time.time())
+        if not conflicts:
+            return False
+        cursor.refuse(
+            StreamShapeConflictError(
+                f"Kafka watcher {cursor.label} of {','.join(self.topics)} (position {cursor.group!r}) "
+                f"runs on another triggerer with {', '.join(conflicts)}. Watchers that differ only in "
+                "dead_letter_topic, max_in_flight or max_payload_bytes share one position, so one "
+                "would commit past records the other never persisted: give them the same values. "
+                "This watcher fails until the other stops (a triggerer that died counts as running "
+                f"for {LIVE_FOR:.0f} s after its last commit)."
+            )
+        )
+        return True
+
+    async def _refresh_positions(self) -> None:
+        """
+        Every ``POSITION_REFRESH_INTERVAL``, commit every live position again, unchanged.
+
+        A broker expires a member-less group's offsets ``offsets.retention.minutes`` after their
+        last commit, and an idle stream commits nothing: without this, a restart or a failover
+        after a quiet week would start at ``auto.offset.reset``. Each watcher's position is read
+        first, so a consumer of another shape on another triggerer is found within a round.
+        """
+        while True:
+            await asyncio.sleep(POSITION_REFRESH_INTERVAL)
+            self.committer.refresh()
+            positions = self._positions
+            for cursor in self.watchers.admitted():
+                committer = cursor.committer
+                if positions is None or committer is None or cursor.group is None:
+                    continue
+                try:
+                    committed = await positions.fetch(cursor.group, self._lanes)
+                except KafkaError as exc:  # the next round tries again; a lasting fault fails commits
+                    log.warning(
+                        "Reading the position of watcher %s failed: %s", cursor.label, type(exc).__name__
+                    )
+                    continue
+                if not self._refused(cursor, committed):
+                    committer.refresh()
 
     def _advance_watchers(self, tp: TopicPartition, settled: list[KafkaBrokerPayload]) -> None:
         """
@@ -833,6 +915,12 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
     # -- close ----------------------------------------------------------------------------
 
     async def aclose(self) -> None:
+        self._closing = True
+        refresher, self._refresher = self._refresher, None
+        if refresher is not None:
+            refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refresher
         if self._claimed_group is not None:
             group_claims.release(self._claimed_group, self._identity)
             self._claimed_group = None
@@ -844,6 +932,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         await self.watchers.closed()
         for cursor in self.watchers.admitted():
             if cursor.committer is not None:
+                cursor.committer.refresh()  # the whole position, so its last mark says it stopped here
                 await cursor.committer.stop()
         self.watchers.readmit_all()
         dlq, self._dlq = self._dlq, None
