@@ -39,7 +39,7 @@ CONTRACT = "tests/integration/{broker}/test_{broker}_contract.py::Test{Broker}Co
 
 
 REFRESH_IF_AGREED = (
-    "                if not self._refused(cursor, committed):\n                    committer.refresh()\n"
+    "            if not self._refused(cursor, committed):\n                committer.refresh()\n"
 )
 """Kafka's position refresh: a watcher's position is committed again unless another shape writes it."""
 
@@ -208,7 +208,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="watcher moved by records in flight it never received",
         broker="kafka",
-        path="airflow_shared_stream/kafka/producer.py",
+        path="airflow_shared_stream/kafka/watcher_positions.py",
         original="                if payload.offset == position and payload.seq >= since:\n",
         mutated="                if payload.offset == position:\n",
         caught_by=("test_a_watcher_admitted_behind_is_not_moved_by_records_in_flight_it_never_received",),
@@ -217,9 +217,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="idle watcher positions not committed again",
         broker="kafka",
-        path="airflow_shared_stream/kafka/producer.py",
+        path="airflow_shared_stream/kafka/watcher_positions.py",
         original=REFRESH_IF_AGREED,
-        mutated="                self._refused(cursor, committed)\n",
+        mutated="            self._refused(cursor, committed)\n",
         caught_by=("test_an_idle_watchers_position_is_committed_again_so_retention_never_expires_it",),
         module=KAFKA_POSITIONS,
     ),
@@ -227,8 +227,8 @@ MUTANTS: tuple[Mutant, ...] = (
         name="idle stream start not committed again",
         broker="kafka",
         path="airflow_shared_stream/kafka/producer.py",
-        original="            self.committer.refresh()\n            positions = self._positions\n",
-        mutated="            positions = self._positions\n",
+        original="            self.committer.refresh()\n            await self.positions.refresh()\n",
+        mutated="            await self.positions.refresh()\n",
         caught_by=("test_an_idle_watchers_position_is_committed_again_so_retention_never_expires_it",),
         module=KAFKA_POSITIONS,
     ),
@@ -244,7 +244,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="another triggerer's shape not checked on admission",
         broker="kafka",
-        path="airflow_shared_stream/kafka/producer.py",
+        path="airflow_shared_stream/kafka/watcher_positions.py",
         original="            if not self._refused(cursor, committed):\n                loaded.append(",
         mutated="            if True:\n                loaded.append(",
         caught_by=(
@@ -255,9 +255,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="another triggerer's shape not checked on refresh",
         broker="kafka",
-        path="airflow_shared_stream/kafka/producer.py",
+        path="airflow_shared_stream/kafka/watcher_positions.py",
         original=REFRESH_IF_AGREED,
-        mutated="                if True:\n                    committer.refresh()\n",
+        mutated="            if True:\n                committer.refresh()\n",
         caught_by=(
             "test_a_watcher_whose_position_another_shape_starts_writing_is_refused_at_the_next_refresh",
         ),
@@ -277,8 +277,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="a watcher that left still marks its position live",
         broker="kafka",
-        path="airflow_shared_stream/kafka/producer.py",
-        original="        live = cursor.refs > 0 and not self._closing",
+        path="airflow_shared_stream/kafka/watcher_positions.py",
+        original="        live = cursor.refs > 0 and not self.closing",
         mutated="        live = True",
         caught_by=("test_a_redeploy_with_other_tuning_on_another_triggerer_resumes_the_same_position",),
         module=KAFKA_POSITIONS,

@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Hashable, Sequence
@@ -72,7 +71,7 @@ from aiokafka.errors import (  # noqa: E402
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer  # noqa: E402
 
 from airflow_shared_stream.common import metrics as m  # noqa: E402
-from airflow_shared_stream.common.errors import SecretScrubber, StreamShapeConflictError  # noqa: E402
+from airflow_shared_stream.common.errors import SecretScrubber  # noqa: E402
 from airflow_shared_stream.common.flow_control import CreditWindow, yield_point  # noqa: E402
 from airflow_shared_stream.common.matching import RawMessage, build_message  # noqa: E402
 from airflow_shared_stream.common.metrics import StreamMetrics  # noqa: E402
@@ -92,16 +91,11 @@ from airflow_shared_stream.kafka.errors import (  # noqa: E402
 )
 from airflow_shared_stream.kafka.hook import KafkaHook  # noqa: E402
 from airflow_shared_stream.kafka.identity import consumer_group_id, group_claims  # noqa: E402
-from airflow_shared_stream.kafka.marks import LIVE_FOR, PositionMark, disagreements, newest_mark  # noqa: E402
 from airflow_shared_stream.kafka.offsets import OffsetLedger  # noqa: E402
 from airflow_shared_stream.kafka.ownership import PartitionOwnership  # noqa: E402
-from airflow_shared_stream.kafka.positions import Committed, PositionStore  # noqa: E402
-from airflow_shared_stream.kafka.watchers import (  # noqa: E402
-    WatcherCursor,
-    stream_ref,
-    watcher_group_id,
-    watchers_of,
-)
+from airflow_shared_stream.kafka.positions import PositionStore  # noqa: E402
+from airflow_shared_stream.kafka.watcher_positions import WatcherPositions  # noqa: E402
+from airflow_shared_stream.kafka.watchers import stream_ref, watchers_of  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -200,11 +194,6 @@ def build_raw_message(record: Any, max_payload_bytes: int) -> RawMessage:
     )
 
 
-def _always(tp: TopicPartition, epoch: int) -> bool:
-    """Manually assigned partitions are never revoked: a watcher's position is always ours to send."""
-    return True
-
-
 class KafkaSharedStreamProducer(SharedStreamProducer):
     """
     One aiokafka consumer shared by every watcher of a stream key (see the module docstring).
@@ -258,18 +247,19 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         # Partitions assigned whose start position is not yet known to be committed.
         self._unanchored: set[TopicPartition] = set()
         self.watchers = watchers_of(stream_ref(self.topics, kafka_config_id, group_id))
-        self._positions: PositionStore | None = None
-        self._lanes: list[TopicPartition] = []
+        self.positions = WatcherPositions(
+            self.watchers,
+            topics=self.topics,
+            shape={
+                "dead_letter_topic": dead_letter_topic,
+                "max_in_flight": max_in_flight,
+                "max_payload_bytes": max_payload_bytes,
+            },
+            describe_error=self._error,
+        )
+        self._refresher: asyncio.Task[None] | None = None
         self._seq = 0
         """Sequence number of the next record yielded (stamped on its payload)."""
-        self.shape: dict[str, Any] = {
-            "dead_letter_topic": dead_letter_topic,
-            "max_in_flight": max_in_flight,
-            "max_payload_bytes": max_payload_bytes,
-        }
-        """The consumer's shaping arguments, as the trigger normalises them: what marks positions."""
-        self._refresher: asyncio.Task[None] | None = None
-        self._closing = False
 
     @property
     def kafka_conn_id(self) -> str:
@@ -313,7 +303,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 await asyncio.sleep(delay)
             await self._anchor_start_positions(consumer)
             if self.watchers.pending:
-                await self._admit_watchers(consumer)
+                await self.positions.admit(consumer, self.ownership, self._seq)
             try:
                 fetched = await consumer.getmany(timeout_ms=self.poll_timeout_ms, max_records=available)
             except KafkaError as exc:
@@ -493,9 +483,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         ]
         # Every partition, in every triggerer: no membership, so nothing is ever split.
         consumer.assign(lanes)
-        self._lanes = lanes
-        self._positions = PositionStore(consumer._client)
-        await self._admit_watchers(consumer, starting=True)
+        self.positions.bind(PositionStore(consumer._client), group_id, lanes)
+        await self.positions.admit(consumer, self.ownership, self._seq, starting=True)
         self._unanchored |= set(lanes)
         log.info(
             "Kafka shared stream reading all %d partition(s) of %s (group %r, connection %r), %d watcher(s)",
@@ -509,102 +498,10 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
 
     # -- watchers -------------------------------------------------------------------------
 
-    async def _admit_watchers(self, consumer: AIOKafkaConsumer, *, starting: bool = False) -> None:
-        """
-        Load the position of every watcher that joined since the last pass (see :mod:`.watchers`).
-
-        A partition the watcher has a position on starts (or seeks back) there when the consumer
-        is past it; a partition it has none on is anchored at the consumer's read position, which
-        on a fresh stream is the stream group's commit or ``auto.offset.reset``. When the stream
-        starts (``starting``) and every watcher has a position on a partition, the partition starts
-        at the lowest of them, forward too. Runs between fetches, in the task that yields, so
-        ``since_seq`` is exact. A watcher whose position a live consumer of another shape writes
-        is refused instead (:mod:`.marks`).
-        """
-        pending = [cursor for cursor in self.watchers.take_pending() if cursor.conflict is None]
-        if not pending or self._positions is None or self.group_id is None:
-            self.watchers.pending[:0] = pending
-            return
-        positions = self._positions
-        loaded: list[tuple[WatcherCursor, str, dict[TopicPartition, int]]] = []
-        for cursor in pending:
-            group = cursor.group = watcher_group_id(self.group_id, cursor.digest)
-            try:
-                committed = await positions.fetch(group, self._lanes)
-            except KafkaError as exc:
-                self.watchers.pending[:0] = pending
-                raise self._error(f"reading the position of watcher {cursor.label}", exc) from None
-            if not self._refused(cursor, committed):
-                loaded.append((cursor, group, committed.offsets))
-        # Start (or seek back) each partition at the lowest position among the joiners.
-        for tp in self._lanes:
-            wanted = [found[tp] for _, _, found in loaded if tp in found]
-            if not wanted:
-                continue
-            lowest = min(wanted)
-            if (starting and len(wanted) == len(loaded)) or lowest < await consumer.position(tp):
-                self.ownership.rewound(tp)
-                consumer.seek(tp, lowest)
-                log.info("Kafka %s/%d: reading from %d, its watchers' lowest", tp.topic, tp.partition, lowest)
-        for cursor, group, found in loaded:
-            anchors: dict[TopicPartition, int] = {}
-            for tp in self._lanes:
-                if tp in found:
-                    cursor.next[tp] = found[tp]
-                else:
-                    cursor.next[tp] = anchors[tp] = await consumer.position(tp)
-            try:
-                await positions.commit(group, anchors, self._mark(cursor))
-            except KafkaError as exc:
-                raise self._error(f"anchoring the position of watcher {cursor.label}", exc) from None
-            committer = OffsetCommitter(
-                commit=functools.partial(self._commit_position, cursor, group),
-                owns=_always,
-                describe_error=self._error,
-            )
-            committer.seed(cursor.next, 0)
-            committer.start()
-            cursor.committer = committer
-            cursor.since_seq = self._seq
-            log.info(
-                "Kafka watcher %s joined %s at %s (group %r)",
-                cursor.label,
-                ",".join(self.topics),
-                ", ".join(f"{tp.partition}@{cursor.next[tp]}" for tp in self._lanes),
-                cursor.group,
-            )
-
-    def _mark(self, cursor: WatcherCursor) -> str:
-        """What a commit of ``cursor``'s position says: this shape, now, and whether it still runs."""
-        live = cursor.refs > 0 and not self._closing  # a watcher that left, or a stream that stops
-        return PositionMark(self.shape, time.time(), live).encode()
-
-    async def _commit_position(
-        self, cursor: WatcherCursor, group: str, offsets: dict[TopicPartition, int]
-    ) -> None:
-        if self._positions is not None:
-            await self._positions.commit(group, offsets, self._mark(cursor))
-
-    def _refused(self, cursor: WatcherCursor, committed: Committed) -> bool:
-        """Refuse ``cursor`` if a live consumer of another shape writes its position (:mod:`.marks`)."""
-        conflicts = disagreements(self.shape, newest_mark(committed.metadata.values()), time.time())
-        if not conflicts:
-            return False
-        cursor.refuse(
-            StreamShapeConflictError(
-                f"Kafka watcher {cursor.label} of {','.join(self.topics)} (position {cursor.group!r}) "
-                f"runs on another triggerer with {', '.join(conflicts)}. Watchers that differ only in "
-                "dead_letter_topic, max_in_flight or max_payload_bytes share one position, so one "
-                "would commit past records the other never persisted: give them the same values. "
-                "This watcher fails until the other stops (a triggerer that died counts as running "
-                f"for {LIVE_FOR:.0f} s after its last commit)."
-            )
-        )
-        return True
-
     async def _refresh_positions(self) -> None:
         """
-        Every ``POSITION_REFRESH_INTERVAL``, commit every live position again, unchanged.
+        Every ``POSITION_REFRESH_INTERVAL``, commit the stream's and every live watcher's position
+        again, unchanged.
 
         A broker expires a member-less group's offsets ``offsets.retention.minutes`` after their
         last commit, and an idle stream commits nothing: without this, a restart or a failover
@@ -614,40 +511,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         while True:
             await asyncio.sleep(POSITION_REFRESH_INTERVAL)
             self.committer.refresh()
-            positions = self._positions
-            for cursor in self.watchers.admitted():
-                committer = cursor.committer
-                if positions is None or committer is None or cursor.group is None:
-                    continue
-                try:
-                    committed = await positions.fetch(cursor.group, self._lanes)
-                except KafkaError as exc:  # the next round tries again; a lasting fault fails commits
-                    log.warning(
-                        "Reading the position of watcher %s failed: %s", cursor.label, type(exc).__name__
-                    )
-                    continue
-                if not self._refused(cursor, committed):
-                    committer.refresh()
-
-    def _advance_watchers(self, tp: TopicPartition, settled: list[KafkaBrokerPayload]) -> None:
-        """
-        Move every admitted watcher's position over the records ``settled`` terminally, in
-        fan-out order: only a record at exactly the watcher's position that it surely received.
-        """
-        for cursor in self.watchers.admitted():
-            committer = cursor.committer
-            if committer is not None and committer.error is not None:
-                raise committer.error
-            position = start = cursor.next.get(tp)
-            if position is None:
-                continue
-            since = cursor.since_seq or 0
-            for payload in settled:
-                if payload.offset == position and payload.seq >= since:
-                    position += 1
-            if position != start and committer is not None:
-                cursor.next[tp] = position
-                committer.queue(tp, position, 0)
+            await self.positions.refresh()
 
     def _error(
         self, what: str, exc: BaseException, *, kind: type[KafkaSharedStreamError] = KafkaSharedStreamError
@@ -877,7 +741,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         if commit is not None:
             self.committer.queue(tp, commit, epoch)
         if settled and self.watchers.cursors:
-            self._advance_watchers(tp, settled)
+            self.positions.advance(tp, settled)
         consumer = self._consumer
         if seek is not None and consumer is not None:
             self.ownership.rewound(tp)
@@ -915,7 +779,6 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
     # -- close ----------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        self._closing = True
         refresher, self._refresher = self._refresher, None
         if refresher is not None:
             refresher.cancel()
@@ -929,12 +792,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         await self.committer.stop()
         # Every watcher's last position reaches the broker before the client goes: the ones that
         # left (their final send runs in the background) and the ones still here.
-        await self.watchers.closed()
-        for cursor in self.watchers.admitted():
-            if cursor.committer is not None:
-                cursor.committer.refresh()  # the whole position, so its last mark says it stopped here
-                await cursor.committer.stop()
-        self.watchers.readmit_all()
+        await self.positions.stop()
         dlq, self._dlq = self._dlq, None
         consumer, self._consumer = self._consumer, None
         if dlq is not None:

@@ -10,10 +10,12 @@ import json
 
 import pytest
 from aiokafka import TopicPartition
+from aiokafka.errors import OffsetMetadataTooLargeError
 
 from airflow_shared_stream.kafka.committer import OffsetCommitter
 from airflow_shared_stream.kafka.errors import KafkaSharedStreamError
 from airflow_shared_stream.kafka.marks import LIVE_FOR, PositionMark, disagreements, newest_mark
+from airflow_shared_stream.kafka.watcher_positions import WatcherPositions
 from airflow_shared_stream.kafka.watchers import StreamWatchers
 
 SHAPE = {"dead_letter_topic": None, "max_in_flight": 500, "max_payload_bytes": 1000}
@@ -122,3 +124,31 @@ async def test_a_refresh_while_a_newer_target_is_in_flight_never_sends_an_older_
     release.set()
     await committer.stop()
     assert [offsets[TP] for offsets in sent] == [4] * len(sent), sent
+
+
+class MetadataLimitedStore:
+    """A position store whose cluster refuses commit metadata longer than ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.commits: list[tuple[str, dict, str]] = []
+
+    async def commit(self, group, offsets, metadata=""):
+        if len(metadata) > self.limit:
+            raise OffsetMetadataTooLargeError(f"offsets of group {group!r}")
+        self.commits.append((group, dict(offsets), metadata))
+
+
+async def test_a_cluster_that_refuses_marks_still_gets_every_position():
+    positions = WatcherPositions(
+        StreamWatchers(),
+        topics=["t"],
+        shape=SHAPE,
+        describe_error=lambda what, exc: KafkaSharedStreamError(what),
+    )
+    store = MetadataLimitedStore(limit=10)
+    positions.bind(store, "g", [TP])  # type: ignore[arg-type]
+    cursor = positions.watchers.join("d", "trigger 1")
+    await positions._write(cursor, "g.watcher-d", {TP: 3})
+    await positions._write(cursor, "g.watcher-d", {TP: 4})
+    assert store.commits == [("g.watcher-d", {TP: 3}, ""), ("g.watcher-d", {TP: 4}, "")]
