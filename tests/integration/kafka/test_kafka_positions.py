@@ -4,7 +4,9 @@ Watchers' own positions across triggerers, against the real brokers: what may mo
 A Kafka watcher's position (its committed offsets, under a group of its own) is the promise
 "everything below was persisted for this watcher". These tests break that promise the ways a
 deployment with several triggerers can: a watcher moved in behind the stream while the records
-past its position are still in flight. Each :class:`SharedStreamHarness` is one triggerer.
+past its position are still in flight; a stream idle for longer than the broker keeps offsets;
+two triggerers running watchers that differ only in a shaping argument, which share one
+position. Each :class:`SharedStreamHarness` is one triggerer.
 """
 
 from __future__ import annotations

@@ -127,7 +127,13 @@ async def test_a_refresh_while_a_newer_target_is_in_flight_never_sends_an_older_
 
 
 class MetadataLimitedStore:
-    """A position store whose cluster refuses commit metadata longer than ``limit`` bytes."""
+    """
+    A position store whose cluster refuses commit metadata longer than ``limit`` bytes.
+
+    A stand-in for a limit the real brokers here do not enforce (noida-db kept 5,000 bytes of
+    metadata; Tansu keeps none), and a mark stays far below Kafka's default 4,096 (a topic name
+    stops at 249 characters).
+    """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
