@@ -19,6 +19,7 @@ Usage::
     .venv/bin/python scripts/mutants.py              # every mutant of every broker
     .venv/bin/python scripts/mutants.py --broker sqs
     .venv/bin/python scripts/mutants.py --short      # the quick subset the test suite runs
+    .venv/bin/python scripts/mutants.py --name "in flight"   # the mutants whose name says so
 
 A mutant whose source snippet no longer occurs exactly once fails loudly too: refactor the
 code, then update the snippet, so no mutant silently stops being applied.
@@ -43,6 +44,14 @@ PUBSUB_LIMIT_TESTS = "tests/integration/pubsub/test_pubsub_limits.py"
 PUBSUB_RAW_STUB_TESTS = "tests/integration/pubsub/test_pubsub_raw_stubs.py"
 PUBSUB_DEAD_LETTER_COPY_TESTS = "tests/unit/pubsub/test_pubsub_dead_letter_copy.py"
 
+
+REFRESH_IF_AGREED = (
+    "            if not self._refused(cursor, committed):\n                committer.refresh()\n"
+)
+"""Kafka's position refresh: a watcher's position is committed again unless another shape writes it."""
+
+KAFKA_POSITIONS = "tests/integration/kafka/test_kafka_positions.py"
+"""Kafka watchers' own positions across triggerers (guarantees no other broker has)."""
 
 TIMED_DEAD_LETTER = (
     "        if dead:\n"
@@ -461,6 +470,84 @@ MUTANTS: tuple[Mutant, ...] = (
             "        trigger: Any = lambda **kw: base(**{k: v for k, v in kw.items() if k in known})\n"
         ),
         caught_by=(QUEUES_TESTS + "test_an_unknown_argument_fails_the_dag_parse_naming_it_and_our_trigger",),
+    ),
+    Mutant(
+        name="watcher moved by records in flight it never received",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/watcher_positions.py",
+        original="                if payload.offset == position and payload.seq >= since:\n",
+        mutated="                if payload.offset == position:\n",
+        caught_by=("test_a_watcher_admitted_behind_is_not_moved_by_records_in_flight_it_never_received",),
+        module=KAFKA_POSITIONS,
+    ),
+    Mutant(
+        name="idle watcher positions not committed again",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/watcher_positions.py",
+        original=REFRESH_IF_AGREED,
+        mutated="            self._refused(cursor, committed)\n",
+        caught_by=("test_an_idle_watchers_position_is_committed_again_so_retention_never_expires_it",),
+        module=KAFKA_POSITIONS,
+    ),
+    Mutant(
+        name="idle stream start not committed again",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/producer.py",
+        original="            self.committer.refresh()\n            await self.positions.refresh()\n",
+        mutated="            await self.positions.refresh()\n",
+        caught_by=("test_an_idle_watchers_position_is_committed_again_so_retention_never_expires_it",),
+        module=KAFKA_POSITIONS,
+    ),
+    Mutant(
+        name="a refresh sends an older target than one in flight",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/committer.py",
+        original="        self._pending[tp] = self._known[tp] = (offset, epoch)\n",
+        mutated="        self._pending[tp] = (offset, epoch)\n",
+        caught_by=("test_a_refresh_while_a_newer_target_is_in_flight_never_sends_an_older_one",),
+        module="tests/unit/kafka/test_marks.py",
+    ),
+    Mutant(
+        name="another triggerer's shape not checked on admission",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/watcher_positions.py",
+        original="            if not self._refused(cursor, committed):\n                loaded.append(",
+        mutated="            if True:\n                loaded.append(",
+        caught_by=(
+            "test_watchers_differing_only_in_shape_on_two_triggerers_fail_loudly_not_share_a_position",
+        ),
+        module=KAFKA_POSITIONS,
+    ),
+    Mutant(
+        name="another triggerer's shape not checked on refresh",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/watcher_positions.py",
+        original=REFRESH_IF_AGREED,
+        mutated="            if True:\n                committer.refresh()\n",
+        caught_by=(
+            "test_a_watcher_whose_position_another_shape_starts_writing_is_refused_at_the_next_refresh",
+        ),
+        module=KAFKA_POSITIONS,
+    ),
+    Mutant(
+        name="a refused watcher keeps running silently",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/watchers.py",
+        original="        if self.conflict is not None:\n            raise self.conflict\n",
+        mutated="",
+        caught_by=(
+            "test_watchers_differing_only_in_shape_on_two_triggerers_fail_loudly_not_share_a_position",
+        ),
+        module=KAFKA_POSITIONS,
+    ),
+    Mutant(
+        name="a watcher that left still marks its position live",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/watcher_positions.py",
+        original="        live = cursor.refs > 0 and not self.closing",
+        mutated="        live = True",
+        caught_by=("test_a_redeploy_with_other_tuning_on_another_triggerer_resumes_the_same_position",),
+        module=KAFKA_POSITIONS,
     ),
 )
 

@@ -46,6 +46,7 @@ from airflow.triggers.shared_stream import SharedStreamProducer, reject_shared_s
 from airflow_shared_stream.common.errors import SharedStreamConfigurationError, StreamShapeConflictError
 from airflow_shared_stream.common.flow_control import validate_max_in_flight
 from airflow_shared_stream.common.matching import EnvelopeMatcher, RawMessage, Verdict
+from airflow_shared_stream.common.process_scope import scoped
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,11 @@ class _StreamShapes:
     is later rebuilt from other arguments (every watcher redeployed) starts afresh.
     """
 
-    def __init__(self) -> None:
-        self._shapes: dict[Hashable, tuple[dict[str, Any], int]] = {}
+    @property
+    def _shapes(self) -> dict[Hashable, tuple[dict[str, Any], int]]:
+        """Per triggerer process (:mod:`.process_scope`): the test harness plays several in one."""
+        shapes: dict[Hashable, tuple[dict[str, Any], int]] = scoped("common.stream_shapes", dict)
+        return shapes
 
     def record_producer(self, key: Hashable, shape: Mapping[str, Any]) -> None:
         """The producer of ``key`` was built with ``shape``: that is the truth to agree with."""

@@ -7,6 +7,10 @@ here and this task sends the targets of every partition together, at most every
 ``COMMIT_INTERVAL``. A target that has not reached the broker when the triggerer dies only means
 redelivery, which at-least-once allows. A target is sent only while its partition is still owned
 under the epoch it was settled in (:class:`~airflow_shared_stream.kafka.ownership.PartitionOwnership`).
+
+It also remembers the newest target of each partition, so :meth:`OffsetCommitter.refresh` can
+commit it again: a broker expires the offsets of a group without members
+``offsets.retention.minutes`` after their last commit, and an idle stream commits nothing.
 """
 
 from __future__ import annotations
@@ -60,6 +64,9 @@ class OffsetCommitter:
         self._after_round = after_round
         self.interval = interval
         self._pending: dict[TopicPartition, tuple[int, int]] = {}
+        self._known: dict[TopicPartition, tuple[int, int]] = {}
+        """The newest target (and epoch) per partition, sent or not: what :meth:`refresh` resends.
+        Never an older one: a refresh while a newer target is in flight must not move it back."""
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.error: KafkaSharedStreamError | None = None
@@ -72,8 +79,32 @@ class OffsetCommitter:
 
     def queue(self, tp: TopicPartition, offset: int, epoch: int) -> None:
         """Commit ``offset`` for ``tp`` in the next round, if ``tp`` is still owned under ``epoch``."""
-        self._pending[tp] = (offset, epoch)
+        self._pending[tp] = self._known[tp] = (offset, epoch)
         self._wakeup.set()
+
+    def seed(self, offsets: dict[TopicPartition, int], epoch: int) -> None:
+        """Offsets committed (or found so) before any target was queued: :meth:`refresh` resends them."""
+        for tp, offset in offsets.items():
+            self._known.setdefault(tp, (offset, epoch))
+
+    def refresh(self) -> None:
+        """
+        Commit the newest target of every partition again in the next round.
+
+        Targets only ever grow and each was settled when it was queued, so sending one again never
+        moves a position: it only renews the commit's timestamp, which keeps it from expiring.
+        """
+        self._pending.update(self._known)
+        if self._known:
+            self._wakeup.set()
+
+    def abandon(self) -> None:
+        """Stop at once and send nothing more, not even what is pending (the position is not ours)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+        self._pending.clear()
+        self._known.clear()
 
     def wake(self) -> None:
         """Have a round run soon: ``before_round`` has something to fold into targets."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiokafka import TopicPartition
 from aiokafka.errors import (
@@ -44,6 +44,13 @@ COORDINATOR_MOVED = (
     CoordinatorNotAvailableError,
     NotCoordinatorForGroupError,
 )
+
+
+class Committed(NamedTuple):
+    """What a group has committed: offsets, and the metadata string each was committed with."""
+
+    offsets: dict[TopicPartition, int]
+    metadata: dict[TopicPartition, str]
 
 
 class PositionStore:
@@ -72,29 +79,36 @@ class PositionStore:
             self._coordinators.pop(group, None)
             raise
 
-    async def fetch(self, group: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    async def fetch(self, group: str, partitions: Iterable[TopicPartition]) -> Committed:
         """The committed offsets of ``group`` on ``partitions``; partitions without one are absent."""
         by_topic: dict[str, list[int]] = defaultdict(list)
         for tp in partitions:
             by_topic[tp.topic].append(tp.partition)
         request = OffsetFetchRequest(group, sorted(by_topic.items()))
         response = await self._send(group, request)
-        found: dict[TopicPartition, int] = {}
+        found = Committed({}, {})
         for topic, parts in response.topics:
             for fields in parts:  # (partition, offset, [leader epoch,] metadata, error code)
-                partition, offset, error_code = fields[0], fields[1], fields[-1]
+                partition, offset, metadata, error_code = fields[0], fields[1], fields[-2], fields[-1]
                 self._raise_for(group, error_code)
                 if offset >= 0:
-                    found[TopicPartition(topic, partition)] = offset
+                    tp = TopicPartition(topic, partition)
+                    found.offsets[tp] = offset
+                    found.metadata[tp] = metadata or ""
         return found
 
-    async def commit(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
-        """Make ``offsets`` the committed offsets of ``group`` (no membership, generation -1)."""
+    async def commit(self, group: str, offsets: Mapping[TopicPartition, int], metadata: str = "") -> None:
+        """
+        Make ``offsets`` the committed offsets of ``group`` (no membership, generation -1).
+
+        ``metadata`` goes with every offset: Kafka's own place for what the committer wants to say
+        about a position (:mod:`~airflow_shared_stream.kafka.marks`). Some brokers drop it (Tansu).
+        """
         if not offsets:
             return
         by_topic: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
         for tp, offset in offsets.items():
-            by_topic[tp.topic].append((tp.partition, offset, ""))
+            by_topic[tp.topic].append((tp.partition, offset, metadata))
         request = OffsetCommitRequest(
             group, NO_GENERATION, NO_MEMBER, DEFAULT_RETENTION, sorted(by_topic.items())
         )

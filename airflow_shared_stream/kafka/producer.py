@@ -27,7 +27,11 @@ Settlement (see :mod:`airflow_shared_stream.common.settlement`):
 
 Where it starts: at the lowest position of the watchers it serves; a partition without any has
 its start committed, for the stream's group and for each watcher, before its first record is
-read, so a restart or a move never skips what was produced after the stream first started. The
+read, so a restart or a move never skips what was produced after the stream first started.
+Every ``POSITION_REFRESH_INTERVAL`` the stream's commits and every watcher's position are
+committed again, unchanged, so an idle stream's positions never reach the broker's
+``offsets.retention.minutes`` and expire into ``auto.offset.reset``; each watcher's commits carry
+the consumer's shape, which that refresh checks against other triggerers (:mod:`.marks`). The
 stream's own consumer is never rebalanced; :mod:`~airflow_shared_stream.kafka.ownership` still
 guards a group-subscribed consumer an embedder gives to :meth:`KafkaSharedStreamProducer.attach`.
 """
@@ -37,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Hashable, Sequence
@@ -91,12 +94,8 @@ from airflow_shared_stream.kafka.identity import consumer_group_id, group_claims
 from airflow_shared_stream.kafka.offsets import OffsetLedger  # noqa: E402
 from airflow_shared_stream.kafka.ownership import PartitionOwnership  # noqa: E402
 from airflow_shared_stream.kafka.positions import PositionStore  # noqa: E402
-from airflow_shared_stream.kafka.watchers import (  # noqa: E402
-    WatcherCursor,
-    stream_ref,
-    watcher_group_id,
-    watchers_of,
-)
+from airflow_shared_stream.kafka.watcher_positions import WatcherPositions  # noqa: E402
+from airflow_shared_stream.kafka.watchers import stream_ref, watchers_of  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +112,11 @@ holding them longer costs is memory that lives too long: at 20,000 messages a se
 commit round kept ~4,000 advance items (with their payloads and outcomes) alive through two
 garbage-collector generations, and the full collections of the triggerer's heap that followed
 cost a fifth of the stream's time at one watcher (bench/results/watchers_kafka.md)."""
+
+POSITION_REFRESH_INTERVAL = 60.0
+"""Seconds between two commits of unchanged positions: far below any offsets retention, and the
+liveness a position's mark shows to other triggerers (:data:`~.marks.LIVE_FOR` is five of them).
+One ``OffsetFetch`` and one ``OffsetCommit`` per watcher per interval."""
 
 ZERO_SUBSCRIBER_BACKOFF = 0.25
 """Pause before re-reading a message no subscriber was online for, instead of spinning on it."""
@@ -190,11 +194,6 @@ def build_raw_message(record: Any, max_payload_bytes: int) -> RawMessage:
     )
 
 
-def _always(tp: TopicPartition, epoch: int) -> bool:
-    """Manually assigned partitions are never revoked: a watcher's position is always ours to send."""
-    return True
-
-
 class KafkaSharedStreamProducer(SharedStreamProducer):
     """
     One aiokafka consumer shared by every watcher of a stream key (see the module docstring).
@@ -248,8 +247,17 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         # Partitions assigned whose start position is not yet known to be committed.
         self._unanchored: set[TopicPartition] = set()
         self.watchers = watchers_of(stream_ref(self.topics, kafka_config_id, group_id))
-        self._positions: PositionStore | None = None
-        self._lanes: list[TopicPartition] = []
+        self.positions = WatcherPositions(
+            self.watchers,
+            topics=self.topics,
+            shape={
+                "dead_letter_topic": dead_letter_topic,
+                "max_in_flight": max_in_flight,
+                "max_payload_bytes": max_payload_bytes,
+            },
+            describe_error=self._error,
+        )
+        self._refresher: asyncio.Task[None] | None = None
         self._seq = 0
         """Sequence number of the next record yielded (stamped on its payload)."""
 
@@ -282,6 +290,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
     async def open_stream(self) -> AsyncIterator[tuple[RawMessage, KafkaBrokerPayload]]:
         consumer = await self._connect()
         self.committer.start()
+        if self._refresher is None:
+            self._refresher = asyncio.create_task(self._refresh_positions(), name="kafka-position-refresh")
         keep_record = self.dead_letter_topic is not None
         ownership, credits, metrics = self.ownership, self.credits, self.metrics
         while True:
@@ -293,7 +303,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 await asyncio.sleep(delay)
             await self._anchor_start_positions(consumer)
             if self.watchers.pending:
-                await self._admit_watchers(consumer)
+                await self.positions.admit(consumer, self.ownership, self._seq)
             try:
                 fetched = await consumer.getmany(timeout_ms=self.poll_timeout_ms, max_records=available)
             except KafkaError as exc:
@@ -400,9 +410,12 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         """
         self._unanchored.discard(tp)
         try:
-            if await consumer.committed(tp) is not None:
+            committed = await consumer.committed(tp)
+            if committed is not None:
+                self.committer.seed({tp: committed}, self.ownership.epoch(tp))
                 return
             await consumer.commit({tp: position})
+            self.committer.seed({tp: position}, self.ownership.epoch(tp))
         except LOST_TO_REBALANCE as exc:
             # Lost to a rebalance: the partition's next owner anchors it.
             log.info("Start position of %s/%d not committed (%s)", tp.topic, tp.partition, type(exc).__name__)
@@ -470,9 +483,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         ]
         # Every partition, in every triggerer: no membership, so nothing is ever split.
         consumer.assign(lanes)
-        self._lanes = lanes
-        self._positions = PositionStore(consumer._client)
-        await self._admit_watchers(consumer, starting=True)
+        self.positions.bind(PositionStore(consumer._client), group_id, lanes)
+        await self.positions.admit(consumer, self.ownership, self._seq, starting=True)
         self._unanchored |= set(lanes)
         log.info(
             "Kafka shared stream reading all %d partition(s) of %s (group %r, connection %r), %d watcher(s)",
@@ -486,86 +498,20 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
 
     # -- watchers -------------------------------------------------------------------------
 
-    async def _admit_watchers(self, consumer: AIOKafkaConsumer, *, starting: bool = False) -> None:
+    async def _refresh_positions(self) -> None:
         """
-        Load the position of every watcher that joined since the last pass (see :mod:`.watchers`).
+        Every ``POSITION_REFRESH_INTERVAL``, commit the stream's and every live watcher's position
+        again, unchanged.
 
-        A partition the watcher has a position on starts (or seeks back) there when the consumer
-        is past it; a partition it has none on is anchored at the consumer's read position, which
-        on a fresh stream is the stream group's commit or ``auto.offset.reset``. When the stream
-        starts (``starting``) and every watcher has a position on a partition, the partition starts
-        at the lowest of them, forward too. Runs between fetches, in the task that yields, so
-        ``since_seq`` is exact.
+        A broker expires a member-less group's offsets ``offsets.retention.minutes`` after their
+        last commit, and an idle stream commits nothing: without this, a restart or a failover
+        after a quiet week would start at ``auto.offset.reset``. Each watcher's position is read
+        first, so a consumer of another shape on another triggerer is found within a round.
         """
-        pending = self.watchers.take_pending()
-        if not pending or self._positions is None or self.group_id is None:
-            self.watchers.pending[:0] = pending
-            return
-        positions = self._positions
-        loaded: list[tuple[WatcherCursor, str, dict[TopicPartition, int]]] = []
-        for cursor in pending:
-            group = cursor.group = watcher_group_id(self.group_id, cursor.digest)
-            try:
-                loaded.append((cursor, group, await positions.fetch(group, self._lanes)))
-            except KafkaError as exc:
-                self.watchers.pending[:0] = pending
-                raise self._error(f"reading the position of watcher {cursor.label}", exc) from None
-        # Start (or seek back) each partition at the lowest position among the joiners.
-        for tp in self._lanes:
-            wanted = [found[tp] for _, _, found in loaded if tp in found]
-            if not wanted:
-                continue
-            lowest = min(wanted)
-            if (starting and len(wanted) == len(loaded)) or lowest < await consumer.position(tp):
-                self.ownership.rewound(tp)
-                consumer.seek(tp, lowest)
-                log.info("Kafka %s/%d: reading from %d, its watchers' lowest", tp.topic, tp.partition, lowest)
-        for cursor, group, found in loaded:
-            anchors: dict[TopicPartition, int] = {}
-            for tp in self._lanes:
-                if tp in found:
-                    cursor.next[tp] = found[tp]
-                else:
-                    cursor.next[tp] = anchors[tp] = await consumer.position(tp)
-            try:
-                await positions.commit(group, anchors)
-            except KafkaError as exc:
-                raise self._error(f"anchoring the position of watcher {cursor.label}", exc) from None
-            committer = OffsetCommitter(
-                commit=functools.partial(positions.commit, group),
-                owns=_always,
-                describe_error=self._error,
-            )
-            committer.start()
-            cursor.committer = committer
-            cursor.since_seq = self._seq
-            log.info(
-                "Kafka watcher %s joined %s at %s (group %r)",
-                cursor.label,
-                ",".join(self.topics),
-                ", ".join(f"{tp.partition}@{cursor.next[tp]}" for tp in self._lanes),
-                cursor.group,
-            )
-
-    def _advance_watchers(self, tp: TopicPartition, settled: list[KafkaBrokerPayload]) -> None:
-        """
-        Move every admitted watcher's position over the records ``settled`` terminally, in
-        fan-out order: only a record at exactly the watcher's position that it surely received.
-        """
-        for cursor in self.watchers.admitted():
-            committer = cursor.committer
-            if committer is not None and committer.error is not None:
-                raise committer.error
-            position = start = cursor.next.get(tp)
-            if position is None:
-                continue
-            since = cursor.since_seq or 0
-            for payload in settled:
-                if payload.offset == position and payload.seq >= since:
-                    position += 1
-            if position != start and committer is not None:
-                cursor.next[tp] = position
-                committer.queue(tp, position, 0)
+        while True:
+            await asyncio.sleep(POSITION_REFRESH_INTERVAL)
+            self.committer.refresh()
+            await self.positions.refresh()
 
     def _error(
         self, what: str, exc: BaseException, *, kind: type[KafkaSharedStreamError] = KafkaSharedStreamError
@@ -795,7 +741,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         if commit is not None:
             self.committer.queue(tp, commit, epoch)
         if settled and self.watchers.cursors:
-            self._advance_watchers(tp, settled)
+            self.positions.advance(tp, settled)
         consumer = self._consumer
         if seek is not None and consumer is not None:
             self.ownership.rewound(tp)
@@ -833,6 +779,11 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
     # -- close ----------------------------------------------------------------------------
 
     async def aclose(self) -> None:
+        refresher, self._refresher = self._refresher, None
+        if refresher is not None:
+            refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refresher
         if self._claimed_group is not None:
             group_claims.release(self._claimed_group, self._identity)
             self._claimed_group = None
@@ -841,11 +792,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         await self.committer.stop()
         # Every watcher's last position reaches the broker before the client goes: the ones that
         # left (their final send runs in the background) and the ones still here.
-        await self.watchers.closed()
-        for cursor in self.watchers.admitted():
-            if cursor.committer is not None:
-                await cursor.committer.stop()
-        self.watchers.readmit_all()
+        await self.positions.stop()
         dlq, self._dlq = self._dlq, None
         consumer, self._consumer = self._consumer, None
         if dlq is not None:

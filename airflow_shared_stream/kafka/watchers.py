@@ -25,6 +25,9 @@ How a position stays safe (loss never, duplicates allowed):
 * The filter skips records below its watcher's position: the watcher already passed them,
   maybe in another triggerer. Everything else is evaluated, so after a seek back the other
   watchers of the process may fire again for records still in flight: duplicates, never loss.
+* A watcher whose position another triggerer writes with another consumer shape
+  (:mod:`~airflow_shared_stream.kafka.marks`) is *refused*: its position is no longer written
+  from here, and its filter raises the conflict at its next record, which fails that trigger alone.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ def watcher_group_id(stream_group: str, digest: str) -> str:
 class WatcherCursor:
     """One watcher's position in this process (see the module docstring)."""
 
-    __slots__ = ("committer", "digest", "group", "label", "next", "refs", "since_seq")
+    __slots__ = ("committer", "conflict", "digest", "group", "label", "next", "refs", "since_seq")
 
     def __init__(self, digest: str, label: str) -> None:
         self.digest = digest
@@ -87,14 +90,30 @@ class WatcherCursor:
         self.since_seq: int | None = None
         """First producer sequence number this watcher surely received; ``None`` until admitted."""
         self.committer: OffsetCommitter | None = None
+        self.conflict: Exception | None = None
+        """Why the watcher was refused (see :meth:`refuse`); its filter raises it."""
 
     def passed(self, message: RawMessage) -> bool:
         """Whether the watcher already passed this record (the filter skips it): hot path."""
+        if self.conflict is not None:
+            raise self.conflict
         if not self.next:
             return False
         envelope = message.envelope
         position = self.next.get((envelope["topic"], envelope["partition"]))
         return position is not None and envelope["offset"] < position
+
+    def refuse(self, conflict: Exception) -> None:
+        """
+        Stop writing this watcher's position from here, now, and fail its filter with ``conflict``.
+
+        Nothing pending is sent: the position is someone else's to write while the conflict lasts.
+        """
+        log.error("%s", conflict)
+        self.conflict = conflict
+        committer, self.committer = self.committer, None
+        if committer is not None:
+            committer.abandon()
 
     def reset(self) -> None:
         """Forget what the last producer loaded: the next producer admits the watcher afresh."""
@@ -136,6 +155,7 @@ class StreamWatchers:
         committer = cursor.committer
         cursor.reset()
         if committer is not None:
+            committer.refresh()  # the whole position, so its last mark says the watcher left
             task = asyncio.get_running_loop().create_task(committer.stop())
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
@@ -150,7 +170,8 @@ class StreamWatchers:
         return pending
 
     def admitted(self) -> list[WatcherCursor]:
-        return [c for c in self.cursors.values() if c.since_seq is not None]
+        """The watchers the producer serves: loaded, and not refused."""
+        return [c for c in self.cursors.values() if c.since_seq is not None and c.conflict is None]
 
     def readmit_all(self) -> None:
         """The producer went away: every watcher still here is admitted again by the next one."""

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.protocol.admin import DeleteGroupsRequest
 
 from tests.support.kafka_brokers import KAFKA_BROKERS, kafka_broker_argv
 from tests.support.processes import free_port, running, tail, wait_for_port
@@ -131,6 +132,49 @@ class KafkaSandbox:
         await consumer.start()
         try:
             return {p: await consumer.committed(TopicPartition(topic, p)) for p in range(partitions)}
+        finally:
+            await consumer.stop()
+
+    async def commit(self, group_id: str, topic: str, offsets: dict[int, int], metadata: str = "") -> None:
+        """Make ``offsets`` the group's committed offsets (a position another triggerer left)."""
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=group_id, enable_auto_commit=False
+        )
+        await consumer.start()
+        try:
+            partitions = {TopicPartition(topic, p): (offset, metadata) for p, offset in offsets.items()}
+            consumer.assign(list(partitions))
+            await consumer.commit(partitions)
+        finally:
+            await consumer.stop()
+
+    async def delete_groups(self, *group_ids: str) -> None:
+        """
+        Delete groups without members, offsets and all: what the broker's offset expiry does to
+        a group whose offsets are older than ``offsets.retention.minutes``.
+        """
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            client = consumer._client
+            for group_id in group_ids:
+                node = await client.coordinator_lookup(0, group_id)
+                response = await client.send(node, DeleteGroupsRequest([group_id]))
+                assert all(error == 0 for _, error in response.results), response
+        finally:
+            await consumer.stop()
+
+    async def committed_metadata(self, group_id: str, topic: str) -> str | None:
+        """The metadata string the group's offset of partition 0 was committed with."""
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=group_id, enable_auto_commit=False
+        )
+        await consumer.start()
+        try:
+            tp = TopicPartition(topic, 0)
+            offsets = await consumer._coordinator.fetch_committed_offsets([tp])
+            found = offsets.get(tp)
+            return None if found is None else found.metadata
         finally:
             await consumer.stop()
 

@@ -1,0 +1,242 @@
+"""
+The producer's half of the watchers' own positions: admit, move, mark and refresh them.
+
+The rules are :mod:`~airflow_shared_stream.kafka.watchers`'s; the marks each commit carries are
+:mod:`~airflow_shared_stream.kafka.marks`'s. This is where the producer's read loop, its folds and
+its refresh task apply them, through the stream consumer's own client
+(:class:`~airflow_shared_stream.kafka.positions.PositionStore`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError, OffsetMetadataTooLargeError
+
+from airflow_shared_stream.common.errors import StreamShapeConflictError
+from airflow_shared_stream.kafka.committer import OffsetCommitter
+from airflow_shared_stream.kafka.errors import KafkaSharedStreamError
+from airflow_shared_stream.kafka.marks import LIVE_FOR, PositionMark, disagreements, newest_mark
+from airflow_shared_stream.kafka.ownership import PartitionOwnership
+from airflow_shared_stream.kafka.positions import Committed, PositionStore
+from airflow_shared_stream.kafka.watchers import StreamWatchers, WatcherCursor, watcher_group_id
+
+if TYPE_CHECKING:
+    from airflow_shared_stream.kafka.producer import KafkaBrokerPayload
+
+log = logging.getLogger(__name__)
+
+
+def _always(tp: TopicPartition, epoch: int) -> bool:
+    """Manually assigned partitions are never revoked: a watcher's position is always ours to send."""
+    return True
+
+
+class WatcherPositions:
+    """
+    The positions of one stream's watchers in this triggerer, as its producer keeps them.
+
+    :param watchers: the stream's registry (the filters join and leave it).
+    :param topics: the stream's topics (for messages).
+    :param shape: the consumer's shaping arguments, as the trigger normalises them: what marks
+        every commit of a position.
+    :param describe_error: turns a client error into the stream's error (scrubbed of secrets).
+    """
+
+    def __init__(
+        self,
+        watchers: StreamWatchers,
+        *,
+        topics: Sequence[str],
+        shape: dict[str, Any],
+        describe_error: Callable[[str, BaseException], KafkaSharedStreamError],
+    ) -> None:
+        self.watchers = watchers
+        self.topics = list(topics)
+        self.shape = shape
+        self._error = describe_error
+        self.store: PositionStore | None = None
+        self.stream_group: str | None = None
+        self.lanes: list[TopicPartition] = []
+        self.closing = False
+        """Set when the stream stops: its last marks say its watchers no longer run here."""
+        self._marking = True
+
+    def bind(self, store: PositionStore, stream_group: str, lanes: list[TopicPartition]) -> None:
+        """Read and write through ``store``, for the watchers of ``stream_group`` on ``lanes``."""
+        self.store, self.stream_group, self.lanes = store, stream_group, lanes
+
+    async def admit(
+        self,
+        consumer: AIOKafkaConsumer,
+        ownership: PartitionOwnership,
+        next_seq: int,
+        *,
+        starting: bool = False,
+    ) -> None:
+        """
+        Load the position of every watcher that joined since the last pass (see :mod:`.watchers`).
+
+        A partition the watcher has a position on starts (or seeks back) there when the consumer
+        is past it; a partition it has none on is anchored at the consumer's read position, which
+        on a fresh stream is the stream group's commit or ``auto.offset.reset``. When the stream
+        starts (``starting``) and every watcher has a position on a partition, the partition starts
+        at the lowest of them, forward too. Runs between fetches, in the task that yields, so
+        ``next_seq`` (the sequence number of the next record yielded) is exact. A watcher whose
+        position a live consumer of another shape writes is refused instead (:mod:`.marks`).
+        """
+        pending = [cursor for cursor in self.watchers.take_pending() if cursor.conflict is None]
+        store, stream_group = self.store, self.stream_group
+        if not pending or store is None or stream_group is None:
+            self.watchers.pending[:0] = pending
+            return
+        loaded: list[tuple[WatcherCursor, str, dict[TopicPartition, int]]] = []
+        for cursor in pending:
+            group = cursor.group = watcher_group_id(stream_group, cursor.digest)
+            try:
+                committed = await store.fetch(group, self.lanes)
+            except KafkaError as exc:
+                self.watchers.pending[:0] = pending
+                raise self._error(f"reading the position of watcher {cursor.label}", exc) from None
+            if not self._refused(cursor, committed):
+                loaded.append((cursor, group, committed.offsets))
+        # Start (or seek back) each partition at the lowest position among the joiners.
+        for tp in self.lanes:
+            wanted = [found[tp] for _, _, found in loaded if tp in found]
+            if not wanted:
+                continue
+            lowest = min(wanted)
+            if (starting and len(wanted) == len(loaded)) or lowest < await consumer.position(tp):
+                ownership.rewound(tp)
+                consumer.seek(tp, lowest)
+                log.info("Kafka %s/%d: reading from %d, its watchers' lowest", tp.topic, tp.partition, lowest)
+        for cursor, group, found in loaded:
+            anchors: dict[TopicPartition, int] = {}
+            for tp in self.lanes:
+                if tp in found:
+                    cursor.next[tp] = found[tp]
+                else:
+                    cursor.next[tp] = anchors[tp] = await consumer.position(tp)
+            try:
+                await self._write(cursor, group, anchors)
+            except KafkaError as exc:
+                raise self._error(f"anchoring the position of watcher {cursor.label}", exc) from None
+            committer = OffsetCommitter(
+                commit=functools.partial(self._write, cursor, group),
+                owns=_always,
+                describe_error=self._error,
+            )
+            committer.seed(cursor.next, 0)
+            committer.start()
+            cursor.committer = committer
+            cursor.since_seq = next_seq
+            log.info(
+                "Kafka watcher %s joined %s at %s (group %r)",
+                cursor.label,
+                ",".join(self.topics),
+                ", ".join(f"{tp.partition}@{cursor.next[tp]}" for tp in self.lanes),
+                cursor.group,
+            )
+
+    def advance(self, tp: TopicPartition, settled: list[KafkaBrokerPayload]) -> None:
+        """
+        Move every admitted watcher's position over the records ``settled`` terminally, in
+        fan-out order: only a record at exactly the watcher's position that it surely received.
+        """
+        for cursor in self.watchers.admitted():
+            committer = cursor.committer
+            if committer is not None and committer.error is not None:
+                raise committer.error
+            position = start = cursor.next.get(tp)
+            if position is None:
+                continue
+            since = cursor.since_seq or 0
+            for payload in settled:
+                if payload.offset == position and payload.seq >= since:
+                    position += 1
+            if position != start and committer is not None:
+                cursor.next[tp] = position
+                committer.queue(tp, position, 0)
+
+    async def refresh(self) -> None:
+        """
+        Commit every admitted watcher's position again, unchanged, after reading it.
+
+        The read finds a consumer of another shape on another triggerer that started writing the
+        position since this one was admitted (both admitted at the same moment, say).
+        """
+        store = self.store
+        for cursor in self.watchers.admitted():
+            committer = cursor.committer
+            if store is None or committer is None or cursor.group is None:
+                continue
+            try:
+                committed = await store.fetch(cursor.group, self.lanes)
+            except KafkaError as exc:  # the next round tries again; a lasting fault fails commits
+                log.warning("Reading the position of watcher %s failed: %s", cursor.label, type(exc).__name__)
+                continue
+            if not self._refused(cursor, committed):
+                committer.refresh()
+
+    async def stop(self) -> None:
+        """Send every position still here, marked as stopped (the producer closes)."""
+        self.closing = True
+        # The last position sends of the watchers that left (in the background), then the rest.
+        await self.watchers.closed()
+        for cursor in self.watchers.admitted():
+            if cursor.committer is not None:
+                cursor.committer.refresh()  # the whole position, so its last mark says it stopped
+                await cursor.committer.stop()
+        self.watchers.readmit_all()
+
+    # -- marks ----------------------------------------------------------------------------
+
+    def _mark(self, cursor: WatcherCursor) -> str:
+        """What a commit of ``cursor``'s position says: this shape, now, and whether it still runs."""
+        if not self._marking:
+            return ""
+        live = cursor.refs > 0 and not self.closing  # a watcher that left, or a stream that stops
+        return PositionMark(self.shape, time.time(), live).encode()
+
+    async def _write(self, cursor: WatcherCursor, group: str, offsets: dict[TopicPartition, int]) -> None:
+        """Commit ``offsets`` as ``cursor``'s position, with its mark while the cluster takes one."""
+        store = self.store
+        if store is None:
+            return
+        try:
+            await store.commit(group, offsets, self._mark(cursor))
+        except OffsetMetadataTooLargeError:
+            if not self._marking:
+                raise
+            # A cluster whose offset.metadata.max.bytes is below a mark: positions still count
+            # more than detecting a watcher of another shape elsewhere, so go on without marks.
+            self._marking = False
+            log.warning(
+                "The Kafka cluster refuses the mark a position's commit carries "
+                "(offset.metadata.max.bytes): positions of %s are committed without it, so "
+                "watchers that differ only in a shaping argument are not detected across triggerers",
+                ",".join(self.topics),
+            )
+            await store.commit(group, offsets)
+
+    def _refused(self, cursor: WatcherCursor, committed: Committed) -> bool:
+        """Refuse ``cursor`` if a live consumer of another shape writes its position (:mod:`.marks`)."""
+        conflicts = disagreements(self.shape, newest_mark(committed.metadata.values()), time.time())
+        if not conflicts:
+            return False
+        cursor.refuse(
+            StreamShapeConflictError(
+                f"Kafka watcher {cursor.label} of {','.join(self.topics)} (position {cursor.group!r}) "
+                f"runs on another triggerer with {', '.join(conflicts)}. Watchers that differ only in "
+                "dead_letter_topic, max_in_flight or max_payload_bytes share one position, so one "
+                "would commit past records the other never persisted: give them the same values. "
+                "This watcher fails until the other stops (a triggerer that died counts as running "
+                f"for {LIVE_FOR:.0f} s after its last commit)."
+            )
+        )
+        return True
