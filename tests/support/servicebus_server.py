@@ -232,6 +232,8 @@ class ServiceBusServer:
         self.released_deliveries = 0
         """Deliveries the clients released (given back unprocessed: the SDK does it to a message
         that arrives while no receive call waits, and to what it holds when a receiver closes)."""
+        self.locked_deliveries = 0
+        """Messages handed out under a peek-lock (each redelivery counts again)."""
         self.completed_deliveries = 0
         """Messages completed (accepted on their link, or ``completed`` through ``$management``)."""
         self.expired_session_locks = 0
@@ -408,6 +410,18 @@ class ServiceBusServer:
         """Fail every dead-letter settlement on ``path`` from now on; the message stays locked."""
         with self._lock:
             self.dead_letter_refused.add(path.lower())
+
+    def counters(self) -> dict[str, int]:
+        """What happened to the deliveries so far, by kind (picklable, for a server in a child)."""
+        with self._lock:
+            return {
+                "locked_deliveries": self.locked_deliveries,
+                "settled_deliveries": self.settled_deliveries,
+                "completed_deliveries": self.completed_deliveries,
+                "released_deliveries": self.released_deliveries,
+                "lock_lost_settlements": self.lock_lost_settlements,
+                "expired_session_locks": self.expired_session_locks,
+            }
 
     def locked_count(self, path: str) -> int:
         with self._lock:
@@ -820,6 +834,7 @@ class _Handler:
             stored.link = link
             stored.locked_until_ms = _now_ms() + int(entity.lock_duration * 1000)
             entity.locked[tag] = stored
+            self.server.locked_deliveries += 1
             payload = encode_for_delivery(stored, lock_token=tag)
         dlv = link.delivery(tag.bytes_le)
         link.send(payload)
@@ -1183,6 +1198,8 @@ def _servicebus_child(conn: Any, root: str) -> None:
                 result = server.requests.clear()
             elif command == "settled_deliveries":
                 result = server.settled_deliveries
+            elif command == "counters":
+                result = server.counters()
             elif command == "message_count":  # available and locked (messages are not picklable)
                 result = len(server.messages(*args))
             else:

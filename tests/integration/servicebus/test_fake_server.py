@@ -13,8 +13,8 @@ from datetime import timedelta
 
 import pytest
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusSubQueue
-from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus._pyamqp.error import MessageSettlementUnconfirmed
+from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import (
     MessageLockLostError,
     ServiceBusAuthenticationError,

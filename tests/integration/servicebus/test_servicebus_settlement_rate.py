@@ -53,6 +53,8 @@ async def test_settlements_are_not_paid_one_round_trip_at_a_time(servicebus_proc
         )
         settled_in = time.monotonic() - fired
     assert sorted(p["body"]["n"] for p in watcher.payloads) == list(range(MESSAGES))
+    counters = servicebus_process.call("counters")
+    print(counters)
     assert servicebus_process.call("settled_deliveries") == MESSAGES  # each settled once, no more
     # ... in runs of consecutive deliveries, one disposition per run (servicebus/ranges.py).
     assert servicebus_process.counts()["settle"] < MESSAGES / 10
