@@ -200,9 +200,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="lock renewals planned from an assumed lock, not the broker's",
         broker="servicebus",
-        path="airflow_shared_stream/servicebus/producer.py",
-        original="        keeper.renew_every = max(MIN_RENEW_INTERVAL_SECONDS, max(left) / 3)\n",
-        mutated="        return  # mutant: the keeper keeps its assumed 60 s lock\n",
+        path="airflow_shared_stream/servicebus/locks.py",
+        original="    keeper.renew_every = max(MIN_RENEW_INTERVAL_SECONDS, max(left) / 3)\n",
+        mutated="    return  # mutant: the keeper keeps its assumed 60 s lock\n",
         caught_by=(
             f"{SERVICEBUS_LOCKS}::test_message_locks_are_renewed_from_the_brokers_lock_not_the_default",
         ),
@@ -237,8 +237,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="session locks not read from the session",
         broker="servicebus",
-        path="airflow_shared_stream/servicebus/producer.py",
-        original='        return _seconds_until(getattr(session.receiver.session, "locked_until_utc", None))\n',  # noqa: E501
+        path="airflow_shared_stream/servicebus/locks.py",
+        original='        return seconds_until(getattr(session, "locked_until_utc", None))\n',
         mutated="        return None  # mutant: a session message says nothing about its lock\n",
         caught_by=(f"{SERVICEBUS_LOCKS}::test_session_locks_are_renewed_from_the_brokers_lock",),
     ),

@@ -84,6 +84,12 @@ from airflow_shared_stream.servicebus.errors import (
     ServiceBusSharedStreamError,
 )
 from airflow_shared_stream.servicebus.hook import ServiceBusClientConfig, ServiceBusSharedStreamHook
+from airflow_shared_stream.servicebus.locks import (
+    ASSUMED_LOCK_SECONDS,
+    lock_left,
+    renew_in_time,
+    seconds_until,
+)
 from airflow_shared_stream.servicebus.ranges import (
     MIN_RUN,
     RangeLink,
@@ -100,13 +106,6 @@ log = logging.getLogger(__name__)
 UNAUTHORIZED_STATUS = re.compile(r"(?<![\d.:])401(?!\d)")
 """A 401 status in an SDK error's text: the number alone, not digits of a port or an address
 (a refused connection to 127.0.0.1:54011 read as a refused credential)."""
-
-ASSUMED_LOCK_SECONDS = 60.0
-"""Service Bus's default lock duration: the renewal period until a delivery says how long its lock is."""
-
-MIN_RENEW_INTERVAL_SECONDS = 1.0
-"""Shortest time between renewal passes, whatever a lock's expiry says (a clock running ahead of
-the service's makes every lock look shorter; Service Bus's shortest lock is 5 s)."""
 
 SETTLE_BATCH_LIMIT = 100
 """Most messages per ACK, abandon, dead-letter or lock-renewal batch (the ACK batcher's batch)."""
@@ -421,23 +420,14 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             deliveries = [self._delivery(message, self._receiver, lane=None) for message in messages]
         else:
             deliveries = await self._receive_sessions(max_messages)
-        self._renew_in_time(_lock_left(d.handle.message, d.handle.session) for d in deliveries)
+        renew_in_time(self._leases, (self._lock_left(d) for d in deliveries))
         return deliveries
 
-    def _renew_in_time(self, seconds_left: Iterable[float | None]) -> None:
-        """
-        Plan renewals for locks whose expiry was just read (received, or renewed).
-
-        The longest of them is a lock just taken or renewed: the entity's lock duration, and the
-        keeper renews every third of it. The shortest (a message that waited in a prefetch
-        buffer, a renewal that came late) is renewed within a third of what it has left.
-        """
-        left = [seconds for seconds in seconds_left if seconds is not None]
-        keeper = self._leases
-        if not left or keeper is None:
-            return
-        keeper.renew_every = max(MIN_RENEW_INTERVAL_SECONDS, max(left) / 3)
-        keeper.renew_within(min(keeper.renew_every, min(left) / 3))
+    @staticmethod
+    def _lock_left(delivery: Delivery[Any]) -> float | None:
+        received: _Received = delivery.handle
+        session = received.receiver.session if received.session is not None else None
+        return lock_left(received.message, session)
 
     async def _receive_sessions(self, max_messages: int) -> list[Delivery[Any]]:
         for session in [s for s in self._sessions if s.restarting]:
@@ -602,7 +592,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         """
         link, deliveries = run
         what = f"{len(deliveries)} messages ({self._label(deliveries[0])} to {self._label(deliveries[-1])})"
-        left = [_lock_left(d.handle.message, d.handle.session) for d in deliveries]
+        left = [self._lock_left(d) for d in deliveries]
         known = [seconds for seconds in left if seconds is not None]
         try:
             await link.complete(
@@ -771,7 +761,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
                 return []
             return await self._renew_one_by_one(group)
         try:
-            self._renew_in_time([_seconds_until(await receiver.session.renew_lock())])
+            renew_in_time(self._leases, [seconds_until(await receiver.session.renew_lock())])
         except Exception as exc:
             if not _is_lock_lost(exc):
                 raise self._explain("renew a lock on", exc) from None
@@ -809,7 +799,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             return False
         for delivery, expiry_ms in zip(group, expirations, strict=True):
             delivery.handle.message._expiry = utc_from_timestamp(expiry_ms / 1000.0)
-        self._renew_in_time(_lock_left(d.handle.message, None) for d in group)
+        renew_in_time(self._leases, (self._lock_left(d) for d in group))
         return True
 
     async def _renew_one_by_one(self, group: Sequence[Delivery[Any]]) -> list[Delivery[Any]]:
@@ -817,9 +807,8 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         for delivery in group:
             received: _Received = delivery.handle
             try:
-                self._renew_in_time(
-                    [_seconds_until(await received.receiver.renew_message_lock(received.message))]
-                )
+                expiry = await received.receiver.renew_message_lock(received.message)
+                renew_in_time(self._leases, [seconds_until(expiry)])
             except Exception as exc:
                 if _is_lock_lost(exc):
                     # Returned as lost: the lease keeper counts it (lease_losses) and stops renewing.
@@ -908,27 +897,6 @@ async def _all(settlements: Iterable[Awaitable[None]]) -> None:
     for result in results:
         if isinstance(result, BaseException):
             raise result
-
-
-def _seconds_until(when: datetime.datetime | None) -> float | None:
-    """Seconds from now until ``when`` (a UTC time the service gave), on this machine's clock."""
-    if when is None:
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.timezone.utc)
-    return (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
-
-
-def _lock_left(message: Any, session: _SessionReceiver | None) -> float | None:
-    """
-    Seconds the lock of a received message has left: its own, or on a session, the session's.
-
-    Compared with this machine's clock, as the SDK compares them when it refuses to settle a
-    message whose lock it thinks ran out.
-    """
-    if session is not None:
-        return _seconds_until(getattr(session.receiver.session, "locked_until_utc", None))
-    return _seconds_until(message.locked_until_utc)
 
 
 def _is_lock_lost(exc: BaseException) -> bool:
