@@ -55,9 +55,9 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
     The stream is the entity (names are case-insensitive) read through the connection, which
     stands for the namespace it resolves to; watchers of one entity must use the same connection
     (a second connection to the same namespace and entity fails when its stream starts, instead
-    of silently splitting the messages). Every other argument but ``match`` and ``reject`` shapes
-    the one receiver: every watcher of the entity must give the same values (a watcher that
-    disagrees fails at start, naming the argument).
+    of silently splitting the messages). Every other argument but ``match`` and ``reject`` (and
+    the ignored ``lock_duration_seconds``) shapes the one receiver: every watcher of the entity
+    must give the same values (a watcher that disagrees fails at start, naming the argument).
     """
 
     broker = "servicebus"
