@@ -43,6 +43,8 @@ PUBSUB_STREAM_TESTS = "tests/integration/pubsub/test_pubsub_shared_stream.py"
 PUBSUB_LIMIT_TESTS = "tests/integration/pubsub/test_pubsub_limits.py"
 PUBSUB_RAW_STUB_TESTS = "tests/integration/pubsub/test_pubsub_raw_stubs.py"
 PUBSUB_DEAD_LETTER_COPY_TESTS = "tests/unit/pubsub/test_pubsub_dead_letter_copy.py"
+SERVICEBUS_LOCKS = "tests/integration/servicebus/test_servicebus_lock_from_broker.py"
+SERVICEBUS_RANGES = "tests/integration/servicebus/test_servicebus_range_completion.py"
 
 
 REFRESH_IF_AGREED = (
@@ -548,6 +550,76 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="        live = True",
         caught_by=("test_a_redeploy_with_other_tuning_on_another_triggerer_resumes_the_same_position",),
         module=KAFKA_POSITIONS,
+    ),
+    # Service Bus: locks renewed from what the broker says, ranges that never over-settle.
+    Mutant(
+        name="lock renewals planned from an assumed lock, not the broker's",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/locks.py",
+        original="    keeper.renew_every = max(MIN_RENEW_INTERVAL_SECONDS, max(left) / 3)\n",
+        mutated="    return  # mutant: the keeper keeps its assumed 60 s lock\n",
+        caught_by=(
+            f"{SERVICEBUS_LOCKS}::test_message_locks_are_renewed_from_the_brokers_lock_not_the_default",
+        ),
+    ),
+    Mutant(
+        name="a short lock does not bring the next renewal pass forward",
+        broker="servicebus",
+        path="airflow_shared_stream/common/leases.py",
+        original="        self._woken.set()\n",
+        mutated="        pass  # mutant: the pass already planned is kept\n",
+        caught_by=(
+            f"{SERVICEBUS_LOCKS}::test_message_locks_are_renewed_from_the_brokers_lock_not_the_default",
+        ),
+    ),
+    Mutant(
+        name="the lease keeper's wait swallows the cancel that stops it",
+        broker="servicebus",
+        path="airflow_shared_stream/common/leases.py",
+        original=(
+            "                woken = asyncio.ensure_future(self._woken.wait())\n"
+            "                try:\n"
+            "                    await asyncio.wait([woken], timeout=delay)\n"
+            "                finally:\n"
+            "                    woken.cancel()\n"
+        ),
+        mutated=(
+            "                with contextlib.suppress(TimeoutError):\n"
+            "                    await asyncio.wait_for(self._woken.wait(), delay)\n"
+        ),
+        caught_by=("tests/unit/common/test_leases.py::test_stop_returns_when_it_meets_a_wake_up",),
+    ),
+    Mutant(
+        name="session locks not read from the session",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/locks.py",
+        original='        return seconds_until(getattr(session, "locked_until_utc", None))\n',
+        mutated="        return None  # mutant: a session message says nothing about its lock\n",
+        caught_by=(f"{SERVICEBUS_LOCKS}::test_session_locks_are_renewed_from_the_brokers_lock",),
+    ),
+    Mutant(
+        name="a range spans a delivery still in flight",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/ranges.py",
+        original="        if run and delivery_id(item) != delivery_id(run[-1]) + 1:\n",
+        mutated="        if False:  # mutant: a gap does not end a run\n",
+        caught_by=(f"{SERVICEBUS_RANGES}::test_a_range_never_covers_a_delivery_still_in_flight",),
+    ),
+    Mutant(
+        name="a range's outcome awaited for the SDK's whole timeout",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/ranges.py",
+        original="                outcome_timeout=outcome_timeout(lock_seconds_left, self.outcome_timeout),\n",  # noqa: E501
+        mutated="                outcome_timeout=self.outcome_timeout,\n",
+        caught_by=(f"{SERVICEBUS_RANGES}::test_a_broker_that_ignores_ranges_costs_speed_not_redeliveries",),
+    ),
+    Mutant(
+        name="an unconfirmed range left to its locks",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/producer.py",
+        original="            await self._complete_unconfirmed(what, deliveries)\n",
+        mutated="            pass  # mutant: the messages come back when their locks run out\n",
+        caught_by=(f"{SERVICEBUS_RANGES}::test_a_broker_that_ignores_ranges_costs_speed_not_redeliveries",),
     ),
 )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Hashable, Iterable
 from typing import Generic, TypeVar
@@ -93,6 +94,9 @@ class LeaseKeeper(Generic[LeaseHandle]):
         # handle -> event set when the renewal call carrying it returns.
         self._renewing: dict[LeaseHandle, asyncio.Event] = {}
         self._task: asyncio.Task[None] | None = None
+        self._sooner = math.inf
+        """Loop time by which :meth:`renew_within` wants the next pass started."""
+        self._woken = asyncio.Event()
 
     def __len__(self) -> int:
         return len(self._held)
@@ -195,11 +199,30 @@ class LeaseKeeper(Generic[LeaseHandle]):
         self._on_extended(len(chunk) - len(lost))
         return len(chunk) - len(lost)
 
+    def renew_within(self, seconds: float) -> None:
+        """
+        Start the next renewal pass within ``seconds`` from now: sooner than planned, never later.
+
+        For a broker that says how long each lease lasts only as it hands a message over (Service
+        Bus locks): a lease shorter than the keeper planned for is still renewed in time.
+        """
+        self._sooner = min(self._sooner, asyncio.get_running_loop().time() + max(0.0, seconds))
+        self._woken.set()
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         due = loop.time() + self.renew_every
         while True:
-            await asyncio.sleep(max(0.0, due - loop.time()))
+            while (delay := min(due, self._sooner) - loop.time()) > 0:
+                self._woken.clear()
+                # asyncio.wait, not wait_for: wait_for swallows a cancel that meets the wake-up
+                # (Python < 3.12), and stop() would wait for this task for ever.
+                woken = asyncio.ensure_future(self._woken.wait())
+                try:
+                    await asyncio.wait([woken], timeout=delay)
+                finally:
+                    woken.cancel()
+            self._sooner = math.inf
             started = loop.time()
             await self.renew_once()
             # Start to start: a pass that took longer than renew_every is followed at once.

@@ -32,9 +32,15 @@ Outcomes are still awaited: a complete the service refused (the lock was lost) i
 logged, not assumed.
 
 While a message waits for its trigger events to be persisted, its lock is renewed by the
-template's lease keeper, for at most the triggerer's ack timeout. A lock that is lost anyway (the
-renewal came too late, the link dropped) is not an error of the stream: Service Bus redelivers
-the message, so the settlement is logged and counted (``lease_losses``) and the stream goes on.
+template's lease keeper, for at most the triggerer's ack timeout, on a schedule read from the
+broker: every delivery says until when its lock holds (``locked_until_utc``; on a session, the
+session's lock), and so does every renewal. The keeper renews every third of the longest lock it
+was told of (a lock just taken: the entity's lock duration), and brings its next pass forward for
+a lock that has less left. The entity's lock duration is not read through the management API
+(it needs the *Manage* right), and a lock length given as an argument was wrong whenever the
+entity said otherwise. A lock that is lost anyway (the renewal came too late, the link dropped) is
+not an error of the stream: Service Bus redelivers the message, so the settlement is logged and
+counted (``lease_losses``) and the stream goes on.
 
 Sessions: on a session-enabled entity (``session_enabled=True``) the producer holds up to
 ``max_concurrent_sessions`` session receivers, accepting the next available session whenever it
@@ -60,6 +66,7 @@ import datetime
 import logging
 import re
 import uuid
+import weakref
 from collections.abc import Awaitable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,9 +84,16 @@ from airflow_shared_stream.servicebus.errors import (
     ServiceBusSharedStreamError,
 )
 from airflow_shared_stream.servicebus.hook import ServiceBusClientConfig, ServiceBusSharedStreamHook
+from airflow_shared_stream.servicebus.locks import (
+    ASSUMED_LOCK_SECONDS,
+    lock_left,
+    renew_in_time,
+    seconds_until,
+)
 from airflow_shared_stream.servicebus.ranges import (
     MIN_RUN,
     RangeLink,
+    RangeUnconfirmed,
     message_supports_ranges,
     range_link,
     split_runs,
@@ -92,9 +106,6 @@ log = logging.getLogger(__name__)
 UNAUTHORIZED_STATUS = re.compile(r"(?<![\d.:])401(?!\d)")
 """A 401 status in an SDK error's text: the number alone, not digits of a port or an address
 (a refused connection to 127.0.0.1:54011 read as a refused credential)."""
-
-DEFAULT_LOCK_DURATION_SECONDS = 60.0
-"""Service Bus's default lock duration: renewals run every third of it."""
 
 SETTLE_BATCH_LIMIT = 100
 """Most messages per ACK, abandon, dead-letter or lock-renewal batch (the ACK batcher's batch)."""
@@ -271,7 +282,6 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         azure_service_bus_conn_id: str = ServiceBusSharedStreamHook.default_conn_name,
         max_in_flight: int,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        lock_duration_seconds: float = DEFAULT_LOCK_DURATION_SECONDS,
         max_wait_time: float = 5.0,
         session_enabled: bool = False,
         max_concurrent_sessions: int = 8,
@@ -281,7 +291,6 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         super().__init__(max_in_flight=max_in_flight, stream_label=self._entity.identity)
         self._conn_id = azure_service_bus_conn_id
         self._max_payload_bytes = max_payload_bytes
-        self._lock_duration = float(lock_duration_seconds)
         self._max_wait_time = float(max_wait_time)
         self._session_enabled = session_enabled
         self._max_sessions = max_concurrent_sessions
@@ -294,10 +303,16 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         self._session_of: dict[str, _SessionReceiver] = {}
         self._next_session_accept = 0.0
         self._registered: tuple[str, str] | None = None
+        self._management: weakref.WeakKeyDictionary[Any, asyncio.Lock] = weakref.WeakKeyDictionary()
+        """Per receiver: held by each of our ``$management`` requests (they must not race)."""
         self.lost_locks = 0
         """Settlements and renewals refused because the lock was gone (the message comes back)."""
         self.ranges_completed = 0
         """Runs of messages completed with one disposition each (:mod:`.ranges`)."""
+        self.ranges_unconfirmed = 0
+        """Runs whose outcome the broker did not confirm in time: completed one by one instead."""
+        self.ranges_ignored = False
+        """The broker left a delivery of a range unsettled: completing one by one from then on."""
 
     @property
     def entity(self) -> Entity:
@@ -338,7 +353,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             self._session_enabled,
             self._window.max_in_flight,
         )
-        return self._lock_duration
+        return ASSUMED_LOCK_SECONDS
 
     def _claim_stream(self) -> None:
         """
@@ -403,8 +418,17 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
                     max_message_count=max_messages, max_wait_time=self._max_wait_time
                 ),
             )
-            return [self._delivery(message, self._receiver, lane=None) for message in messages]
-        return await self._receive_sessions(max_messages)
+            deliveries = [self._delivery(message, self._receiver, lane=None) for message in messages]
+        else:
+            deliveries = await self._receive_sessions(max_messages)
+        renew_in_time(self._leases, (self._lock_left(d) for d in deliveries))
+        return deliveries
+
+    @staticmethod
+    def _lock_left(delivery: Delivery[Any]) -> float | None:
+        received: _Received = delivery.handle
+        session = received.receiver.session if received.session is not None else None
+        return lock_left(received.message, session)
 
     async def _receive_sessions(self, max_messages: int) -> list[Delivery[Any]]:
         for session in [s for s in self._sessions if s.restarting]:
@@ -537,7 +561,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         cannot join one (a lone message, one received on an earlier link, a locally expired
         lock, an SDK without what a range needs) is completed with ``complete_message``.
         """
-        if not self._complete_in_ranges or len(deliveries) < MIN_RUN:
+        if not self._complete_in_ranges or self.ranges_ignored or len(deliveries) < MIN_RUN:
             return [], list(deliveries)
         if not message_supports_ranges(deliveries[0].handle.message):
             return [], list(deliveries)
@@ -569,9 +593,16 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         """
         link, deliveries = run
         what = f"{len(deliveries)} messages ({self._label(deliveries[0])} to {self._label(deliveries[-1])})"
+        left = [self._lock_left(d) for d in deliveries]
+        known = [seconds for seconds in left if seconds is not None]
         try:
-            await link.complete([d.handle.message for d in deliveries])
+            await link.complete(
+                [d.handle.message for d in deliveries], lock_seconds_left=min(known, default=None)
+            )
             self.ranges_completed += 1
+        except RangeUnconfirmed:
+            self.ranges_unconfirmed += 1
+            await self._complete_unconfirmed(what, deliveries)
         except Exception as exc:
             if _is_lock_lost(exc):
                 # Which of them Service Bus completed is not known: the others come back.
@@ -584,6 +615,39 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         finally:
             for delivery in deliveries:
                 self._forget_in_session(delivery)
+
+    async def _complete_unconfirmed(self, what: str, deliveries: Sequence[Delivery[Any]]) -> None:
+        """
+        Complete, one by one, the messages of a range whose outcome did not come in time.
+
+        Through ``complete_message``: the range took their tags off the link, so the SDK
+        completes each through ``$management`` (one request at a time: they must not race on one
+        receiver). A message the range did complete is refused as lock-lost, which is how a
+        message the range did not complete is told from it; if any was still locked, the broker
+        does not apply ranges, and the stream completes one by one from then on.
+        """
+        still_locked = 0
+        for delivery in deliveries:
+            received: _Received = delivery.handle
+            try:
+                async with self._management_of(received.receiver):
+                    await received.receiver.complete_message(received.message)
+            except Exception as exc:
+                if not _is_lock_lost(exc):
+                    raise self._explain("complete a message of", exc) from None
+                # Completed by the range (or its lock is gone, and it comes back): nothing to do.
+                log.debug("%s was already completed, or its lock is gone", self._label(delivery))
+            else:
+                still_locked += 1
+        if still_locked and not self.ranges_ignored:
+            self.ranges_ignored = True
+            log.warning(
+                "Service Bus did not complete %d of %s settled as one range; completed them one by "
+                "one, and completing every message one by one from now on on this stream "
+                "(complete_in_ranges=False says so up front)",
+                still_locked,
+                what,
+            )
 
     async def redeliver(self, deliveries: Sequence[Delivery[Any]]) -> None:
         """Abandon; a session with an abandoned message is given up and taken again (module docstring)."""
@@ -657,31 +721,54 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         The ``$management`` ``com.microsoft:renew-lock`` operation takes a list of lock tokens;
         the SDK's public ``renew_message_lock`` sends one token per request, and each request
         behind a pending receive waits for the receiver's socket timeout (module docstring), so
-        a round over N held messages cost N such waits. Requests go one after another, never
-        together: the SDK fails management requests that race on one receiver ("Management
-        Operation error occurred", then the handler shuts down). Sessions renew their session's
-        lock once per round (a session message's lock is its session's).
+        a round over N held messages cost N such waits. Requests on one receiver go one after
+        another, never together: the SDK fails management requests that race on one receiver
+        ("Management Operation error occurred", then the handler shuts down). Receivers (each
+        session has its own, on a connection of its own) are renewed together. Sessions renew
+        their session's lock once per round (a session message's lock is its session's).
         """
-        lost: list[Delivery[Any]] = []
         by_receiver: dict[int, list[Delivery[Any]]] = {}
         for delivery in deliveries:
             by_receiver.setdefault(id(delivery.handle.receiver), []).append(delivery)
-        for group in by_receiver.values():
-            receiver = group[0].handle.receiver
-            session = group[0].handle.session
-            if session is not None and session.closed:
-                continue  # given up: the service has them back, nothing to renew
-            if self._session_enabled:
-                try:
-                    await receiver.session.renew_lock()
-                except Exception as exc:
-                    if not _is_lock_lost(exc):
-                        raise self._explain("renew a lock on", exc) from None
-                    self._count_lost(f"session lock renewal of {self._label(group[0])}", exc, metric=False)
-                    lost.extend(group)
-            elif not await self._renew_together(receiver, group):
-                lost.extend(await self._renew_one_by_one(group))
+        lost: list[Delivery[Any]] = []
+        results = await asyncio.gather(
+            *(self._renew_receiver(group) for group in by_receiver.values()), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+            lost.extend(result)
         return lost
+
+    def _management_of(self, receiver: Any) -> asyncio.Lock:
+        """The lock our ``$management`` requests on ``receiver`` take, one at a time."""
+        lock = self._management.get(receiver)
+        if lock is None:
+            lock = self._management[receiver] = asyncio.Lock()
+        return lock
+
+    async def _renew_receiver(self, group: Sequence[Delivery[Any]]) -> list[Delivery[Any]]:
+        """Renew the locks of one receiver's messages (one request at a time); return the lost ones."""
+        async with self._management_of(group[0].handle.receiver):
+            return await self._renew_receiver_locked(group)
+
+    async def _renew_receiver_locked(self, group: Sequence[Delivery[Any]]) -> list[Delivery[Any]]:
+        receiver = group[0].handle.receiver
+        session = group[0].handle.session
+        if session is not None and session.closed:
+            return []  # given up: the service has them back, nothing to renew
+        if not self._session_enabled:
+            if await self._renew_together(receiver, group):
+                return []
+            return await self._renew_one_by_one(group)
+        try:
+            renew_in_time(self._leases, [seconds_until(await receiver.session.renew_lock())])
+        except Exception as exc:
+            if not _is_lock_lost(exc):
+                raise self._explain("renew a lock on", exc) from None
+            self._count_lost(f"session lock renewal of {self._label(group[0])}", exc, metric=False)
+            return list(group)
+        return []
 
     async def _renew_together(self, receiver: Any, group: Sequence[Delivery[Any]]) -> bool:
         """
@@ -713,6 +800,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             return False
         for delivery, expiry_ms in zip(group, expirations, strict=True):
             delivery.handle.message._expiry = utc_from_timestamp(expiry_ms / 1000.0)
+        renew_in_time(self._leases, (self._lock_left(d) for d in group))
         return True
 
     async def _renew_one_by_one(self, group: Sequence[Delivery[Any]]) -> list[Delivery[Any]]:
@@ -720,7 +808,8 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         for delivery in group:
             received: _Received = delivery.handle
             try:
-                await received.receiver.renew_message_lock(received.message)
+                expiry = await received.receiver.renew_message_lock(received.message)
+                renew_in_time(self._leases, [seconds_until(expiry)])
             except Exception as exc:
                 if _is_lock_lost(exc):
                     # Returned as lost: the lease keeper counts it (lease_losses) and stops renewing.

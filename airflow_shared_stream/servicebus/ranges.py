@@ -31,11 +31,20 @@ the receiver's *current* link: a re-opened link starts a new session and a new n
 message received before the SDK re-opened its link must not be settled by a range of the new
 one; it is completed alone with ``complete_message``, as before.
 
+A range never names a delivery it was not given to complete: a delivery still in flight
+between two completed ones splits the run (:func:`split_runs`), whatever the broker does with
+ranges.
+
 Not verified against Azure Service Bus itself (no namespace here); verified against the test
-server, whose AMQP engine (Qpid Proton) applies ranges as the specification says. A namespace
-that did not would fail to confirm the range: the stream fails with a clear error naming
-``complete_in_ranges``, which turns this off, and the messages come back when their locks run
-out (at-least-once either way).
+server, whose AMQP engine (Qpid Proton) applies ranges as the specification says, and against
+the same server told to apply a range to its first delivery only. A broker that does not apply
+a range to every delivery in it leaves the rest without an outcome: the SDK would wait for them
+for its whole operation timeout (60 s), longer than their locks, which are not renewed while they
+are being settled. So the outcome of a range is awaited for a third of the shortest lock left in
+it at most (:func:`outcome_timeout`), and a range not confirmed in that time raises
+:class:`RangeUnconfirmed`: the producer completes its messages one by one, while their locks
+still hold, and stops completing in ranges if any of them had not been completed (a broker that
+ignores ranges costs speed, never a redelivery).
 """
 
 from __future__ import annotations
@@ -48,6 +57,25 @@ T = TypeVar("T")
 
 MIN_RUN = 2
 """Shortest run settled as a range; a lone message is completed with ``complete_message``."""
+
+OUTCOME_SHARE_OF_LOCK = 1 / 3
+"""Share of the shortest lock left in a range that its outcome is awaited for, at most: the rest
+is left to complete the unconfirmed messages one by one before their locks run out."""
+
+MIN_OUTCOME_TIMEOUT_SECONDS = 0.5
+"""Shortest wait for a range's outcome (a lock with almost nothing left is lost anyway)."""
+
+
+class RangeUnconfirmed(Exception):
+    """The broker did not confirm the outcome of every delivery of a range in time."""
+
+
+def outcome_timeout(lock_seconds_left: float | None, sdk_timeout: float | None) -> float | None:
+    """How long to await a range's outcome: a share of the lock left, never past the SDK's timeout."""
+    if lock_seconds_left is None:
+        return sdk_timeout
+    bound = max(MIN_OUTCOME_TIMEOUT_SECONDS, lock_seconds_left * OUTCOME_SHARE_OF_LOCK)
+    return bound if sdk_timeout is None else min(sdk_timeout, bound)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,26 +100,32 @@ class RangeLink:
             and not (self.check_lock_expiry and message._lock_expired)
         )
 
-    async def complete(self, messages: Sequence[Any]) -> None:
+    async def complete(self, messages: Sequence[Any], *, lock_seconds_left: float | None = None) -> None:
         """
         Complete ``messages`` (consecutive delivery ids, see :func:`split_runs`) with one disposition.
 
-        Raises what the SDK's client raises: a refused outcome of any delivery of the range
-        (``MessageException``, for example ``com.microsoft:message-lock-lost``), or an
-        unconfirmed one (``MessageSettlementUnconfirmed``).
+        Raises what the SDK's client raises for a refused outcome of any delivery of the range
+        (``MessageException``, for example ``com.microsoft:message-lock-lost``), and
+        :class:`RangeUnconfirmed` when an outcome did not come within :func:`outcome_timeout` of
+        ``lock_seconds_left`` (the shortest lock left in the range).
         """
+        from azure.servicebus._pyamqp.error import MessageSettlementUnconfirmed
+
         first, last = messages[0], messages[-1]
         for message in messages[1:]:
             # The link keeps the tag of each delivery until it is settled there, and a
             # disposition removes only the tag it is given (see the module docstring).
             self.held_tags.discard(message._delivery_tag)
-        await self.handler.settle_messages_async(
-            (first._delivery_id, last._delivery_id),
-            first._delivery_tag,
-            "accepted",
-            await_outcome=self.await_outcome,
-            outcome_timeout=self.outcome_timeout,
-        )
+        try:
+            await self.handler.settle_messages_async(
+                (first._delivery_id, last._delivery_id),
+                first._delivery_tag,
+                "accepted",
+                await_outcome=self.await_outcome,
+                outcome_timeout=outcome_timeout(lock_seconds_left, self.outcome_timeout),
+            )
+        except MessageSettlementUnconfirmed as exc:
+            raise RangeUnconfirmed(str(exc)) from exc
         for message in messages:
             message._settled = True  # as complete_message marks it
 
@@ -107,6 +141,10 @@ def range_link(receiver: Any) -> RangeLink | None:
     link = getattr(handler, "_link", None)
     held_tags = getattr(link, "_received_delivery_tags", None)
     if not isinstance(held_tags, set) or not callable(getattr(handler, "settle_messages_async", None)):
+        return None
+    try:
+        from azure.servicebus._pyamqp.error import MessageSettlementUnconfirmed  # noqa: F401
+    except ImportError:
         return None
     config = getattr(receiver, "_config", None)
     return RangeLink(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Hashable
 from typing import Any, ClassVar
 
@@ -13,11 +14,7 @@ from airflow_shared_stream.common.trigger import (
 )
 from airflow_shared_stream.servicebus.errors import ServiceBusConfigurationError
 from airflow_shared_stream.servicebus.hook import ServiceBusSharedStreamHook
-from airflow_shared_stream.servicebus.producer import (
-    DEFAULT_LOCK_DURATION_SECONDS,
-    Entity,
-    ServiceBusSharedStreamProducer,
-)
+from airflow_shared_stream.servicebus.producer import Entity, ServiceBusSharedStreamProducer
 
 
 class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
@@ -46,8 +43,9 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
     :param reject: JMESPath over the envelope; truthy dead-letters the message.
     :param max_in_flight: most messages received and not yet settled.
     :param max_payload_bytes: largest body turned into an event; larger ones are dead-lettered.
-    :param lock_duration_seconds: the entity's lock duration (Service Bus default 60 s): locks of
-        outstanding messages are renewed every third of it.
+    :param lock_duration_seconds: deprecated and ignored: locks are renewed from the expiry Service
+        Bus gives each message (and each session), whatever the entity's lock duration. Accepted so
+        that Dags serialized with it still load.
     :param max_wait_time: seconds one receive call waits for a message.
     :param session_enabled: the entity requires sessions: each session is an ordered lane.
     :param max_concurrent_sessions: sessions held at once on a session-enabled entity.
@@ -60,14 +58,14 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
     a connection string or ``extra.fully_qualified_namespace``): watchers whose connections
     spell one namespace differently, or two connection ids with the same connection string,
     share one receiver, built from the first watcher's connection. Every other argument but
-    ``match`` and ``reject`` shapes the one receiver: every watcher of the entity must give the
-    same values (a watcher that disagrees fails at start, naming the argument).
+    ``match`` and ``reject`` (and the ignored ``lock_duration_seconds``) shapes the one
+    receiver: every watcher of the entity must give the same values (a watcher that disagrees
+    fails at start, naming the argument).
     """
 
     broker = "servicebus"
     identity_fields = ("queue_name", "topic_name", "subscription_name", "azure_service_bus_conn_id")
     shaping_fields = (
-        "lock_duration_seconds",
         "max_wait_time",
         "session_enabled",
         "max_concurrent_sessions",
@@ -87,7 +85,7 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
         reject: str | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        lock_duration_seconds: float = DEFAULT_LOCK_DURATION_SECONDS,
+        lock_duration_seconds: float | None = None,
         max_wait_time: float = 5.0,
         session_enabled: bool = False,
         max_concurrent_sessions: int = 8,
@@ -99,10 +97,12 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
         self._entity = Entity.of(queue_name, topic_name, subscription_name)
         if not isinstance(azure_service_bus_conn_id, str) or not azure_service_bus_conn_id:
             raise ServiceBusConfigurationError("azure_service_bus_conn_id must name an Airflow connection")
-        if isinstance(lock_duration_seconds, bool) or not 5 <= float(lock_duration_seconds) <= 300:
-            raise ServiceBusConfigurationError(
-                "lock_duration_seconds must be the entity's lock duration, 5 to 300 seconds; "
-                f"got {lock_duration_seconds!r}"
+        if lock_duration_seconds is not None:
+            warnings.warn(
+                f"{type(self).__name__}(lock_duration_seconds=...) is deprecated and ignored: locks "
+                "are renewed from the expiry Service Bus gives each message and session",
+                DeprecationWarning,
+                stacklevel=2,
             )
         if isinstance(max_wait_time, bool) or not 0 < float(max_wait_time) <= 60:
             raise ServiceBusConfigurationError(
@@ -128,7 +128,6 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
         self.topic_name = topic_name
         self.subscription_name = subscription_name
         self.azure_service_bus_conn_id = azure_service_bus_conn_id
-        self.lock_duration_seconds = lock_duration_seconds
         self.max_wait_time = max_wait_time
         self.session_enabled = session_enabled
         self.max_concurrent_sessions = max_concurrent_sessions
@@ -149,6 +148,5 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
 
     def normalized_shape(self) -> dict[str, Any]:
         shape = super().normalized_shape()
-        shape["lock_duration_seconds"] = float(self.lock_duration_seconds)
         shape["max_wait_time"] = float(self.max_wait_time)
         return shape

@@ -148,8 +148,7 @@ def sentinel_trigger(rig: BrokerRig, stream: Any, **kwargs: Any) -> Any:
             stream.subscription, dead_letter_topic=stream.dead_letter_topic, gcp_conn_id=CONN_ID, **kwargs
         )
     return ServiceBusSharedStreamTrigger(
-        stream.queue, azure_service_bus_conn_id=CONN_ID, lock_duration_seconds=stream.lock_seconds,
-        max_wait_time=1, **kwargs,
+        stream.queue, azure_service_bus_conn_id=CONN_ID, max_wait_time=1, **kwargs,
     )  # fmt: skip
 
 

@@ -23,11 +23,17 @@ implement, because the shared stream depends on it:
   ``com.microsoft:message-lock-lost`` once the lock has expired;
 * ``$management``: ``renew-lock``, ``peek-message``, ``update-disposition``,
   ``renew-session-lock``;
-* lock expiry (the message comes back with its delivery count + 1), ``max_delivery_count``
+* lock expiry (the message comes back with its delivery count + 1), session lock expiry (a
+  session whose lock is not renewed is taken from its receiver: the link is detached with
+  ``com.microsoft:session-lock-lost`` and the messages it held come back, delivery count + 1),
+  ``max_delivery_count``
   (then it is dead-lettered with ``MaxDeliveryCountExceeded``), the SDK's batch envelope
   (several messages in one transfer) split into messages;
 * sessions: a session-enabled entity hands a receive link one session (named, or the next one
-  with messages) and delivers only its messages, in sequence order.
+  with messages) and delivers only its messages, in sequence order;
+* ranged dispositions (one disposition naming a first and a last delivery) as AMQP says, or,
+  with ``ignore_ranges``, as a broker that applies one only to its first delivery (the others
+  stay locked and get no outcome).
 
 The server runs proton's reactor on a thread of the calling process. Its inspection methods
 (:meth:`ServiceBusServer.messages`, :meth:`ServiceBusServer.dead_letters`...) read the state
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import codecs
 import collections
 import contextlib
 import copy
@@ -46,6 +53,7 @@ import hmac
 import itertools
 import json
 import logging
+import re
 import sys
 import threading
 import time
@@ -87,6 +95,11 @@ DOTNET_EPOCH_TICKS = 621355968000000000
 _HEADER, _DELIVERY_ANNOTATIONS, _MESSAGE_ANNOTATIONS = 0x70, 0x71, 0x72
 _PROPERTIES, _APPLICATION_PROPERTIES, _DATA, _AMQP_VALUE = 0x73, 0x74, 0x75, 0x77
 _SECTION_CODES = range(0x70, 0x79)
+_SENT_TRANSFER = re.compile(r'-> @transfer\(20\) \[handle=\w+, delivery-id=(\w+), delivery-tag=b"([^"]*)"')
+"""A transfer the server sends, in proton's frame trace: its delivery id and tag (proton writes
+``"`` and ``\\`` in a tag as ``\\xNN``)."""
+_RANGE_DISPOSITION = re.compile(r"<- @disposition\(21\) \[role=true, first=(\w+), last=(\w+)")
+"""A disposition from a receiver that names a range of deliveries."""
 
 
 def _now_ms() -> int:
@@ -157,6 +170,8 @@ class Entity:
     receivers: list[Any] = field(default_factory=list)
     session_owner: dict[str, Any] = field(default_factory=dict)
     """session id -> the receive link holding its session lock."""
+    session_locked_until_ms: dict[str, int] = field(default_factory=dict)
+    """session id -> when its session lock runs out (unless renewed)."""
     sequence: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def enqueue(self, bare: bytes, annotations: dict[Any, Any], *, delivery_count: int = 0) -> StoredMessage:
@@ -217,6 +232,15 @@ class ServiceBusServer:
         self.released_deliveries = 0
         """Deliveries the clients released (given back unprocessed: the SDK does it to a message
         that arrives while no receive call waits, and to what it holds when a receiver closes)."""
+        self.locked_deliveries = 0
+        """Messages handed out under a peek-lock (each redelivery counts again)."""
+        self.completed_deliveries = 0
+        """Messages completed (accepted on their link, or ``completed`` through ``$management``)."""
+        self.expired_session_locks = 0
+        """Session locks that ran out because nobody renewed them."""
+        self.ignore_ranges = False
+        """Apply a disposition that names a range of deliveries to its first delivery only, as a
+        broker that does not implement ranges would: the others stay locked, with no outcome."""
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -387,6 +411,18 @@ class ServiceBusServer:
         with self._lock:
             self.dead_letter_refused.add(path.lower())
 
+    def counters(self) -> dict[str, int]:
+        """What happened to the deliveries so far, by kind (picklable, for a server in a child)."""
+        with self._lock:
+            return {
+                "locked_deliveries": self.locked_deliveries,
+                "settled_deliveries": self.settled_deliveries,
+                "completed_deliveries": self.completed_deliveries,
+                "released_deliveries": self.released_deliveries,
+                "lock_lost_settlements": self.lock_lost_settlements,
+                "expired_session_locks": self.expired_session_locks,
+            }
+
     def locked_count(self, path: str) -> int:
         with self._lock:
             entity = self._receivable(path)
@@ -531,6 +567,10 @@ class _Handler:
         self.pending_sessions: list[tuple[Any, Entity, float, str | None]] = []
         self.deliveries: dict[Any, StoredMessage] = {}
         self.connections: set[Any] = set()
+        # ``ignore_ranges``: per transport, the delivery id of each tag sent, and the ids a
+        # ranged disposition named after its first one (not applied).
+        self.delivery_ids: dict[Any, dict[bytes, int]] = collections.defaultdict(dict)
+        self.ignored_ids: dict[Any, set[int]] = collections.defaultdict(set)
 
     # -- reactor plumbing -------------------------------------------------------------------------
 
@@ -576,9 +616,31 @@ class _Handler:
             event.connection.open()
 
     def _count_frame(self, transport: Any, frame: str) -> None:
-        """Count each disposition the client sends (``settle``); every other frame is ignored."""
+        """
+        Count each disposition the client sends (``settle``). With ``ignore_ranges``, also note
+        the delivery id of each transfer sent and the deliveries a range names after its first.
+        """
         if "<- @disposition" in frame:
             self.server.requests["settle"] += 1
+            if self.server.ignore_ranges and (ranged := _RANGE_DISPOSITION.search(frame)):
+                first, last = int(ranged[1], 0), int(ranged[2], 0)
+                self.ignored_ids[transport].update(range(first + 1, last + 1))
+        elif self.server.ignore_ranges and (sent := _SENT_TRANSFER.search(frame)):
+            tag = codecs.escape_decode(sent[2].encode("latin-1"))[0]
+            self.delivery_ids[transport][tag] = int(sent[1], 0)
+
+    def _ignored_in_range(self, dlv: Any) -> bool:
+        """Whether ``ignore_ranges`` leaves this settlement unapplied (not the range's first)."""
+        stored = self.deliveries.get(dlv)
+        if stored is None or stored.lock_token is None:
+            return False
+        transport = dlv.link.connection.transport
+        # The tag is the lock token (proton's Delivery.tag decodes it as text: not usable here).
+        delivery_id = self.delivery_ids[transport].pop(stored.lock_token.bytes_le, None)
+        if delivery_id is None or delivery_id not in self.ignored_ids[transport]:
+            return False
+        self.ignored_ids[transport].discard(delivery_id)
+        return True
 
     def on_connection_remote_close(self, event: Any) -> None:
         event.connection.close()
@@ -597,6 +659,8 @@ class _Handler:
         with self.server._lock:
             for link in [lnk for lnk in self.entity_of if lnk.connection == connection]:
                 self._forget_link(link)
+            self.delivery_ids.pop(event.transport, None)
+            self.ignored_ids.pop(event.transport, None)
 
     # -- links --------------------------------------------------------------------------------------
 
@@ -679,6 +743,7 @@ class _Handler:
             link.source.filter.clear()
             link.source.filter.put_dict({SESSION_FILTER: session_id})
             expiry_ms = _now_ms() + int(entity.lock_duration * 1000)
+            entity.session_locked_until_ms[session_id] = expiry_ms
             link.properties = {SESSION_LOCKED_UNTIL: expiry_ms * 10_000 + DOTNET_EPOCH_TICKS}
             link.open()
             self.entity_of[link] = entity
@@ -709,6 +774,7 @@ class _Handler:
         session_id = self.session_of.pop(link, None)
         if session_id is not None:
             entity.session_owner.pop(session_id, None)
+            entity.session_locked_until_ms.pop(session_id, None)
             # The session lock goes with the link: its locked messages return to the session.
             for token, stored in list(entity.locked.items()):
                 if stored.link == link:
@@ -768,6 +834,7 @@ class _Handler:
             stored.link = link
             stored.locked_until_ms = _now_ms() + int(entity.lock_duration * 1000)
             entity.locked[tag] = stored
+            self.server.locked_deliveries += 1
             payload = encode_for_delivery(stored, lock_token=tag)
         dlv = link.delivery(tag.bytes_le)
         link.send(payload)
@@ -780,6 +847,9 @@ class _Handler:
     def _expire_locks(self) -> None:
         now = _now_ms()
         for entity in self._all_entities():
+            for session_id, until in list(entity.session_locked_until_ms.items()):
+                if until <= now:
+                    self._expire_session_lock(entity, session_id)
             expired = [s for s in entity.locked.values() if s.locked_until_ms <= now]
             for stored in expired:
                 if self.session_of.get(stored.link) is not None:
@@ -788,6 +858,29 @@ class _Handler:
                 self._redeliver_later(entity, stored)
             if expired:
                 self._pump(entity)
+
+    def _expire_session_lock(self, entity: Entity, session_id: str) -> None:
+        """
+        Take a session from its receiver, as the service does when its lock runs out: the link
+        is detached with ``session-lock-lost``, and the messages it held come back (count + 1).
+        """
+        self.server.expired_session_locks += 1
+        link = entity.session_owner.get(session_id)
+        for token, stored in list(entity.locked.items()):
+            if stored.link is not None and stored.link == link:
+                del entity.locked[token]
+                self._redeliver_later(entity, stored)
+        if link is not None:
+            link.condition = Condition(
+                "com.microsoft:session-lock-lost",
+                f"The session lock has expired on the MessageSession {session_id!r}. Accept a new "
+                "MessageSession.",
+            )
+            link.close()
+            self._forget_link(link)
+        entity.session_owner.pop(session_id, None)
+        entity.session_locked_until_ms.pop(session_id, None)
+        self._assign_sessions(entity)
 
     def _redeliver_later(self, entity: Entity, stored: StoredMessage) -> None:
         stored.delivery_count += 1
@@ -881,6 +974,8 @@ class _Handler:
         state = dlv.remote_state
         if not state:
             return
+        if self.server.ignore_ranges and self._ignored_in_range(dlv):
+            return  # still locked, no outcome: it runs out, or is settled again some other way
         self.server.settled_deliveries += 1
         stored = self.deliveries.pop(dlv, None)
         entity = self.entity_of.get(dlv.link)
@@ -907,6 +1002,7 @@ class _Handler:
             return
         del entity.locked[stored.lock_token]
         if state == Delivery.ACCEPTED:
+            self.server.completed_deliveries += 1
             dlv.update(Delivery.ACCEPTED)
         elif state == Delivery.REJECTED:
             condition = dlv.remote.condition
@@ -965,7 +1061,7 @@ class _Handler:
         elif operation == "com.microsoft:peek-message":
             status, value = self._peek(entity, body)
         elif operation == "com.microsoft:renew-session-lock":
-            value = {"expiration": timestamp(_now_ms() + int(entity.lock_duration * 1000))}
+            status, value, error = self._renew_session_lock(entity, _text(_field(body, "session-id")))
         else:
             status, error = 501, ("amqp:not-implemented", f"The fake does not implement {operation!r}.")
         response = Message(correlation_id=request.id, body=value)
@@ -993,6 +1089,13 @@ class _Handler:
             None,
         )
 
+    def _renew_session_lock(self, entity: Entity, session_id: str | None) -> tuple[int, Any, Any]:
+        if session_id is None or session_id not in entity.session_locked_until_ms:
+            return 410, {}, ("com.microsoft:session-lock-lost", "The session lock has expired.")
+        until = _now_ms() + int(entity.lock_duration * 1000)
+        entity.session_locked_until_ms[session_id] = until
+        return 200, {"expiration": timestamp(until)}, None
+
     def _update_disposition(self, entity: Entity, body: dict[str, Any]) -> tuple[int, Any, Any]:
         stored, complete = self._locked(entity, _field(body, "lock-tokens"))
         if not complete:
@@ -1004,6 +1107,7 @@ class _Handler:
         for message in stored:
             del entity.locked[message.lock_token]
             if status == "completed":
+                self.server.completed_deliveries += 1
                 continue
             if status == "suspended":
                 self._dead_letter(
@@ -1094,6 +1198,8 @@ def _servicebus_child(conn: Any, root: str) -> None:
                 result = server.requests.clear()
             elif command == "settled_deliveries":
                 result = server.settled_deliveries
+            elif command == "counters":
+                result = server.counters()
             elif command == "message_count":  # available and locked (messages are not picklable)
                 result = len(server.messages(*args))
             else:

@@ -12,10 +12,12 @@ import time
 
 import pytest
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusSubQueue
+from azure.servicebus._pyamqp.error import MessageSettlementUnconfirmed
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import (
     MessageLockLostError,
     ServiceBusAuthenticationError,
+    SessionLockLostError,
 )
 
 from tests.integration.servicebus.conftest import KEY_NAME, SAS_KEY
@@ -117,6 +119,56 @@ async def test_sessions_are_locked_to_one_receiver_and_delivered_in_order(servic
         assert [str(m) for m in messages] == ["m0", "m2", "m4"]
         for message in messages:
             await receiver.complete_message(message)
+
+
+async def test_a_session_lock_that_is_not_renewed_expires_and_a_renewed_one_does_not(servicebus):
+    queue = servicebus.create_queue(requires_session=True, lock_duration=1)
+    servicebus.send(queue, ["kept", "lost"], session_id=lambda i: ("kept", "lost")[i])
+    async with (
+        client_for(servicebus) as client,
+        client.get_queue_receiver(queue, session_id="kept") as kept,
+        client.get_queue_receiver(queue, session_id="lost") as lost,
+    ):
+        [held] = await kept.receive_messages(max_message_count=1, max_wait_time=3)
+        [dropped] = await lost.receive_messages(max_message_count=1, max_wait_time=3)
+        expired_before = servicebus.expired_session_locks
+        # Renew one session's lock until the other's has run out on the server (within 100 rounds).
+        for _ in range(100):
+            if servicebus.expired_session_locks > expired_before:
+                break
+            await kept.session.renew_lock()
+            await asyncio.sleep(0.2)
+        assert servicebus.expired_session_locks == expired_before + 1
+        await kept.complete_message(held)
+        with pytest.raises(SessionLockLostError):
+            await lost.session.renew_lock()
+    # The expired session's message came back, its delivery count raised; the renewed one is gone.
+    [back] = servicebus.messages(queue)
+    assert (back.session_id, back.delivery_count, back.lock_token) == ("lost", 1, None)
+    assert str(dropped) == "lost"
+
+
+async def test_ignore_ranges_applies_a_ranged_disposition_to_its_first_delivery_only(servicebus):
+    queue = servicebus.create_queue()
+    servicebus.send(queue, ["a", "b", "c"])
+    servicebus.ignore_ranges = True
+    try:
+        async with client_for(servicebus) as client, client.get_queue_receiver(queue) as receiver:
+            messages = await receiver.receive_messages(max_message_count=3, max_wait_time=3)
+            assert [str(m) for m in messages] == ["a", "b", "c"]
+            first, last = messages[0], messages[-1]
+            with pytest.raises(MessageSettlementUnconfirmed):
+                await receiver._handler.settle_messages_async(
+                    (first._delivery_id, last._delivery_id),
+                    first._delivery_tag,
+                    "accepted",
+                    await_outcome=True,
+                    outcome_timeout=1,
+                )
+            assert [m.body for m in servicebus.messages(queue)] == [b"b", b"c"]
+            assert servicebus.locked_count(queue) == 2
+    finally:
+        servicebus.ignore_ranges = False
 
 
 async def test_bad_signature_is_refused(servicebus):

@@ -59,7 +59,6 @@ class ServiceBusContractBroker(ContractBroker):
     def trigger(self, stream: ServiceBusStream, **kwargs: Any) -> ServiceBusSharedStreamTrigger:
         return ServiceBusSharedStreamTrigger(
             stream.queue,
-            lock_duration_seconds=stream.lock_seconds,
             max_wait_time=1,
             session_enabled=stream.sessions,
             **kwargs,

@@ -22,15 +22,14 @@ def management_requests(servicebus) -> int:
 
 
 def producer_for(queue: str, connection: str) -> ServiceBusSharedStreamProducer:
-    # The producer believes locks last 300 s, so its own keeper does not renew during the test:
-    # the test runs the renewal round itself.
     return ServiceBusSharedStreamProducer(
-        queue_name=queue,
-        azure_service_bus_conn_id=connection,
-        max_in_flight=20,
-        lock_duration_seconds=300,
-        max_wait_time=1,
+        queue_name=queue, azure_service_bus_conn_id=connection, max_in_flight=20, max_wait_time=1
     )
+
+
+async def no_background_renewals(producer: ServiceBusSharedStreamProducer) -> None:
+    """Stop the producer's lease keeper: the test runs the renewal rounds itself."""
+    await producer._leases.stop()
 
 
 async def test_one_request_renews_every_held_lock(servicebus, servicebus_connection):
@@ -40,6 +39,7 @@ async def test_one_request_renews_every_held_lock(servicebus, servicebus_connect
     stream = producer.open_stream()
     try:
         handles = [(await asyncio.wait_for(anext(stream), 10))[1] for _ in range(5)]
+        await no_background_renewals(producer)
         messages = [h.delivery.handle.message for h in handles]
         sdk_before = [m.locked_until_utc for m in messages]
         broker_before = {m.sequence_number: m.locked_until_ms for m in servicebus.messages(queue)}
@@ -66,6 +66,7 @@ async def test_a_lost_lock_among_them_is_found_and_the_others_are_renewed(servic
     stream = producer.open_stream()
     try:
         first = (await asyncio.wait_for(anext(stream), 10))[1]
+        await no_background_renewals(producer)
         await asyncio.sleep(2.5)  # its lock runs out on the broker; the message comes back
         again = (await asyncio.wait_for(anext(stream), 10))[1]
         assert again.delivery.message_id == first.delivery.message_id == sent

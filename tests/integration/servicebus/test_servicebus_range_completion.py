@@ -6,7 +6,8 @@ AMQP says): every message of a run is completed and none comes back, a message i
 with another outcome splits the run and keeps its own settlement, the receive link keeps no tag
 of a message completed in a range, a message whose lock ran out is not sent in a range (it is
 completed alone, refused and counted, and comes back), and ``complete_in_ranges=False`` goes
-back to one ``complete_message`` per message.
+back to one ``complete_message`` per message. A range never covers a delivery still in flight,
+and a broker that applies a range to its first delivery only costs speed, not a redelivery.
 """
 
 from __future__ import annotations
@@ -102,9 +103,9 @@ async def test_a_message_with_another_outcome_splits_the_run_and_keeps_its_settl
 async def test_a_lock_that_ran_out_is_not_sent_in_a_range(servicebus, servicebus_connection):
     queue = servicebus.create_queue(lock_duration=3)
     sent = servicebus.send(queue, [{"n": n} for n in range(5)])
-    # The producer believes locks last 300 s, so it does not renew them within this test.
-    async with _streaming(queue, servicebus_connection, 5, lock_duration_seconds=300) as (producer, stream):
+    async with _streaming(queue, servicebus_connection, 5) as (producer, stream):
         handles = await _receive(stream, 5)
+        await producer._leases.stop()  # so the locks run out
         await asyncio.sleep(3.5)
         await producer.advance([AdvanceItem(handle, ACKED) for handle in handles])
         # Each is completed alone, refused (lock lost), counted, and comes back.
@@ -128,3 +129,50 @@ async def test_complete_in_ranges_false_completes_one_by_one(servicebus, service
         assert servicebus.requests["settle"] - settle_before == 10
         assert producer.ranges_completed == 0
         assert _held_tags(producer) == set()
+
+
+@pytest.mark.parametrize("acked", [(0, 1), (0, 2)], ids=["the third in flight", "the second in flight"])
+async def test_a_range_never_covers_a_delivery_still_in_flight(servicebus, servicebus_connection, acked):
+    queue = servicebus.create_queue()
+    sent = servicebus.send(queue, [{"n": n} for n in range(3)])
+    async with _streaming(queue, servicebus_connection, 3) as (producer, stream):
+        handles = await _receive(stream, 3)
+        assert [h.delivery.message_id for h in handles] == sent
+        [in_flight] = [h for n, h in enumerate(handles) if n not in acked]
+        await producer.advance([AdvanceItem(handles[n], ACKED) for n in acked])
+        # Both ACKs go out in one batch once the ACK batcher's linger ends.
+        await eventually(lambda: servicebus.messages(queue), lambda m: len(m) == 1, timeout=10, what="2 done")
+        [left] = servicebus.messages(queue)
+        assert left.sequence_number == in_flight.delivery.handle.message.sequence_number
+        assert left.lock_token is not None, "the message in flight lost its lock"
+        await producer.advance([AdvanceItem(in_flight, ACKED)])
+        await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=10, what="completed")
+        assert producer.lost_locks == 0
+
+
+async def test_a_broker_that_ignores_ranges_costs_speed_not_redeliveries(servicebus, servicebus_connection):
+    queue = servicebus.create_queue(lock_duration=5)
+    servicebus.send(queue, [{"n": n} for n in range(10)])
+    delivered_before = servicebus.locked_deliveries
+    servicebus.ignore_ranges = True
+    try:
+        async with _streaming(queue, servicebus_connection, 10) as (producer, stream):
+            handles = await _receive(stream, 10)
+            await producer.advance([AdvanceItem(handle, ACKED) for handle in handles])
+            await eventually(
+                lambda: servicebus.messages(queue), lambda m: m == [], timeout=20, what="all 10 completed"
+            )
+            # Noticed: the range was completed message by message, none came back.
+            assert producer.ranges_unconfirmed == 1
+            assert producer.ranges_ignored
+            assert servicebus.locked_deliveries - delivered_before == 10, "a message was redelivered"
+            # ... and from now on the stream completes one by one: no range, no wait for one.
+            servicebus.send(queue, [{"n": n} for n in range(4)])
+            more = await _receive(stream, 4)
+            settle_before = servicebus.requests["settle"]
+            await producer.advance([AdvanceItem(handle, ACKED) for handle in more])
+            await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=10, what="4 done")
+            assert servicebus.requests["settle"] - settle_before == 4
+            assert producer.ranges_unconfirmed == 1
+    finally:
+        servicebus.ignore_ranges = False

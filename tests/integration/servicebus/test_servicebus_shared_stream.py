@@ -120,7 +120,7 @@ async def test_lock_is_renewed_while_the_event_awaits_persistence(servicebus, se
     queue = servicebus.create_queue(lock_duration=5)
     lost_before = servicebus.lock_lost_settlements
     async with SharedStreamHarness(confirm_after=12.0) as harness:
-        watcher = harness.add(ServiceBusSharedStreamTrigger(queue, lock_duration_seconds=5))
+        watcher = harness.add(ServiceBusSharedStreamTrigger(queue))
         sent = servicebus.send(queue, [{"n": i} for i in range(3)])
         await watcher.wait_for_events(3)
         # Held more than twice the lock duration, then confirmed and completed.
@@ -133,20 +133,17 @@ async def test_lock_is_renewed_while_the_event_awaits_persistence(servicebus, se
 async def test_lost_lock_is_a_redelivery_not_a_crash(servicebus, servicebus_connection):
     queue = servicebus.create_queue(lock_duration=3)
     [sent] = servicebus.send(queue, [{"n": 1}])
-    # The producer believes locks last 300 s, so it does not renew within this test: the
-    # server's 3 s lock runs out before the message is settled. (The redelivered message's new
-    # lock must outlast the wait for the first ACK's refusal, which is answered in the
-    # background: with 1 s it sometimes expired in the receiver's buffer before its ACK.)
+    # The producer's lease keeper is stopped, so the server's 3 s lock runs out before the
+    # message is settled. (The redelivered message's new lock must outlast the wait for the first
+    # ACK's refusal, which is answered in the background: with 1 s it sometimes expired in the
+    # receiver's buffer before its ACK.)
     producer = ServiceBusSharedStreamProducer(
-        queue_name=queue,
-        azure_service_bus_conn_id=servicebus_connection,
-        max_in_flight=10,
-        lock_duration_seconds=300,
-        max_wait_time=2,
+        queue_name=queue, azure_service_bus_conn_id=servicebus_connection, max_in_flight=10, max_wait_time=2
     )
     stream = producer.open_stream()
     try:
         raw, handle = await anext(stream)
+        await producer._leases.stop()
         assert raw.envelope["message_id"] == sent
         await asyncio.sleep(3.5)
         await producer.advance([AdvanceItem(handle, AdvanceOutcome(acked=1, failed=0, rejected=0))])
@@ -224,7 +221,6 @@ async def test_a_session_wait_that_times_out_is_not_held_as_a_session(servicebus
         queue_name=queue,
         azure_service_bus_conn_id=servicebus_connection,
         max_in_flight=10,
-        lock_duration_seconds=5,
         max_wait_time=1,
         session_enabled=True,
     )

@@ -205,3 +205,37 @@ async def test_hold_all_holds_a_receive_at_one_time_and_keeps_an_earlier_hold():
     clock.now = 310.0  # past the ack timeout for "a" (held at 0), not for "b" and "c" (held at 200)
     assert await keeper.renew_once() == 2
     assert broker.calls == [(["b", "c"], 30)]
+
+
+async def test_renew_within_brings_the_next_pass_forward():
+    # A broker that says, as it hands a message over, that its lease is shorter than planned.
+    broker = RecordingBroker()
+    renewed = asyncio.Event()
+
+    async def extend(handles: list[str], seconds: float) -> None:
+        await broker.extend(handles, seconds)
+        renewed.set()
+
+    keeper = LeaseKeeper(extend, lease_seconds=3600, max_hold_seconds=7200)
+    keeper.hold("a")
+    keeper.start()
+    try:
+        await asyncio.sleep(0)  # the keeper plans its first pass an hour from now
+        keeper.renew_within(0.01)
+        await asyncio.wait_for(renewed.wait(), 10)
+        assert broker.calls == [(["a"], 3600)]
+    finally:
+        await keeper.stop()
+
+
+async def test_stop_returns_when_it_meets_a_wake_up():
+    # asyncio.wait_for swallowed a cancel that arrived with the wake-up (Python < 3.12): stop()
+    # then waited for the keeper's task for ever, and the stream's aclose with it.
+    keeper = LeaseKeeper(RecordingBroker().extend, lease_seconds=3600, max_hold_seconds=7200)
+    for _ in range(20):
+        keeper.start()
+        await asyncio.sleep(0)
+        keeper.renew_within(3000)  # wakes the keeper; it plans again and goes back to sleep
+        stopping = asyncio.ensure_future(keeper.stop())
+        done, _ = await asyncio.wait([stopping], timeout=5)
+        assert done, "stop() did not return: the keeper's task swallowed its cancel"

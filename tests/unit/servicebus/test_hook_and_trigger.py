@@ -111,7 +111,6 @@ def test_serialize_round_trips_and_carries_no_connection_details():
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"lock_duration_seconds": 1},
         {"max_wait_time": 0},
         {"session_enabled": "yes"},
         {"max_concurrent_sessions": 0},
@@ -121,6 +120,19 @@ def test_serialize_round_trips_and_carries_no_connection_details():
 def test_bad_tuning_fails_at_parse(kwargs):
     with pytest.raises(ServiceBusConfigurationError):
         ServiceBusSharedStreamTrigger("q", **kwargs)
+
+
+def test_lock_duration_seconds_is_deprecated_ignored_and_old_serializations_still_load():
+    # A Dag serialized before locks were read from the broker carries the old argument.
+    _, kwargs = ServiceBusSharedStreamTrigger("q").serialize()
+    old = {**kwargs, "lock_duration_seconds": 60.0}
+    with pytest.warns(DeprecationWarning, match="lock_duration_seconds"):
+        rebuilt = ServiceBusSharedStreamTrigger(**old)
+    assert "lock_duration_seconds" not in rebuilt.serialize()[1]
+    assert "lock_duration_seconds" not in rebuilt.producer_kwargs()
+    # Not a shaping argument any more: an old watcher and a new one share the stream.
+    assert rebuilt.normalized_shape() == ServiceBusSharedStreamTrigger("q").normalized_shape()
+    ServiceBusSharedStreamTrigger.create_shared_stream_producer(old)
 
 
 def test_sdk_values_become_json():

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import random
 
-from airflow_shared_stream.servicebus.ranges import MIN_RUN, split_runs
+from airflow_shared_stream.servicebus.ranges import (
+    MIN_OUTCOME_TIMEOUT_SECONDS,
+    MIN_RUN,
+    outcome_timeout,
+    split_runs,
+)
 
 
 def _split(ids: list[int]) -> tuple[list[list[int]], list[int]]:
@@ -48,3 +53,11 @@ def test_every_id_is_kept_exactly_once_and_every_run_is_consecutive():
         for lone in rest:  # a leftover id has no neighbour among the ids given
             assert lone - 1 not in ids
             assert lone + 1 not in ids
+
+
+def test_a_range_outcome_is_awaited_for_a_third_of_its_shortest_lock_at_most():
+    # The rest of the lock is left to complete the messages one by one if it never comes.
+    assert outcome_timeout(30.0, 60.0) == 10.0
+    assert outcome_timeout(300.0, 60.0) == 60.0  # never longer than the SDK's own timeout
+    assert outcome_timeout(0.3, 60.0) == MIN_OUTCOME_TIMEOUT_SECONDS
+    assert outcome_timeout(None, 60.0) == 60.0  # no lock expiry known: the SDK's timeout
