@@ -35,6 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = "tests/integration/{broker}/test_{broker}_contract.py::Test{Broker}Contract::{test}"
+TWO_SCHEDULERS = "tests/integration/scheduling/test_sweep_with_two_schedulers.py"
+STRANDED = "tests/integration/scheduling/test_stranded_asset_events.py"
 
 
 TIMED_DEAD_LETTER = (
@@ -56,9 +58,11 @@ class Mutant:
     short: bool = False
 
     def test_ids(self) -> list[str]:
+        """A name is a contract test of the broker; a ``path::name`` is any other test."""
         broker = self.broker
         return [
-            CONTRACT.format(broker=broker, Broker=broker.capitalize(), test=test) for test in self.caught_by
+            test if "::" in test else CONTRACT.format(broker=broker, Broker=broker.capitalize(), test=test)
+            for test in self.caught_by
         ]
 
 
@@ -191,6 +195,39 @@ MUTANTS: tuple[Mutant, ...] = (
             "                    pass\n"
         ),
         caught_by=("test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream",),
+    ),
+    Mutant(
+        name="stranded-event sweep without the Dag's row lock",
+        broker="scheduling",
+        path="airflow_shared_stream/scheduling.py",
+        original="        with_row_locks(\n            select(DagModel.is_paused,",
+        mutated="        (lambda query, **_: query)(\n            select(DagModel.is_paused,",
+        caught_by=(
+            f"{TWO_SCHEDULERS}::test_a_sweep_while_another_scheduler_creates_the_run_does_nothing",
+            f"{TWO_SCHEDULERS}::test_a_run_created_while_a_sweep_is_uncommitted_waits_for_its_rows",
+        ),
+    ),
+    Mutant(
+        name="stranded-event queue row stamped with the scheduler's clock only",
+        broker="scheduling",
+        path="airflow_shared_stream/scheduling.py",
+        original="        queued_at = max(timezone.utcnow(), *(s.newest_event for s in stranded))\n",
+        mutated="        queued_at = timezone.utcnow()\n",
+        caught_by=(
+            f"{TWO_SCHEDULERS}::test_a_stranded_event_stamped_ahead_of_the_schedulers_clock_is_in_the_next_run",
+        ),
+    ),
+    Mutant(
+        name="stranded-event sweep floored by manual runs too",
+        broker="scheduling",
+        path="airflow_shared_stream/scheduling.py",
+        original=(
+            "        select(func.max(DagRun.run_after)).where(\n"
+            "            DagRun.dag_id == dag_id, DagRun.run_type == DagRunType.ASSET_TRIGGERED\n"
+            "        )\n"
+        ),
+        mutated="        select(func.max(DagRun.run_after)).where(DagRun.dag_id == dag_id)\n",
+        caught_by=(f"{STRANDED}::test_a_manual_run_dated_after_the_stranded_events_does_not_hide_them",),
     ),
 )
 
