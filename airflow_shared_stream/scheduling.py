@@ -45,7 +45,7 @@ Guarantees:
 * it only ever inserts ADRQ rows or moves their ``created_at`` forward, never creates runs nor
   links events: no duplicate run and no event consumed twice can come from it (the next run's
   window starts at the newest ``run_after`` of the Dag's asset-triggered runs, above every
-  consumed event);
+  consumed event; with several schedulers, because of the lock below);
 * several schedulers: the sweep and the creation of a run of the same Dag exclude each other
   (the Dag's row lock, held to the scheduler's commit). A sweep that finds the row locked does
   nothing: the holder is creating a run (whose own start and end sweep again), sweeping, or
