@@ -208,6 +208,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        name="stranded-event sweep waits for the Dag's row lock",
+        broker="scheduling",
+        path="airflow_shared_stream/scheduling.py",
+        original="            skip_locked=True,\n",
+        mutated="",
+        caught_by=(f"{TWO_SCHEDULERS}::test_a_sweep_while_another_scheduler_creates_the_run_does_nothing",),
+    ),
+    Mutant(
         name="stranded-event queue row stamped with the scheduler's clock only",
         broker="scheduling",
         path="airflow_shared_stream/scheduling.py",

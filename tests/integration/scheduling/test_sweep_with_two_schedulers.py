@@ -151,12 +151,27 @@ def scheduler() -> Any:
     return SchedulerJobRunner(job=Job(), executors=[LocalExecutor()])
 
 
+_open_sessions: list[Session] = []
+
+
+@pytest.fixture(autouse=True)
+def _end_every_transaction(dag: TwoAssetDag) -> Iterator[None]:
+    """Roll back what a failed test left open, before the tables are emptied (it holds locks)."""
+    yield
+    while _open_sessions:
+        session = _open_sessions.pop()
+        session.rollback()
+        session.close()
+
+
 def _own_session() -> Session:
     """A session of its own (not the thread-scoped one): another scheduler's transaction."""
     from airflow import settings
 
     assert settings.Session is not None
-    return settings.Session.session_factory()
+    session = settings.Session.session_factory()
+    _open_sessions.append(session)
+    return session
 
 
 def _create_runs(scheduler: Any) -> Session:
@@ -199,11 +214,14 @@ def test_a_sweep_while_another_scheduler_creates_the_run_does_nothing(
     Scheduler A has created the run that consumes x's new event and y's stranded one, and not yet
     committed. Scheduler B's sweep still sees y's event as unconsumed and y without a queue row.
     Without the Dag's lock it queued y afresh, and once both committed the next run had no event.
+    Nor may the sweep wait for A (it runs in B's scheduling loop, holding B's own locks): with
+    ``lock_timeout`` set, a sweep that waited fails here instead of hanging the test.
     """
     _strand_an_event_of_y(dag, scheduler)
     dag.event("x")
     creating = _create_runs(scheduler)  # A: holds the Dag's row, the run not yet committed
     sweeper = _own_session()  # B
+    sweeper.execute(text("SET lock_timeout = '10s'"))
     scheduling.requeue_stranded_asset_events(dag.dag_id, session=sweeper)
     sweeper.commit()
     creating.commit()
