@@ -29,7 +29,12 @@ entry point of this distribution), and two of them close the gap:
 2. **Sweep, in the scheduler's transaction** (``on_dag_run_running`` / ``_success`` /
    ``_failed`` of an asset-triggered run): a backstop for events the refresh cannot see (task
    outlets, the REST API, another writer's transaction that committed late): it re-creates the
-   ADRQ row core would have created had a stranded event been the first of its asset.
+   ADRQ row core would have created had a stranded event been the first of its asset. It first
+   takes the lock core's run creation takes for the Dag (the ``dag`` row, ``FOR NO KEY UPDATE
+   SKIP LOCKED`` in ``DagModel.dags_needing_dagruns``) and keeps it until the scheduler commits:
+   with several schedulers, no run of the Dag is created between the sweep's reads and the
+   commit of its rows, so what it reads as unconsumed is not being consumed by another scheduler
+   at the same time, and every run created after it sees its rows.
 
 From there the scheduler does everything as usual: it evaluates the Dag's asset condition,
 honours ``max_active_runs``, locks the rows (``FOR UPDATE SKIP LOCKED`` on PostgreSQL), picks the
@@ -40,13 +45,19 @@ Guarantees:
 * it only ever inserts ADRQ rows or moves their ``created_at`` forward, never creates runs nor
   links events: no duplicate run and no event consumed twice can come from it (the next run's
   window starts at the newest ``run_after`` of the Dag's asset-triggered runs, above every
-  consumed event);
+  consumed event; with several schedulers, because of the lock below);
+* several schedulers: the sweep and the creation of a run of the same Dag exclude each other
+  (the Dag's row lock, held to the scheduler's commit). A sweep that finds the row locked does
+  nothing: the holder is creating a run (whose own start and end sweep again), sweeping, or
+  another writer of the Dag's row (then the tail waits for the next sweep or the next event);
 * the insert is conflict-free (``ON CONFLICT DO NOTHING``) in a connection-level savepoint of
-  the scheduler's own transaction: two schedulers, or a triggerer inserting the same row,
-  cannot make it fail, and a failure never breaks the scheduler's transaction;
-* its ``created_at`` is the current time, later than the ``run_after`` of any run that another
-  scheduler can be creating concurrently, so the next run's window never reaches back into an
-  earlier run's events;
+  the scheduler's own transaction: a triggerer inserting the same row cannot make it fail, and
+  a failure never breaks the scheduler's transaction;
+* its ``created_at`` is the later of now and the newest stranded event (a triggerer's clock may
+  be ahead of the scheduler's), above the ``run_after`` of every asset-triggered run of the Dag
+  (read under the lock): the next run's window starts at the newest of them and holds every
+  stranded event, never an earlier run's;
+* manual and scheduled runs do not move the floor: core's event window ignores them too;
 * where nothing is stranded it inserts nothing (one read of the Dag's newest events);
 * on an Airflow whose ADRQ rows reference their asset event (the upstream fix) it does nothing;
 * off unless ``[shared_stream] requeue_stranded_asset_events = True``.
@@ -134,6 +145,11 @@ def requeue_stranded_asset_events(dag_id: str, *, session: Session) -> list[Stra
     first one, core's own catch-up floor decides which events count). Events reach the Dag
     through ``DagScheduleAssetReference`` (the assets named in its schedule); events that reach
     it only through an asset alias are not looked at.
+
+    Locks the Dag's row as core does before it creates an asset-triggered run (``SKIP LOCKED``:
+    the scheduler never waits here, so it can never deadlock with another scheduler's sweep),
+    and reads after the lock: each read (READ COMMITTED) then sees every run committed before,
+    and no run of the Dag can be created until ``session`` commits the rows inserted here.
     """
     from airflow._shared.timezones import timezone
     from airflow.models.asset import (
@@ -146,13 +162,21 @@ def requeue_stranded_asset_events(dag_id: str, *, session: Session) -> list[Stra
     )
     from airflow.models.dag import DagModel
     from airflow.models.dagrun import DagRun
+    from airflow.utils.sqlalchemy import with_row_locks
     from airflow.utils.types import DagRunType
     from sqlalchemy import and_, exists, func, select
 
     dag = session.execute(
-        select(DagModel.is_paused, DagModel.timetable_partitioned).where(DagModel.dag_id == dag_id)
+        with_row_locks(
+            select(DagModel.is_paused, DagModel.timetable_partitioned).where(DagModel.dag_id == dag_id),
+            of=DagModel,
+            session=session,
+            skip_locked=True,
+        )
     ).one_or_none()
-    if dag is None or dag.is_paused or dag.timetable_partitioned:
+    if dag is None:  # no such Dag, or another scheduler is creating its run or sweeping it
+        return []
+    if dag.is_paused or dag.timetable_partitioned:
         return []
     floor = session.scalar(
         select(func.max(DagRun.run_after)).where(
@@ -184,10 +208,10 @@ def requeue_stranded_asset_events(dag_id: str, *, session: Session) -> list[Stra
     ).all()
     stranded = stranded_assets({r[0]: (r[1], r[2]) for r in rows}, queued)
     if stranded:
-        now = timezone.utcnow()
+        queued_at = max(timezone.utcnow(), *(s.newest_event for s in stranded))
         _insert_ignoring_conflicts(
             session,
-            [{"asset_id": s.asset_id, "target_dag_id": dag_id, "created_at": now} for s in stranded],
+            [{"asset_id": s.asset_id, "target_dag_id": dag_id, "created_at": queued_at} for s in stranded],
         )
     return stranded
 

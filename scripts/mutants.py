@@ -45,6 +45,8 @@ PUBSUB_RAW_STUB_TESTS = "tests/integration/pubsub/test_pubsub_raw_stubs.py"
 PUBSUB_DEAD_LETTER_COPY_TESTS = "tests/unit/pubsub/test_pubsub_dead_letter_copy.py"
 SERVICEBUS_LOCKS = "tests/integration/servicebus/test_servicebus_lock_from_broker.py"
 SERVICEBUS_RANGES = "tests/integration/servicebus/test_servicebus_range_completion.py"
+TWO_SCHEDULERS = "tests/integration/scheduling/test_sweep_with_two_schedulers.py"
+STRANDED = "tests/integration/scheduling/test_stranded_asset_events.py"
 
 
 REFRESH_IF_AGREED = (
@@ -620,6 +622,47 @@ MUTANTS: tuple[Mutant, ...] = (
         original="            await self._complete_unconfirmed(what, deliveries)\n",
         mutated="            pass  # mutant: the messages come back when their locks run out\n",
         caught_by=(f"{SERVICEBUS_RANGES}::test_a_broker_that_ignores_ranges_costs_speed_not_redeliveries",),
+    ),
+    Mutant(
+        name="stranded-event sweep without the Dag's row lock",
+        broker="scheduling",
+        path="airflow_shared_stream/scheduling.py",
+        original="        with_row_locks(\n            select(DagModel.is_paused,",
+        mutated="        (lambda query, **_: query)(\n            select(DagModel.is_paused,",
+        caught_by=(
+            f"{TWO_SCHEDULERS}::test_a_sweep_while_another_scheduler_creates_the_run_does_nothing",
+            f"{TWO_SCHEDULERS}::test_a_run_created_while_a_sweep_is_uncommitted_waits_for_its_rows",
+        ),
+    ),
+    Mutant(
+        name="stranded-event sweep waits for the Dag's row lock",
+        broker="scheduling",
+        path="airflow_shared_stream/scheduling.py",
+        original="            skip_locked=True,\n",
+        mutated="",
+        caught_by=(f"{TWO_SCHEDULERS}::test_a_sweep_while_another_scheduler_creates_the_run_does_nothing",),
+    ),
+    Mutant(
+        name="stranded-event queue row stamped with the scheduler's clock only",
+        broker="scheduling",
+        path="airflow_shared_stream/scheduling.py",
+        original="        queued_at = max(timezone.utcnow(), *(s.newest_event for s in stranded))\n",
+        mutated="        queued_at = timezone.utcnow()\n",
+        caught_by=(
+            f"{TWO_SCHEDULERS}::test_a_stranded_event_stamped_ahead_of_the_schedulers_clock_is_in_the_next_run",
+        ),
+    ),
+    Mutant(
+        name="stranded-event sweep floored by manual runs too",
+        broker="scheduling",
+        path="airflow_shared_stream/scheduling.py",
+        original=(
+            "        select(func.max(DagRun.run_after)).where(\n"
+            "            DagRun.dag_id == dag_id, DagRun.run_type == DagRunType.ASSET_TRIGGERED\n"
+            "        )\n"
+        ),
+        mutated="        select(func.max(DagRun.run_after)).where(DagRun.dag_id == dag_id)\n",
+        caught_by=(f"{STRANDED}::test_a_manual_run_dated_after_the_stranded_events_does_not_hide_them",),
     ),
 )
 

@@ -10,8 +10,13 @@ which watcher saw which message; the tests print that table.
 
 What must hold:
 
-* Kafka: every watcher sees every record of the 3-partition topic, whichever triggerer runs it,
-  and still does after triggerer A is SIGKILLed mid-stream and its watchers move to B.
+* Kafka: every watcher sees every record of the 3-partition topic, whichever triggerer runs it;
+  still does after the triggerer that the ``trigger`` table says runs Kafka watchers is SIGKILLed
+  mid-stream (once those watchers have persisted part of the stream, before the rest is
+  produced) and they move to the survivor; and still does while two triggerers run the same
+  watchers for a while (one frozen past the health-check threshold, its triggers taken over,
+  then resumed). Duplicates are counted per watcher: only records produced before a watcher's
+  move was complete can come twice.
 * SQS (a leased queue cannot broadcast): each message reaches the watchers of one triggerer only;
   that is detected and reported loudly (an ERROR naming the queue in the triggerer log, and the
   ``triggerers`` gauge of the stream at 2), and the report clears once one triggerer runs them all.
@@ -20,9 +25,11 @@ What must hold:
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import threading
-import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +49,12 @@ HA_DAGS = Path(__file__).parent / "ha_dags"
 TOPIC = "ha-orders"
 PARTITIONS = 3
 QUEUE = "ha-orders"
-FIRST, SECOND = "triggerer-a", "triggerer-b"
+FIRST, SECOND, THIRD = "triggerer-a", "triggerer-b", "triggerer-c"
+CAPACITY = {FIRST: 6, SECOND: 12, THIRD: 12}
+HEALTH_CHECK_THRESHOLD = 30
+"""Seconds without a heartbeat before a triggerer's watchers move. Above the deployment's 15 s:
+on a loaded 2-core machine a triggerer's loop stalled long enough for its watchers to move to
+the other one before the test's kill, which then tested no failover."""
 KAFKA_WATCHERS = {f"ha_kafka_w{i}_watcher": f"ha_kafka_w{i}" for i in range(1, 7)}
 SQS_WATCHERS = {f"ha_sqs_w{i}_watcher": f"ha_sqs_w{i}" for i in range(1, 7)}
 DAG_WATCHERS = {
@@ -68,10 +80,25 @@ class HaStack:
         return {r["name"]: r["triggerer_id"] for r in rows}
 
     def triggerer_jobs(self) -> list[int]:
-        """Triggerer job ids in start order: the first is A's, the second B's."""
+        """Triggerer job ids in start order: the first is A's, the second B's, the third C's."""
         with self.airflow.db() as conn:
             rows = conn.execute("SELECT id FROM job WHERE job_type = 'TriggererJob' ORDER BY id").fetchall()
         return [r["id"] for r in rows]
+
+    def triggerer_names(self) -> dict[int, str]:
+        """Triggerer job id -> process name (each start adds one job row, in start order)."""
+        started = [name for name in self.airflow.procs if name.startswith("triggerer-")]
+        return dict(zip(self.triggerer_jobs(), started, strict=True))
+
+    def deliveries(self, body_key: str, ids: set[str]) -> dict[str, Counter[str]]:
+        """asset -> how many asset events it got for each of ``ids`` (2 or more: duplicates)."""
+        found: dict[str, Counter[str]] = defaultdict(Counter)
+        for event in self.airflow.asset_events():
+            payload = event.payload if isinstance(event.payload, dict) else {}
+            body = payload.get(body_key)
+            if isinstance(body, dict) and body.get("event_id") in ids:
+                found[event.asset_name][body["event_id"]] += 1
+        return found
 
     def seen(self, body_key: str, ids: set[str]) -> dict[str, dict[str, set[Any]]]:
         """asset -> {"ids": event ids among ``ids`` it got an asset event for, "partitions": ...}."""
@@ -87,17 +114,26 @@ class HaStack:
     def share_table(self, watchers: dict[str, str], body_key: str, ids: set[str]) -> str:
         """Which watcher, on which triggerer, saw how much of ``ids`` (printed by every test)."""
         jobs = self.triggerer_jobs()
-        names = {job: label for job, label in zip(jobs, ("A", "B"), strict=False)}
+        names = {job: label for job, label in zip(jobs, ("A", "B", "C"), strict=False)}
         placement = self.placement()
         seen = self.seen(body_key, ids)
-        lines = [f"{'watcher':<22} triggerer  saw / sent  partitions"]
+        deliveries = self.deliveries(body_key, ids)
+        lines = [f"{'watcher':<22} triggerer  saw / sent  duplicates  partitions"]
         for watcher, asset in sorted(watchers.items()):
             got = seen.get(asset, {"ids": set(), "partitions": set()})
             job = placement.get(watcher)
             where = f"{names.get(job, '?')} (job {job})" if job is not None else "-"
             parts = ",".join(str(p) for p in sorted(x for x in got["partitions"] if x is not None)) or "-"
-            lines.append(f"{watcher:<22} {where:<10} {len(got['ids']):>3} / {len(ids):<4}  {parts}")
+            twice = _duplicates(deliveries.get(asset, Counter()))
+            lines.append(
+                f"{watcher:<22} {where:<10} {len(got['ids']):>3} / {len(ids):<4}  {twice:>10}  {parts}"
+            )
         return "\n".join(lines)
+
+
+def _duplicates(deliveries: Counter[str]) -> int:
+    """Asset events beyond the first of each record."""
+    return sum(count - 1 for count in deliveries.values())
 
 
 def _events(tag: str, count: int) -> list[dict[str, Any]]:
@@ -168,6 +204,7 @@ def ha(e2e_dir: Path, kafka: KafkaBroker, sqs: SqsServer, postgres: PostgresServ
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3",
         "AIRFLOW__SHARED_STREAM__SPLIT_STREAM_CHECK_INTERVAL": "5",
+        "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": str(HEALTH_CHECK_THRESHOLD),
         "AIRFLOW__METRICS__STATSD_ON": "True",
         "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
         "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
@@ -185,9 +222,9 @@ def ha(e2e_dir: Path, kafka: KafkaBroker, sqs: SqsServer, postgres: PostgresServ
         airflow.start_component("scheduler")
         airflow.wait_for_dags(set(DAG_WATCHERS))
         _unpause(airflow, "ha_first")
-        _start_triggerer(airflow, FIRST, 6, DAG_WATCHERS["ha_first"])
+        _start_triggerer(airflow, FIRST, CAPACITY[FIRST], DAG_WATCHERS["ha_first"])
         _unpause(airflow, "ha_second")
-        _start_triggerer(airflow, SECOND, 12, DAG_WATCHERS["ha_second"])
+        _start_triggerer(airflow, SECOND, CAPACITY[SECOND], DAG_WATCHERS["ha_second"])
         yield HaStack(airflow=airflow, kafka=kafka, sqs=sqs, queue_url=queue_url, statsd=statsd)
     finally:
         airflow.stop()
@@ -255,54 +292,190 @@ def test_sqs_watchers_on_two_triggerers_are_reported_loudly(ha: HaStack) -> None
     assert not any("ERROR" in line and TOPIC in line and "triggerers" in line for line in text.splitlines())
 
 
-def test_kafka_watchers_lose_nothing_when_a_triggerer_is_sigkilled(ha: HaStack) -> None:
+def _ids(events: list[dict[str, Any]]) -> set[str]:
+    return {e["event_id"] for e in events}
+
+
+def _kafka_watchers_on(ha: HaStack, job: int) -> set[str]:
+    placement = ha.placement()
+    return {w for w in KAFKA_WATCHERS if placement.get(w) == job}
+
+
+def _the_triggerer_running_kafka_watchers(ha: HaStack) -> tuple[str, int, str, int]:
+    """
+    From the ``trigger`` table: the live triggerer that runs the most Kafka watchers and whose
+    triggers the other live triggerer has room for. Returns (name, job, survivor name, job).
+    """
+    live = {job: name for job, name in ha.triggerer_names().items() if ha.airflow.procs[name].poll() is None}
+    load = Counter(ha.placement().values())
+    choices = [
+        (len(_kafka_watchers_on(ha, job)), name, job, other_name, other_job)
+        for job, name in live.items()
+        for other_job, other_name in live.items()
+        if other_job != job and CAPACITY[other_name] - load[other_job] >= load[job]
+    ]
+    choices = [c for c in choices if c[0] > 0]
+    if not choices:
+        table = ha.share_table(KAFKA_WATCHERS, "value", set())
+        raise AssertionError(f"no live triggerer runs Kafka watchers that another can take over:\n{table}")
+    _, name, job, other_name, other_job = max(choices)
+    return name, job, other_name, other_job
+
+
+def _log_size(airflow: AirflowDeployment, name: str) -> int:
+    return len(airflow.log_path(name).read_text(errors="replace"))
+
+
+def _log_since(airflow: AirflowDeployment, name: str, mark: int) -> str:
+    return airflow.log_path(name).read_text(errors="replace")[mark:]
+
+
+def _wait_for_the_move(ha: HaStack, moved: set[str], survivor: str, job: int, mark: int) -> None:
+    """The ``trigger`` table puts ``moved`` on ``job`` and its log says each Kafka watcher joined."""
     airflow = ha.airflow
-    events = _events("ha-kafka-2", 40)
-    ids = {e["event_id"] for e in events}
+    triggers = airflow.watcher_trigger_ids()
 
-    published_at: list[float] = []
-
-    def publish() -> None:
-        for event in events:
-            ha.kafka.produce(TOPIC, [event], key_field="event_id")
-            published_at.append(time.time())
-            time.sleep(0.1)
-
-    def delivered() -> int:
-        return len({i for s in ha.seen("value", ids).values() for i in s["ids"]})
-
-    publisher = threading.Thread(target=publish)
-    publisher.start()
-    try:
-        wait_until(lambda: delivered() >= 5, 60, "the first records to become asset events", interval=0.5)
-        airflow.kill_triggerer(FIRST)
-        killed_at = time.time()
-    finally:
-        publisher.join()
-    assert sum(t > killed_at for t in published_at) > 0, "the kill came after the whole stream was published"
-    all_watchers = set(KAFKA_WATCHERS) | set(SQS_WATCHERS)
-    second = ha.triggerer_jobs()[1]
-
-    def moved() -> bool:
+    def moved_and_joined() -> bool:
         placement = ha.placement()
-        return all(placement.get(w) == second for w in all_watchers)
+        log = _log_since(airflow, survivor, mark)
+        return all(placement.get(w) == job for w in moved) and all(
+            f"Kafka watcher trigger {triggers[w]} joined" in log for w in moved
+        )
 
-    wait_until(moved, 120, "triggerer B to take over A's watchers", interval=1)
-    for name in ("dag-processor", "scheduler", SECOND):
-        assert airflow.procs[name].poll() is None, tail(airflow.log_path(name))
+    try:
+        wait_until(moved_and_joined, HEALTH_CHECK_THRESHOLD + 150, f"{survivor} to take over {sorted(moved)}")
+    except RuntimeError as exc:
+        raise RuntimeError(f"{exc}\n{ha.share_table(KAFKA_WATCHERS, 'value', set())}") from None
+    assert airflow.procs[survivor].poll() is None, tail(airflow.log_path(survivor))
 
+
+def _wait_until_every_kafka_watcher_saw(ha: HaStack, ids: set[str], what: str) -> None:
     def everyone_saw_everything() -> bool:
         seen = ha.seen("value", ids)
         return all(seen.get(asset, {}).get("ids") == ids for asset in KAFKA_WATCHERS.values())
 
+    wait_until(everyone_saw_everything, 180, what, interval=1)
+
+
+def _duplicates_report(ha: HaStack, batches: dict[str, list[dict[str, Any]]], settled: str) -> None:
+    """
+    Print the duplicates of each Kafka watcher, per batch; assert none in batch ``settled``: it
+    was produced once every move was complete, and no disruption can deliver it twice.
+    """
+    ids = {name: _ids(events) for name, events in batches.items()}
+    deliveries = ha.deliveries("value", set().union(*ids.values()))
+    per_batch = {
+        w: {
+            name: _duplicates(Counter({i: n for i, n in deliveries.get(a, Counter()).items() if i in batch}))
+            for name, batch in ids.items()
+        }
+        for w, a in KAFKA_WATCHERS.items()
+    }
+    worst = max(sum(b.values()) for b in per_batch.values())
+    print(f"duplicates per watcher and batch: {per_batch}; worst {worst} of {sum(map(len, ids.values()))}")
+    twice = {w: b[settled] for w, b in per_batch.items() if b[settled]}
+    assert not twice, f"records of the batch {settled!r}, produced after the move, came twice: {twice}"
+
+
+def test_kafka_watchers_fail_over_when_the_triggerer_running_them_is_sigkilled(ha: HaStack) -> None:
+    """
+    Mid-stream by what was observed, not by wall time: the victim is the triggerer the
+    ``trigger`` table says runs Kafka watchers; it is killed once each of those watchers has
+    persisted part of the first batch (the rest may still be in flight), the second batch is
+    produced while they have no triggerer, the third once they joined the survivor's stream.
+    """
+    airflow = ha.airflow
+    victim, victim_job, survivor, survivor_job = _the_triggerer_running_kafka_watchers(ha)
+    moved = _kafka_watchers_on(ha, victim_job)
+    before, homeless, after = _events("ha-kill-1", 30), _events("ha-kill-2", 15), _events("ha-kill-3", 15)
+    ids = _ids(before) | _ids(homeless) | _ids(after)
+    ha.kafka.produce(TOPIC, before, key_field="event_id")
+
+    def each_moved_watcher_persisted_some() -> bool:
+        seen = ha.seen("value", _ids(before))
+        return all(seen.get(KAFKA_WATCHERS[w], {}).get("ids") for w in moved)
+
+    wait_until(each_moved_watcher_persisted_some, 120, f"{sorted(moved)} to persist records on {victim}")
+    assert _kafka_watchers_on(ha, victim_job) == moved, "the watchers moved before the kill"
+    mark = _log_size(airflow, survivor)
+    airflow.kill_triggerer(victim)
+    at_kill = {
+        w: len(ha.seen("value", _ids(before)).get(KAFKA_WATCHERS[w], {}).get("ids", ())) for w in moved
+    }
+    ha.kafka.produce(TOPIC, homeless, key_field="event_id")
+    _wait_for_the_move(ha, moved, survivor, survivor_job, mark)
+    ha.kafka.produce(TOPIC, after, key_field="event_id")
     try:
-        wait_until(
-            everyone_saw_everything, 120, "every Kafka watcher to see every record after failover", interval=1
-        )
+        _wait_until_every_kafka_watcher_saw(ha, ids, "every Kafka watcher to see every record after failover")
     finally:
-        after = sum(t > killed_at for t in published_at)
-        print(f"\nKafka, 40 records, triggerer A SIGKILLed mid-stream ({after} published after the kill):")
+        print(
+            f"\nKafka, {len(ids)} records; {victim} (job {victim_job}) SIGKILLed when its Kafka watchers"
+            f" had persisted {at_kill} of the first {len(before)}; {len(homeless)} produced while they"
+            f" had no triggerer, {len(after)} once they joined {survivor}:"
+        )
         print(ha.share_table(KAFKA_WATCHERS, "value", ids))
+    _duplicates_report(ha, {"before": before, "homeless": homeless, "after": after}, settled="after")
     # The placement check follows the move: the SQS stream now runs on one triggerer.
     gauge = "airflow.shared_stream.sqs.ha-orders.triggerers:1|g"
-    wait_until(lambda: gauge in ha.statsd.read(), 30, gauge, interval=0.5)
+    wait_until(lambda: gauge in ha.statsd.read(), 60, gauge, interval=0.5)
+
+
+def _signal_group(airflow: AirflowDeployment, name: str, signum: signal.Signals) -> None:
+    os.killpg(airflow.procs[name].pid, signum)
+
+
+def test_kafka_watchers_run_by_two_triggerers_at_once_lose_nothing(ha: HaStack) -> None:
+    """
+    The overlap a loaded machine produced by itself: a triggerer misses its heartbeats past the
+    threshold (here: frozen with SIGSTOP), another takes its watchers over and starts them, then
+    it wakes up and runs the same watchers until its next look at the ``trigger`` table. Every
+    watcher still sees every record; what both ran may come twice, and nothing after.
+    """
+    airflow = ha.airflow
+    airflow.start_component("triggerer", "--capacity", str(CAPACITY[THIRD]), name=THIRD)
+    wait_until(lambda: len(ha.triggerer_jobs()) == 3, 120, f"{THIRD} to register its job", interval=0.5)
+    frozen, frozen_job, peer, peer_job = _the_triggerer_running_kafka_watchers(ha)
+    moved = _kafka_watchers_on(ha, frozen_job)
+    before, while_frozen, overlapping, after = (_events(f"ha-overlap-{i}", 15) for i in range(1, 5))
+    ids = _ids(before) | _ids(while_frozen) | _ids(overlapping) | _ids(after)
+    ha.kafka.produce(TOPIC, before, key_field="event_id")
+    _wait_until_every_kafka_watcher_saw(ha, _ids(before), "every Kafka watcher to see the first batch")
+
+    mark = _log_size(airflow, peer)
+    _signal_group(airflow, frozen, signal.SIGSTOP)
+    try:
+        ha.kafka.produce(TOPIC, while_frozen, key_field="event_id")
+        _wait_for_the_move(ha, moved, peer, peer_job, mark)
+        frozen_mark = _log_size(airflow, frozen)
+    finally:
+        _signal_group(airflow, frozen, signal.SIGCONT)
+    # Both triggerers run the moved watchers now, until the one that woke up drops them.
+    ha.kafka.produce(TOPIC, overlapping, key_field="event_id")
+
+    triggers = airflow.watcher_trigger_ids()
+
+    def dropped() -> bool:
+        # Once each moved Kafka trigger has left its loop there, it can fire no event any more.
+        lines = [
+            line
+            for line in _log_since(airflow, frozen, frozen_mark).splitlines()
+            if "Trigger cancelled by user action" in line
+        ]
+        return all(any(re.search(rf"\bID {triggers[w]}\b", line) for line in lines) for w in moved)
+
+    wait_until(dropped, 120, f"{frozen} to drop the watchers it no longer owns", interval=0.5)
+    assert airflow.procs[frozen].poll() is None, tail(airflow.log_path(frozen))
+    ha.kafka.produce(TOPIC, after, key_field="event_id")
+    try:
+        _wait_until_every_kafka_watcher_saw(
+            ha, ids, "every Kafka watcher to see every record through the overlap"
+        )
+    finally:
+        print(
+            f"\nKafka, {len(ids)} records; {frozen} (job {frozen_job}) frozen past the health-check"
+            f" threshold, its watchers started on {peer}, then woken up: both ran them until it dropped"
+            " them:"
+        )
+        print(ha.share_table(KAFKA_WATCHERS, "value", ids))
+    batches = {"before": before, "frozen": while_frozen, "overlap": overlapping, "after": after}
+    _duplicates_report(ha, batches, settled="after")

@@ -11,6 +11,8 @@ The burst is shaped so that core strands its tail on any machine (:func:`_send_t
 all at once, whether a tail was stranded depended on where the scheduler created the first run:
 in a CI run of 2026-11-25 it did so mid-burst, the last event queued a fresh row after it, and
 the second run took every event that was left (nothing stranded, the test timed out).
+
+The last test runs two schedulers on PostgreSQL with the mitigation on, for a Dag on two assets.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pytest
 from tests.e2e.conftest import MITIGATION_ENV
 from tests.support.airflow import AirflowDeployment, airflow_deployment
 from tests.support.brokers import KafkaBroker
+from tests.support.postgres import PostgresServer
 from tests.support.processes import wait_until
 from tests.support.stranding_probe import PROBE_DAG
 
@@ -123,3 +126,136 @@ def test_the_tail_of_a_burst(mitigation: bool, kafka: KafkaBroker, e2e_dir: Path
         runs = len(airflow.dag_runs(DAG_ID))
         print(f"core 3.3.2: {stranded} of {total} asset events stranded after {runs} runs")
         assert 0 < stranded < total
+
+
+TWO_ASSET_DAGS = """
+from __future__ import annotations
+
+import os
+import time
+
+from airflow.sdk import DAG, Asset, AssetAny, AssetWatcher, task
+
+from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger
+
+
+def _asset(side: str) -> Asset:
+    topic = os.environ[f"TWO_SCHEDULERS_TOPIC_{side.upper()}"]
+    trigger = KafkaSharedStreamTrigger(topics=[topic], kafka_conn_id="kafka_default", group_id=topic)
+    return Asset(
+        f"two_schedulers_{side}",
+        uri=f"kafka://probe/{topic}",
+        watchers=[AssetWatcher(name=f"two_schedulers_{side}_watcher", trigger=trigger)],
+    )
+
+
+A, B = _asset("a"), _asset("b")
+
+with DAG(dag_id="two_schedulers", schedule=AssetAny(A, B), max_active_runs=1, catchup=False):
+
+    @task
+    def hold_the_slot() -> None:
+        time.sleep(float(os.environ.get("STRANDING_PROBE_TASK_SECONDS", "4")))
+
+    hold_the_slot()
+
+# Events of asset b that no trigger created (a task's outlet): the refresh does not see them,
+# only the scheduler's sweep brings them to a run when they strand.
+with DAG(dag_id="two_schedulers_outlet", schedule=None, catchup=False):
+
+    @task(outlets=[B])
+    def update_b() -> None:
+        pass
+
+    update_b()
+"""
+
+
+def test_two_schedulers_and_a_dag_on_two_assets_consume_every_event_once(
+    kafka: KafkaBroker, e2e_dir: Path, postgres: PostgresServer
+) -> None:
+    """
+    Two real schedulers on PostgreSQL, the mitigation on, a Dag on two assets fed while its only
+    slot is busy, by two watchers and by a task outlet (whose stranded events only the sweep
+    re-queues): every event ends in exactly one run, and no run is empty.
+
+    A race, not a proof: which scheduler creates or sweeps which run is up to them. The
+    interleavings that broke the sweep are played deterministically, with core's own
+    run-creation code, in tests/integration/scheduling/test_sweep_with_two_schedulers.py.
+    """
+    dag_id, topics = "two_schedulers", {"a": "two-schedulers-a", "b": "two-schedulers-b"}
+    kafka.create_topics(topics.values())
+    home = e2e_dir / "airflow-two-schedulers"
+    dags = home / "dags"
+    dags.mkdir(parents=True)
+    (dags / "two_schedulers.py").write_text(TWO_ASSET_DAGS)
+    env = {
+        MITIGATION_ENV: "True",
+        "TWO_SCHEDULERS_TOPIC_A": topics["a"],
+        "TWO_SCHEDULERS_TOPIC_B": topics["b"],
+        "STRANDING_PROBE_TASK_SECONDS": "8",
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
+            {
+                "conn_type": "kafka",
+                "extra": {"bootstrap.servers": kafka.bootstrap, "auto.offset.reset": "earliest"},
+            }
+        ),
+    }
+    database = postgres.create_database("airflow_two_schedulers")
+    with airflow_deployment(home, dags, env, parallelism=2, database_url=database) as airflow:
+        airflow.start_component("scheduler", name="scheduler-2")
+        airflow.wait_for_dags({dag_id, "two_schedulers_outlet"})
+        airflow.wait_for_watchers({"two_schedulers_a_watcher", "two_schedulers_b_watcher"})
+
+        def events() -> set[int]:
+            return {
+                e.id for name in ("two_schedulers_a", "two_schedulers_b") for e in airflow.asset_events(name)
+            }
+
+        def settled() -> bool:
+            airflow.check_alive()
+            runs = airflow.dag_runs(dag_id)
+            return (
+                bool(runs)
+                and all(r.state in {"success", "failed"} for r in runs)
+                and not airflow.queued_assets(dag_id)
+                and {i for r in runs for i in r.asset_event_ids} >= events()
+            )
+
+        expected = 0
+        for round_number in range(3):
+            kafka.produce(topics["a"], [{"round": round_number, "n": 0}])
+            expected += 1
+            wait_until(
+                lambda: any(r.state == "running" for r in airflow.dag_runs(dag_id)),
+                120,
+                "a run to hold the slot",
+                interval=0.5,
+            )
+            kafka.produce(topics["b"], [{"round": round_number, "n": 1}])
+            for _ in range(2):
+                airflow.cli("dags", "trigger", "two_schedulers_outlet")
+            kafka.produce(topics["a"], [{"round": round_number, "n": n} for n in range(2, 5)])
+            expected += 1 + 2 + 3
+            wait_until(lambda n=expected: len(events()) >= n, 180, f"{expected} asset events", interval=0.5)
+            wait_until(settled, 300, "every event consumed and the Dag idle", interval=1.0)
+
+        runs = airflow.dag_runs(dag_id)
+        consumed = [i for r in runs for i in r.asset_event_ids]
+        with airflow.db() as conn:
+            creators = conn.execute(
+                "SELECT creating_job_id, count(*) AS runs FROM dag_run WHERE dag_id = ? GROUP BY 1",
+                (dag_id,),
+            ).fetchall()
+        sweeps = {
+            name: airflow.log_path(name).read_text(errors="replace").count(f"Re-queued Dag {dag_id} ")
+            for name in ("scheduler", "scheduler-2")
+        }
+        print(
+            f"two schedulers: {len(events())} asset events in {len(runs)} runs;"
+            f" runs per creating scheduler job: {[(r['creating_job_id'], r['runs']) for r in creators]};"
+            f" sweeps that re-queued stranded events, per scheduler: {sweeps}"
+        )
+        assert all(r.asset_event_ids for r in runs), "a run with no asset event"
+        assert len(consumed) == len(set(consumed)) == len(events()), "an event consumed twice"
+        assert all(r.state == "success" for r in runs)

@@ -299,3 +299,32 @@ def test_the_scheduler_listener_requeues_inside_the_schedulers_commit_guard(
         scheduling.StrandedAssetEventsListener().on_dag_run_running(dag_run=run, msg="started")
         guard.commit()
     assert _queue_row_time() is not None
+
+
+def test_a_manual_run_dated_after_the_stranded_events_does_not_hide_them(world: dict[str, int]) -> None:
+    """Core's event window starts at the newest asset-triggered run: a manual run is no floor."""
+    from airflow import settings
+    from airflow._shared.timezones import timezone
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
+
+    first = _watcher_event(1)
+    stranded = _watcher_event(2)
+    _asset_triggered_run(run_after=first, consumed=_event_ids()[:1])
+    _clear_queue()
+    session = settings.Session()
+    manual_after = timezone.utcnow()
+    session.add(
+        DagRun(
+            dag_id=DAG_ID,
+            run_id=f"manual__{manual_after.isoformat()}",
+            run_after=manual_after,
+            run_type=DagRunType.MANUAL,
+            triggered_by=DagRunTriggeredByType.REST_API,
+            state=DagRunState.RUNNING,
+        )
+    )
+    session.commit()
+    assert manual_after > stranded
+    assert [(s.events, s.newest_event) for s in _sweep()] == [(1, stranded)]
