@@ -30,6 +30,9 @@ pytestmark = pytest.mark.integration
 
 NOBODY = AdvanceOutcome(acked=0, failed=0, rejected=0)
 
+DELIVERY_LIMIT = 5
+"""The brokers' delivery limit in the delivery-budget tests (Pub/Sub's lowest ``max_delivery_attempts``)."""
+
 
 class ContractBroker(abc.ABC):
     """What a broker's suite supplies to run the contract: one real upstream per test."""
@@ -37,11 +40,31 @@ class ContractBroker(abc.ABC):
     lease_seconds_min: int = 2
     """The shortest lease the broker grants (SQS visibility 2 s; Pub/Sub ack deadline 10 s)."""
 
+    give_back_spends_attempt: bool = True
+    """Whether giving a held message back to the broker (a stream closing) spends one of its
+    delivery attempts: SQS counts every receive and Pub/Sub every redelivery; Service Bus has an
+    outcome that does not count (AMQP ``released``)."""
+
     @abc.abstractmethod
     def create_stream(
-        self, *, dead_letter: bool = True, lease_seconds: int = 30, ordered: bool = False
+        self,
+        *,
+        dead_letter: bool = True,
+        lease_seconds: int = 30,
+        ordered: bool = False,
+        max_deliveries: int | None = None,
     ) -> Any:
-        """A fresh upstream (queue / subscription / entity), with a dead-letter destination."""
+        """
+        A fresh upstream (queue / subscription / entity), with a dead-letter destination.
+
+        ``max_deliveries``: the broker's own delivery limit, past which it moves a message to the
+        dead-letter destination itself (SQS ``maxReceiveCount``, a Pub/Sub dead-letter policy's
+        ``max_delivery_attempts``, Service Bus ``MaxDeliveryCount``); ``None``: the default.
+        """
+
+    def attempts_spent(self, payload: dict[str, Any]) -> int:
+        """Delivery attempts the broker counted against its limit before this delivery (0: none)."""
+        raise NotImplementedError("only brokers that count deliveries run DeliveryBudgetContract")
 
     @abc.abstractmethod
     def publish(self, stream: Any, bodies: list[Any], *, lane: str | None = None) -> list[str]:
@@ -230,6 +253,95 @@ class SharedStreamContract:
             )
             await asyncio.sleep(lease * 1.5)
         assert sorted(ids(broker, watcher)) == sorted(sent), "a message was redelivered while still held"
+
+
+class DeliveryBudgetContract:
+    """
+    A message no watcher has seen never spends a broker delivery attempt.
+
+    A stuck watcher stays subscribed, but once the ack timeout failed it the manager leaves it
+    out of the fan-out: every new message reaches nobody (an all-zero outcome). Given back each
+    time, such a message came straight back and spent one of the broker's delivery attempts per
+    round, and the broker dead-lettered it within a minute, unseen. Each broker runs these with
+    its own delivery limit set low (:data:`DELIVERY_LIMIT`).
+    """
+
+    async def _hold_unseen_behind_a_stuck_watcher(
+        self, broker: ContractBroker, stream: Any, harness: SharedStreamHarness, unstick: asyncio.Event
+    ) -> tuple[Watcher, list[str]]:
+        """
+        Get a watcher stuck, publish two messages and wait until they have reached nobody more
+        times than the broker's limit allows deliveries; return the stuck watcher and their ids.
+        """
+
+        async def hang(event: Any) -> None:
+            await unstick.wait()
+
+        stuck = harness.add(broker.trigger(stream), before_bind=hang)
+        broker.publish(stream, [{"n": 0}])  # the watcher sees this one and hangs on it
+        group = await eventually(
+            lambda: harness.manager._groups.get(stuck.key),
+            lambda g: g is not None and stuck.trigger_id in g._failed_subscribers,
+            timeout=60,
+            what="the ack timeout leaving the stuck watcher out of the fan-out",
+        )
+        first = group._next_event_id
+        unseen = broker.publish(stream, [{"n": 1}, {"n": 2}])
+        dead: list[Any] = []
+
+        def offers_and_dead_letters() -> tuple[int, int]:
+            dead.extend(broker.dead_letters(stream))
+            return group._next_event_id - first, len(dead)
+
+        # The three messages (the stuck one's comes back too) each reach nobody more often than
+        # the broker allows deliveries, or the broker dead-letters them first.
+        await eventually(
+            offers_and_dead_letters,
+            lambda seen: seen[0] >= 3 * (DELIVERY_LIMIT + 1) or seen[1] > 0,
+            timeout=180,
+            what="messages offered to nobody past the delivery limit",
+        )
+        assert not dead, f"the broker dead-lettered messages no watcher saw: {dead}"
+        return stuck, unseen
+
+    async def test_a_stuck_watcher_spends_no_delivery_attempt_of_messages_nobody_saw(self, contract_broker):
+        broker = contract_broker
+        stream = broker.create_stream(max_deliveries=DELIVERY_LIMIT)
+        unstick = asyncio.Event()
+        async with SharedStreamHarness(confirm_after=0.0, ack_timeout=2.0) as harness:
+            try:
+                _, unseen = await self._hold_unseen_behind_a_stuck_watcher(broker, stream, harness, unstick)
+                back = harness.add(broker.trigger(stream))  # a watcher is back: it sees them all
+                await back.wait_for_events(3, timeout=60)
+                await eventually(lambda: broker.remaining(stream), lambda r: r == 0, timeout=60, what="acked")
+            finally:
+                unstick.set()
+        assert set(unseen) <= set(ids(broker, back))
+        spent = {broker.message_id(p): broker.attempts_spent(p) for p in back.payloads}
+        assert [spent[i] for i in unseen] == [0, 0], f"delivery attempts spent while nobody saw them: {spent}"
+        assert broker.dead_letters(stream) == []
+
+    async def test_a_stream_whose_watchers_all_left_gives_back_what_nobody_saw(self, contract_broker):
+        broker = contract_broker
+        stream = broker.create_stream(max_deliveries=DELIVERY_LIMIT, lease_seconds=broker.lease_seconds_min)
+        unstick = asyncio.Event()
+        async with SharedStreamHarness(confirm_after=0.0, ack_timeout=2.0) as harness:
+            try:
+                hold = self._hold_unseen_behind_a_stuck_watcher
+                stuck, unseen = await hold(broker, stream, harness, unstick)
+                await harness.remove(stuck)  # the only watcher leaves: the stream closes
+                assert stuck.key not in harness.manager._groups
+            finally:
+                unstick.set()
+        async with SharedStreamHarness(confirm_after=0.0) as harness:
+            later = harness.add(broker.trigger(stream))
+            await later.wait_for_events(3, timeout=90)
+            await eventually(lambda: broker.remaining(stream), lambda r: r == 0, timeout=60, what="acked")
+        assert set(unseen) <= set(ids(broker, later))
+        budget = 1 if broker.give_back_spends_attempt else 0  # the one give-back as the stream closed
+        spent = {broker.message_id(p): broker.attempts_spent(p) for p in later.payloads}
+        assert all(spent[i] <= budget for i in unseen), f"attempts spent past {budget}: {spent}"
+        assert broker.dead_letters(stream) == []
 
 
 class OrderedLanesContract:
