@@ -17,6 +17,7 @@ Usage::
     .venv/bin/python scripts/mutants.py              # every mutant of every broker
     .venv/bin/python scripts/mutants.py --broker sqs
     .venv/bin/python scripts/mutants.py --short      # the quick subset the test suite runs
+    .venv/bin/python scripts/mutants.py --name "nobody saw"   # the mutants whose name has this
 
 A mutant whose source snippet no longer occurs exactly once fails loudly too: refactor the
 code, then update the snippet, so no mutant silently stops being applied.
@@ -139,6 +140,27 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="        pass  # mutant: the lease keeper never runs\n",
         caught_by=("test_lease_held_past_the_brokers_own_timeout",),
     ),
+    # Delivery budgets: a message no watcher has seen is held, not given back (one per broker,
+    # each with its own delivery limit), and Service Bus gives one back without counting it.
+    *(
+        Mutant(
+            name="a message nobody saw is given back at once",
+            broker=broker,
+            path="airflow_shared_stream/common/leased_queue.py",
+            original="            if item.broker_payload.delivery.lane is None and _nobody(item)\n",
+            mutated="            if False  # mutant: redelivered, spending a delivery attempt\n",
+            caught_by=("test_a_stuck_watcher_spends_no_delivery_attempt_of_messages_nobody_saw",),
+        )
+        for broker in ("sqs", "pubsub", "servicebus")
+    ),
+    Mutant(
+        name="held messages given back by letting their locks run out",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/producer.py",
+        original="            if link is None or not link.can_join(message):\n",
+        mutated="            if True:  # mutant: never released\n",
+        caught_by=("test_a_stream_whose_watchers_all_left_gives_back_what_nobody_saw",),
+    ),
     # Kafka: commits instead of deletes, no leases, no ordered-lane variant (a partition is a lane).
     Mutant(
         name="commit on receipt",
@@ -251,9 +273,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--broker", help="only this broker's mutants")
     parser.add_argument("--short", action="store_true", help="only the quick subset")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
+    parser.add_argument("--name", help="only the mutants whose name contains this")
     args = parser.parse_args(argv)
     chosen = [
-        m for m in MUTANTS if (args.broker is None or m.broker == args.broker) and (m.short or not args.short)
+        m
+        for m in MUTANTS
+        if (args.broker is None or m.broker == args.broker)
+        and (m.short or not args.short)
+        and (args.name is None or args.name in m.name)
     ]
     survivors = []
     for mutant in chosen:
