@@ -161,6 +161,25 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="            if True:  # mutant: never released\n",
         caught_by=("test_a_stream_whose_watchers_all_left_gives_back_what_nobody_saw",),
     ),
+    *(
+        Mutant(
+            name="a queued ACK's lease forgotten on the general advance path",
+            broker=broker,
+            path="airflow_shared_stream/common/leased_queue.py",
+            original="            kept = {d.lease for d in later}\n",
+            mutated="            kept = set()  # mutant: the lease keeper no longer finds the queued ACKs\n",
+            caught_by=("test_a_queued_ack_keeps_its_lease_when_its_batch_also_settles_a_reject",),
+        )
+        for broker in ("sqs", "servicebus")
+    ),
+    Mutant(
+        name="every lease renewed in one call, over the broker's batch limit",
+        broker="sqs",
+        path="airflow_shared_stream/common/leased_queue.py",
+        original="            batch_size=self.settle_batch_limit,\n",
+        mutated="            batch_size=None,  # mutant: one renewal call for every lease\n",
+        caught_by=("test_more_leases_than_one_settle_batch_are_all_renewed",),
+    ),
     # Kafka: commits instead of deletes, no leases, no ordered-lane variant (a partition is a lane).
     Mutant(
         name="commit on receipt",

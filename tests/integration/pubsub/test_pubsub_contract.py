@@ -23,6 +23,7 @@ from airflow_shared_stream.pubsub.trigger import PubSubSharedStreamTrigger
 from tests.integration.contract.base import (
     ContractBroker,
     DeliveryBudgetContract,
+    LeasedQueueContract,
     OrderedLanesContract,
     SharedStreamContract,
 )
@@ -100,7 +101,9 @@ class PubSubContractBroker(ContractBroker):
         return RecordingTrigger(stream.subscription, dead_letter_topic=stream.dead_letter_topic, **kwargs)
 
 
-class TestPubSubContract(SharedStreamContract, OrderedLanesContract, DeliveryBudgetContract):
+class TestPubSubContract(
+    SharedStreamContract, OrderedLanesContract, DeliveryBudgetContract, LeasedQueueContract
+):
     @pytest.fixture
     def contract_broker(self, pubsub) -> PubSubContractBroker:
         return PubSubContractBroker(pubsub)

@@ -12,6 +12,7 @@ from airflow_shared_stream.servicebus.trigger import ServiceBusSharedStreamTrigg
 from tests.integration.contract.base import (
     ContractBroker,
     DeliveryBudgetContract,
+    LeasedQueueContract,
     OrderedLanesContract,
     SharedStreamContract,
 )
@@ -81,7 +82,9 @@ class ServiceBusContractBroker(ContractBroker):
         )
 
 
-class TestServiceBusContract(SharedStreamContract, OrderedLanesContract, DeliveryBudgetContract):
+class TestServiceBusContract(
+    SharedStreamContract, OrderedLanesContract, DeliveryBudgetContract, LeasedQueueContract
+):
     @pytest.fixture
     def contract_broker(self, servicebus, servicebus_connection) -> ServiceBusContractBroker:
         return ServiceBusContractBroker(servicebus)

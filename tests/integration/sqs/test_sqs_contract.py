@@ -13,6 +13,7 @@ from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
 from tests.integration.contract.base import (
     ContractBroker,
     DeliveryBudgetContract,
+    LeasedQueueContract,
     OrderedLanesContract,
     SharedStreamContract,
 )
@@ -86,7 +87,9 @@ class SqsContractBroker(ContractBroker):
         return SqsSharedStreamTrigger(stream.url, dead_letter_queue_url=stream.dead_letter_url, **kwargs)
 
 
-class TestSqsContract(SharedStreamContract, OrderedLanesContract, DeliveryBudgetContract):
+class TestSqsContract(
+    SharedStreamContract, OrderedLanesContract, DeliveryBudgetContract, LeasedQueueContract
+):
     @pytest.fixture
     def contract_broker(self, sqs, aws_connection) -> SqsContractBroker:
         return SqsContractBroker(sqs)
