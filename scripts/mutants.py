@@ -173,11 +173,13 @@ MUTANTS: tuple[Mutant, ...] = (
         for broker in ("sqs", "servicebus")
     ),
     Mutant(
-        name="every lease renewed in one call, over the broker's batch limit",
+        name="only the first batch of leases renewed",
         broker="sqs",
-        path="airflow_shared_stream/common/leased_queue.py",
-        original="            batch_size=self.settle_batch_limit,\n",
-        mutated="            batch_size=None,  # mutant: one renewal call for every lease\n",
+        path="airflow_shared_stream/common/leases.py",
+        original=(
+            "        chunks = [handles[start : start + size] for start in range(0, len(handles), size)]\n"
+        ),
+        mutated="        chunks = [handles[:size]]  # mutant: leases past one batch are never renewed\n",
         caught_by=("test_more_leases_than_one_settle_batch_are_all_renewed",),
     ),
     # Kafka: commits instead of deletes, no leases, no ordered-lane variant (a partition is a lane).

@@ -392,10 +392,9 @@ class LeasedQueueContract:
 
     async def test_more_leases_than_one_settle_batch_are_all_renewed(self, contract_broker):
         """
-        The lease keeper renews in chunks of the broker's batch limit (``settle_batch_limit``):
-        SQS refuses a ``ChangeMessageVisibilityBatch`` of more than ten entries, so one call for
-        every lease renewed none of them. (The Pub/Sub emulator and the Service Bus test server
-        take larger batches than the services do: there the test only shows renewal at scale.)
+        The lease keeper renews in chunks of the broker's batch limit (``settle_batch_limit``;
+        SQS takes ten entries per ``ChangeMessageVisibilityBatch``): every chunk, not only the
+        first, while more messages than one batch wait for persistence past the broker's lease.
         """
         broker = contract_broker
         lease = broker.lease_seconds_min
