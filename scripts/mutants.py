@@ -36,6 +36,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = "tests/integration/{broker}/test_{broker}_contract.py::Test{Broker}Contract::{test}"
+SUITE = {"kafka": "Kafka", "sqs": "Sqs", "pubsub": "PubSub", "servicebus": "ServiceBus"}
+"""The name of each broker's contract class (``Test<name>Contract``)."""
 
 
 TIMED_DEAD_LETTER = (
@@ -58,9 +60,7 @@ class Mutant:
 
     def test_ids(self) -> list[str]:
         broker = self.broker
-        return [
-            CONTRACT.format(broker=broker, Broker=broker.capitalize(), test=test) for test in self.caught_by
-        ]
+        return [CONTRACT.format(broker=broker, Broker=SUITE[broker], test=test) for test in self.caught_by]
 
 
 MUTANTS: tuple[Mutant, ...] = (
