@@ -474,6 +474,11 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         # spend a delivery attempt); the bound is set when the stream opens.
         self._unseen: UnseenMessages[Delivery[Handle]] = UnseenMessages(hold_seconds=0.0)
         self._unseen_changed = asyncio.Event()
+        # Ordered lanes whose latest held-back head reached nobody: their later messages are held
+        # too (not redelivered), and each held message's place in its lane, to offer them again
+        # in order.
+        self._held_lanes: set[Hashable] = set()
+        self._held_order: dict[Hashable, int] = {}
 
     # -- what a broker supplies ---------------------------------------------------------------
 
@@ -557,7 +562,10 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
                 offered = await self._offer_unseen_again()
                 lane = ("receive", next(self._receives))
                 for delivery in offered:
-                    yield delivery.message, InFlight(delivery, next(self._sequences), lane)
+                    if delivery.lane is None:
+                        yield delivery.message, InFlight(delivery, next(self._sequences), lane)
+                    else:
+                        yield delivery.message, self._track_on_lane(delivery, delivery.lane)
                     await yield_point()
                 continue
             self._start_receives()
@@ -693,6 +701,12 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         (:meth:`plan_settlement`). Its credit and lease are released whatever the broker says.
         """
         assert self._leases is not None
+        if delivery.lane in self._held_lanes:
+            # Its lane's head reached nobody and is held: it waits behind it, in its place.
+            self._held_order[delivery.lease] = next(self._sequences)
+            self._unseen.hold([delivery])
+            self._leases.hold_unbounded([delivery.lease])
+            return
         try:
             async with self._leases.settling([delivery.lease]):
                 await self.redeliver([delivery])
@@ -721,7 +735,18 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         """
         assert self._leases is not None
         await self._backoff.wait()
-        offer, expired = self._unseen.take()
+        # A lane is offered again (or given back) whole, once none of it is in flight any more.
+        offer, expired = self._unseen.take(
+            ready=lambda d: d.lane is None or d.lane not in self._lane_in_flight,
+            lane=lambda d: d.lane,
+        )
+        order = self._held_order
+        if order:
+            offer.sort(key=lambda d: order.get(d.lease, -1))
+            expired.sort(key=lambda d: order.get(d.lease, -1))
+            for delivery in (*offer, *expired):
+                order.pop(delivery.lease, None)
+            self._held_lanes.difference_update(d.lane for d in expired)
         lost = [d for d in offer if d.lease not in self._leases]
         if lost:
             offer = [d for d in offer if d.lease in self._leases]
@@ -741,6 +766,10 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
                 self._drop_held(expired)
             self.metrics.incr(m.REDELIVERED, len(expired))
         self._leases.hold_afresh(d.lease for d in offer)
+        if not offer and not expired:
+            # Every held lane still has messages in flight: wait for their advances.
+            self._unseen_changed.clear()
+            await self._unseen_changed.wait()
         return offer
 
     def _drop_held(self, deliveries: Sequence[Delivery[Handle]]) -> None:
@@ -750,21 +779,14 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         self._window.release(len(deliveries))
         self.metrics.gauge(m.IN_FLIGHT, self._window.in_flight)
 
-    def _hold_unseen(
-        self, batch: Sequence[AdvanceItem], plan: dict[Settlement, list[Any]]
-    ) -> list[Delivery[Handle]]:
+    def _hold_unseen(self, batch: Sequence[AdvanceItem], held: list[Delivery[Handle]]) -> None:
         """
-        Keep, instead of redelivering, the unordered messages of ``batch`` that reached nobody.
+        Keep, instead of redelivering, the messages of ``batch`` that reached nobody (``held``,
+        from :meth:`plan_settlement`: with each, the later messages of its ordered lane).
 
         They keep their credits and leases (renewed without the ack-timeout bound: Airflow does
-        not time them out; :mod:`.unseen` bounds them) and wait to be offered again. Messages of
-        ordered lanes are redelivered as before: their lane's later messages go back with them.
+        not time them out; :mod:`.unseen` bounds them) and wait to be offered again.
         """
-        held = [
-            item.broker_payload.delivery
-            for item in batch
-            if item.broker_payload.delivery.lane is None and _nobody(item)
-        ]
         if self._unseen.offered:
             kept = {id(delivery) for delivery in held}
             self._unseen.advanced(
@@ -774,14 +796,11 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             )
             self._unseen_changed.set()
         if held:
-            kept = {id(delivery) for delivery in held}
-            plan[Settlement.REDELIVER] = [d for d in plan[Settlement.REDELIVER] if id(d) not in kept]
             self._unseen.hold(held)
             assert self._leases is not None
             self._leases.hold_unbounded(d.lease for d in held)
             self._unseen_changed.set()
             self._window.wake()
-        return held
 
     # -- settlement ------------------------------------------------------------------------
 
@@ -802,8 +821,8 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         later: list[Delivery[Handle]] = []
         held: list[Delivery[Handle]] = []
         try:
-            plan = self.plan_settlement(batch)
-            held = self._hold_unseen(batch, plan)
+            plan = self.plan_settlement(batch, held)
+            self._hold_unseen(batch, held)
             acks = plan[Settlement.ACK]
             if self.ack_linger_seconds > 0 and acks:
                 later = [d for d in acks if d.lane is None]
@@ -898,11 +917,15 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         assert error is not None
         raise error
 
-    def plan_settlement(self, batch: Sequence[AdvanceItem]) -> dict[Settlement, list[Any]]:
+    def plan_settlement(
+        self, batch: Sequence[AdvanceItem], held: list[Delivery[Handle]] | None = None
+    ) -> dict[Settlement, list[Any]]:
         """
         Decide each message's settlement, holding ordered lanes back behind a redelivery.
 
         Returns deliveries for ACK and REDELIVER and :class:`DeadLetter` letters for DEAD_LETTER.
+        With ``held`` given, a message no watcher has seen goes there instead of REDELIVER, and
+        so do the later messages of its ordered lane that are held back behind it.
         """
         plan: dict[Settlement, list[Any]] = {
             Settlement.ACK: [],
@@ -912,15 +935,30 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         for item in batch:
             payload: InFlight[Handle] = item.broker_payload
             delivery = payload.delivery
+            lane = delivery.lane
             settlement = decide(item.outcome)
+            keep = held is not None and settlement is Settlement.REDELIVER and _nobody(item)
             if payload.sequence in self._held_back:
                 self._held_back.discard(payload.sequence)
                 settlement = Settlement.REDELIVER
-            if settlement is Settlement.REDELIVER and delivery.lane is not None:
-                later = {s for s in self._lane_in_flight.get(delivery.lane, ()) if s > payload.sequence}
+                keep = held is not None and lane in self._held_lanes  # its lane's head was held
+            elif lane is not None and settlement is Settlement.REDELIVER:
+                # A new head of its lane: the lane's later messages follow what it got.
+                if keep:
+                    self._held_lanes.add(lane)
+                else:
+                    self._held_lanes.discard(lane)
+            if settlement is Settlement.REDELIVER and lane is not None:
+                later = {s for s in self._lane_in_flight.get(lane, ()) if s > payload.sequence}
                 self._held_back |= later
                 self._lane_redeliveries += 1
-                self._redelivered_lanes[delivery.lane] = self._lane_redeliveries
+                self._redelivered_lanes[lane] = self._lane_redeliveries
+            if keep:
+                assert held is not None
+                held.append(delivery)
+                if lane is not None:
+                    self._held_order[delivery.lease] = payload.sequence
+                continue
             if settlement is Settlement.DEAD_LETTER:
                 message = delivery.message
                 reason = "unprocessable" if message.unprocessable is not None else "rejected"
@@ -967,6 +1005,10 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
                         del self._lane_in_flight[delivery.lane]
         self._window.release(len(batch) - credits_kept)
         self.metrics.gauge(m.IN_FLIGHT, self._window.in_flight)
+        if self._unseen:
+            self._unseen_changed.set()  # a lane's held messages wait for its messages in flight
+        elif self._held_lanes:
+            self._held_lanes.clear()  # nothing held: no lane has a held head any more
         if batch and all(_nobody(item) for item in batch):
             self._backoff.nobody_subscribed()
         elif batch:

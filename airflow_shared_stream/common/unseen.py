@@ -65,19 +65,28 @@ class UnseenMessages(Generic[D]):
             self.offered.discard(lease)
             self._since.pop(lease, None)
 
-    def take(self) -> tuple[list[D], list[D]]:
+    def take(
+        self,
+        ready: Callable[[D], bool] = lambda d: True,
+        lane: Callable[[D], Hashable | None] = lambda d: None,
+    ) -> tuple[list[D], list[D]]:
         """
-        Everything waiting, split into ``(offer_again, give_back)``; both leave the waiting list.
+        What is waiting and ``ready``, split into ``(offer_again, give_back)``; both leave the
+        waiting list (what is not ready stays).
 
-        ``give_back``: held ``hold_seconds`` or longer, forgotten here. ``offer_again``: on offer
-        until :meth:`hold` (nobody again) or :meth:`advanced` (someone saw it).
+        ``give_back``: held ``hold_seconds`` or longer, forgotten here, and with them every other
+        message of their ``lane`` (an ordered lane goes back whole, to keep its order).
+        ``offer_again``: on offer until :meth:`hold` (nobody again) or :meth:`advanced`.
         """
-        waiting, self.waiting = self.waiting, []
         now = self._clock()
+        taken = [d for d in self.waiting if ready(d)]
+        self.waiting = [d for d in self.waiting if not ready(d)]
+        expired = {id(d) for d in taken if now - self._since.get(d.lease, now) >= self.hold_seconds}
+        lanes = {lane(d) for d in taken if id(d) in expired} - {None}
         offer: list[D] = []
         give_back: list[D] = []
-        for delivery in waiting:
-            if now - self._since.get(delivery.lease, now) >= self.hold_seconds:
+        for delivery in taken:
+            if id(delivery) in expired or (lanes and lane(delivery) in lanes):
                 give_back.append(delivery)
             else:
                 offer.append(delivery)

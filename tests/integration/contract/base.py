@@ -267,7 +267,12 @@ class DeliveryBudgetContract:
     """
 
     async def _hold_unseen_behind_a_stuck_watcher(
-        self, broker: ContractBroker, stream: Any, harness: SharedStreamHarness, unstick: asyncio.Event
+        self,
+        broker: ContractBroker,
+        stream: Any,
+        harness: SharedStreamHarness,
+        unstick: asyncio.Event,
+        lane: str | None = None,
     ) -> tuple[Watcher, list[str]]:
         """
         Get a watcher stuck, publish two messages and wait until they have reached nobody more
@@ -278,7 +283,7 @@ class DeliveryBudgetContract:
             await unstick.wait()
 
         stuck = harness.add(broker.trigger(stream), before_bind=hang)
-        broker.publish(stream, [{"n": 0}])  # the watcher sees this one and hangs on it
+        broker.publish(stream, [{"n": 0}], lane=lane)  # the watcher sees this one and hangs on it
         group = await eventually(
             lambda: harness.manager._groups.get(stuck.key),
             lambda g: g is not None and stuck.trigger_id in g._failed_subscribers,
@@ -286,7 +291,7 @@ class DeliveryBudgetContract:
             what="the ack timeout leaving the stuck watcher out of the fan-out",
         )
         first = group._next_event_id
-        unseen = broker.publish(stream, [{"n": 1}, {"n": 2}])
+        unseen = broker.publish(stream, [{"n": 1}, {"n": 2}], lane=lane)
         dead: list[Any] = []
 
         def offers_and_dead_letters() -> tuple[int, int]:
@@ -317,6 +322,26 @@ class DeliveryBudgetContract:
             finally:
                 unstick.set()
         assert set(unseen) <= set(ids(broker, back))
+        spent = {broker.message_id(p): broker.attempts_spent(p) for p in back.payloads}
+        assert [spent[i] for i in unseen] == [0, 0], f"delivery attempts spent while nobody saw them: {spent}"
+        assert broker.dead_letters(stream) == []
+
+    async def test_an_ordered_lane_nobody_saw_spends_no_delivery_attempt_and_keeps_its_order(
+        self, contract_broker
+    ):
+        broker = contract_broker
+        stream = broker.create_stream(max_deliveries=DELIVERY_LIMIT, ordered=True)
+        unstick = asyncio.Event()
+        async with SharedStreamHarness(confirm_after=0.0, ack_timeout=2.0) as harness:
+            try:
+                hold = self._hold_unseen_behind_a_stuck_watcher
+                _, unseen = await hold(broker, stream, harness, unstick, lane="g")
+                back = harness.add(broker.trigger(stream))
+                await back.wait_for_events(3, timeout=60)
+                await eventually(lambda: broker.remaining(stream), lambda r: r == 0, timeout=60, what="acked")
+            finally:
+                unstick.set()
+        assert [p["body"]["n"] for p in back.payloads] == [0, 1, 2], "the lane came back out of order"
         spent = {broker.message_id(p): broker.attempts_spent(p) for p in back.payloads}
         assert [spent[i] for i in unseen] == [0, 0], f"delivery attempts spent while nobody saw them: {spent}"
         assert broker.dead_letters(stream) == []
