@@ -15,7 +15,8 @@ and lives here, once:
   left out by the manager) rather than give it back, where each round trip would spend one of the
   broker's delivery attempts and end in its dead-letter queue: its lease stays renewed, it is
   offered again after a pause that doubles up to five seconds, and nothing new is received while
-  any such message is held, for at most the ack timeout (:mod:`.unseen`);
+  any such message is held, for at most the ack timeout (:mod:`.unseen`); on an ordered lane the
+  later messages of the lane are held with it and the lane is offered again in its order;
 * metrics (:mod:`.metrics`) and ``aclose``.
 
 A broker subclass supplies only its calls, in the broker's own vocabulary:
@@ -440,6 +441,11 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     receive_wait_on_close: float = 0.0
     """How long ``aclose`` lets the receives in flight return, when it gave messages back, before
     it cancels them (a broker that gives messages back on close sets it to its long-poll wait)."""
+    hold_ordered_lanes: ClassVar[bool] = True
+    """Hold an ordered lane's messages that reached nobody too (:mod:`.unseen`). Only for a broker
+    that hands out nothing of a lane while an earlier message of it is out or on its way back
+    (an SQS FIFO group, a Service Bus session); else a later message can arrive ahead of an
+    earlier one being redelivered, and holding it would keep that order."""
     unseen_hold_seconds: float | None = None
     """Longest a message no watcher has seen is held (:mod:`.unseen`); ``None``: the triggerer's
     ``shared_stream_ack_timeout``."""
@@ -937,7 +943,12 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             delivery = payload.delivery
             lane = delivery.lane
             settlement = decide(item.outcome)
-            keep = held is not None and settlement is Settlement.REDELIVER and _nobody(item)
+            keep = (
+                held is not None
+                and settlement is Settlement.REDELIVER
+                and _nobody(item)
+                and (lane is None or self.hold_ordered_lanes)
+            )
             if payload.sequence in self._held_back:
                 self._held_back.discard(payload.sequence)
                 settlement = Settlement.REDELIVER

@@ -13,7 +13,8 @@ them to the watchers again (paced by the no-subscriber backoff) and receives not
 it holds any. A message is held for at most ``hold_seconds`` (the triggerer's ack timeout) from
 the first time it reached nobody; past that it goes back to the broker, with the broker's
 outcome that does not count as a delivery where it has one (Service Bus: AMQP ``released``),
-and receiving resumes. This class is the bookkeeping; :mod:`.leased_queue` does the I/O.
+and receiving resumes. An ordered lane is offered again, or given back, whole and in its order.
+This class is the bookkeeping; :mod:`.leased_queue` does the I/O.
 """
 
 from __future__ import annotations

@@ -40,6 +40,10 @@ class ContractBroker(abc.ABC):
     lease_seconds_min: int = 2
     """The shortest lease the broker grants (SQS visibility 2 s; Pub/Sub ack deadline 10 s)."""
 
+    holds_ordered_lanes: bool = True
+    """Whether an ordered lane's messages that reached nobody are held too (Pub/Sub: no, an
+    ordering key is not locked; see ``LeasedQueueProducer.hold_ordered_lanes``)."""
+
     give_back_spends_attempt: bool = True
     """Whether giving a held message back to the broker (a stream closing) spends one of its
     delivery attempts: SQS counts every receive and Pub/Sub every redelivery; Service Bus has an
@@ -330,6 +334,8 @@ class DeliveryBudgetContract:
         self, contract_broker
     ):
         broker = contract_broker
+        if not broker.holds_ordered_lanes:
+            pytest.skip("this broker redelivers an ordered lane nobody saw (holds_ordered_lanes)")
         stream = broker.create_stream(max_deliveries=DELIVERY_LIMIT, ordered=True)
         unstick = asyncio.Event()
         async with SharedStreamHarness(confirm_after=0.0, ack_timeout=2.0) as harness:
@@ -341,7 +347,8 @@ class DeliveryBudgetContract:
                 await eventually(lambda: broker.remaining(stream), lambda r: r == 0, timeout=60, what="acked")
             finally:
                 unstick.set()
-        assert [p["body"]["n"] for p in back.payloads] == [0, 1, 2], "the lane came back out of order"
+        order = [p["body"]["n"] for p in back.payloads]
+        assert order == [0, 1, 2], f"the lane came back out of order: {order}"
         spent = {broker.message_id(p): broker.attempts_spent(p) for p in back.payloads}
         assert [spent[i] for i in unseen] == [0, 0], f"delivery attempts spent while nobody saw them: {spent}"
         assert broker.dead_letters(stream) == []
