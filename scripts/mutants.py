@@ -20,6 +20,7 @@ Usage::
     .venv/bin/python scripts/mutants.py --broker sqs
     .venv/bin/python scripts/mutants.py --short      # the quick subset the test suite runs
     .venv/bin/python scripts/mutants.py --name "in flight"   # the mutants whose name says so
+    .venv/bin/python scripts/mutants.py --name "nobody saw"   # the mutants whose name has this
 
 A mutant whose source snippet no longer occurs exactly once fails loudly too: refactor the
 code, then update the snippet, so no mutant silently stops being applied.
@@ -47,6 +48,9 @@ SERVICEBUS_LOCKS = "tests/integration/servicebus/test_servicebus_lock_from_broke
 SERVICEBUS_RANGES = "tests/integration/servicebus/test_servicebus_range_completion.py"
 TWO_SCHEDULERS = "tests/integration/scheduling/test_sweep_with_two_schedulers.py"
 STRANDED = "tests/integration/scheduling/test_stranded_asset_events.py"
+
+SUITE = {"kafka": "Kafka", "sqs": "Sqs", "pubsub": "PubSub", "servicebus": "ServiceBus"}
+"""The name of each broker's contract class (``Test<name>Contract``)."""
 
 
 REFRESH_IF_AGREED = (
@@ -90,7 +94,7 @@ class Mutant:
         if self.module:
             return [test if "::" in test else f"{self.module}::{test}" for test in self.caught_by]
         return [
-            test if "::" in test else CONTRACT.format(broker=broker, Broker=broker.capitalize(), test=test)
+            test if "::" in test else CONTRACT.format(broker=broker, Broker=SUITE[broker], test=test)
             for test in self.caught_by
         ]
 
@@ -171,6 +175,48 @@ MUTANTS: tuple[Mutant, ...] = (
         original="        self._leases.start()\n",
         mutated="        pass  # mutant: the lease keeper never runs\n",
         caught_by=("test_lease_held_past_the_brokers_own_timeout",),
+    ),
+    # Delivery budgets: a message no watcher has seen is held, not given back (one per broker,
+    # each with its own delivery limit), and Service Bus gives one back without counting it.
+    *(
+        Mutant(
+            name="a message nobody saw is given back at once",
+            broker=broker,
+            path="airflow_shared_stream/common/leased_queue.py",
+            original="                and _nobody(item)\n",
+            mutated="                and False  # mutant: redelivered, spending a delivery attempt\n",
+            caught_by=("test_a_stuck_watcher_spends_no_delivery_attempt_of_messages_nobody_saw",),
+        )
+        for broker in ("sqs", "pubsub", "servicebus")
+    ),
+    Mutant(
+        name="held messages given back by letting their locks run out",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/producer.py",
+        original="            if link is None or not link.can_join(message):\n",
+        mutated="            if True:  # mutant: never released\n",
+        caught_by=("test_a_stream_whose_watchers_all_left_gives_back_what_nobody_saw",),
+    ),
+    *(
+        Mutant(
+            name="a queued ACK's lease forgotten on the general advance path",
+            broker=broker,
+            path="airflow_shared_stream/common/leased_queue.py",
+            original="            kept = {d.lease for d in later}\n",
+            mutated="            kept = set()  # mutant: the lease keeper no longer finds the queued ACKs\n",
+            caught_by=("test_a_queued_ack_keeps_its_lease_when_its_batch_also_settles_a_reject",),
+        )
+        for broker in ("sqs", "servicebus")
+    ),
+    Mutant(
+        name="only the first batch of leases renewed",
+        broker="sqs",
+        path="airflow_shared_stream/common/leases.py",
+        original=(
+            "        chunks = [handles[start : start + size] for start in range(0, len(handles), size)]\n"
+        ),
+        mutated="        chunks = [handles[:size]]  # mutant: leases past one batch are never renewed\n",
+        caught_by=("test_more_leases_than_one_settle_batch_are_all_renewed",),
     ),
     # Kafka: commits instead of deletes, no leases, no ordered-lane variant (a partition is a lane).
     Mutant(
@@ -724,6 +770,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--short", action="store_true", help="only the quick subset")
     parser.add_argument("--name", help="only the mutants whose name contains this text")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
+    parser.add_argument("--name", help="only the mutants whose name contains this")
     args = parser.parse_args(argv)
     chosen = [
         m

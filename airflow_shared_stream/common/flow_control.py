@@ -87,6 +87,7 @@ class CreditWindow:
         self._credit_returned = asyncio.Event()
         self._waiters = 0
         """Tasks in :meth:`wait_for_credit`: a release wakes them, and costs no event otherwise."""
+        self._woken = False
 
     @property
     def available(self) -> int:
@@ -114,8 +115,9 @@ class CreditWindow:
             self._credit_returned.set()
 
     async def wait_for_credit(self) -> int:
-        """Wait until at least one credit is free and return how many are."""
-        while self.available <= 0:
+        """Wait until at least one credit is free, or :meth:`wake` is called; return how many are free."""
+        self._woken = False
+        while self.available <= 0 and not self._woken:
             self._credit_returned.clear()
             self._waiters += 1
             try:
@@ -123,6 +125,17 @@ class CreditWindow:
             finally:
                 self._waiters -= 1
         return self.available
+
+    def wake(self) -> None:
+        """
+        End the waits of :meth:`wait_for_credit` without returning credit.
+
+        For a producer whose reason to wait changed while every credit stays spent: a message
+        the watchers did not see is kept (its credit with it), and the stream must offer it
+        again rather than wait for a credit nobody will return.
+        """
+        self._woken = True
+        self._credit_returned.set()
 
     async def acquire(self) -> None:
         """Spend one credit, waiting for one to be returned if the window is full."""

@@ -11,7 +11,12 @@ and lives here, once:
 * ``advance``: split the batch by settlement (one decision table, :mod:`.settlement`), hold back
   later messages of an ordered lane behind a redelivered one, settle inside the lease keeper in
   chunks bounded by count and bytes, always return the credits;
-* back off when nobody was subscribed, so a stream without watchers does not spin;
+* keep a message no watcher has seen (nobody was in the fan-out: every watcher gone, or stuck and
+  left out by the manager) rather than give it back, where each round trip would spend one of the
+  broker's delivery attempts and end in its dead-letter queue: its lease stays renewed, it is
+  offered again after a pause that doubles up to five seconds, and nothing new is received while
+  any such message is held, for at most the ack timeout (:mod:`.unseen`); on an ordered lane the
+  later messages of the lane are held with it and the lane is offered again in its order;
 * metrics (:mod:`.metrics`) and ``aclose``.
 
 A broker subclass supplies only its calls, in the broker's own vocabulary:
@@ -85,6 +90,7 @@ from airflow_shared_stream.common.leases import RENEWALS_IN_FLIGHT, LeaseKeeper
 from airflow_shared_stream.common.matching import RawMessage
 from airflow_shared_stream.common.metrics import StreamMetrics
 from airflow_shared_stream.common.settlement import Settlement, decide
+from airflow_shared_stream.common.unseen import UnseenMessages
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +138,8 @@ or changes it."""
 
 NO_SUBSCRIBER_BACKOFF_MIN = 0.25
 NO_SUBSCRIBER_BACKOFF_MAX = 5.0
-"""Receive pauses after a batch nobody was subscribed to: doubling from MIN up to MAX seconds."""
+"""Pauses after a batch nobody was subscribed to, before its messages are offered again (and
+before receiving): doubling from MIN up to MAX seconds."""
 
 
 @dataclass(slots=True, eq=False)
@@ -434,6 +441,14 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     receive_wait_on_close: float = 0.0
     """How long ``aclose`` lets the receives in flight return, when it gave messages back, before
     it cancels them (a broker that gives messages back on close sets it to its long-poll wait)."""
+    hold_ordered_lanes: ClassVar[bool] = True
+    """Hold an ordered lane's messages that reached nobody too (:mod:`.unseen`). Only for a broker
+    that hands out nothing of a lane while an earlier message of it is out or on its way back
+    (an SQS FIFO group, a Service Bus session); else a later message can arrive ahead of an
+    earlier one being redelivered, and holding it would keep that order."""
+    unseen_hold_seconds: float | None = None
+    """Longest a message no watcher has seen is held (:mod:`.unseen`); ``None``: the triggerer's
+    ``shared_stream_ack_timeout``."""
 
     def __init__(self, *, max_in_flight: int, stream_label: str) -> None:
         self._window = CreditWindow(max_in_flight)
@@ -461,6 +476,15 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             linger=self.ack_linger_seconds,
             max_sending=self.ack_sends_in_flight,
         )
+        # Messages no watcher has seen, kept with their credits and leases (never given back to
+        # spend a delivery attempt); the bound is set when the stream opens.
+        self._unseen: UnseenMessages[Delivery[Handle]] = UnseenMessages(hold_seconds=0.0)
+        self._unseen_changed = asyncio.Event()
+        # Ordered lanes whose latest held-back head reached nobody: their later messages are held
+        # too (not redelivered), and each held message's place in its lane, to offer them again
+        # in order.
+        self._held_lanes: set[Hashable] = set()
+        self._held_order: dict[Hashable, int] = {}
 
     # -- what a broker supplies ---------------------------------------------------------------
 
@@ -506,6 +530,16 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         """Bytes a dead-letter copy takes in a batch; the body size unless the broker adds more."""
         return letter.delivery.size
 
+    async def give_back(self, deliveries: Sequence[Delivery[Handle]]) -> None:
+        """
+        Return messages no watcher has seen, held past the bound, to the broker (default: redeliver).
+
+        A broker with an outcome that does not count as a delivery attempt uses it here (Service
+        Bus: AMQP ``released``). SQS counts every receive and Pub/Sub every redelivery, so there
+        it is the redelivery, one attempt per bound.
+        """
+        await self.redeliver(deliveries)
+
     # -- the stream ----------------------------------------------------------------------------
 
     async def open_stream(self) -> AsyncIterator[tuple[RawMessage, InFlight[Handle]]]:
@@ -521,12 +555,25 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         )
         self._leases.start()
         self._acks.start()
+        hold = self.unseen_hold_seconds
+        self._unseen.hold_seconds = hold if hold is not None else ack_timeout_seconds()
         self._lag_task = asyncio.create_task(self._sample_lag(), name=f"shared-stream-lag[{self.broker}]")
         # When the stream ends, the receives still in flight are left to aclose, which gives
         # back what the stream holds before it cancels them.
         while True:
             if self._acks.error is not None:
                 self._raise_ack_error()
+            if self._unseen.waiting:
+                # Offered again, not received again: no delivery attempt is spent on them.
+                offered = await self._offer_unseen_again()
+                lane = ("receive", next(self._receives))
+                for delivery in offered:
+                    if delivery.lane is None:
+                        yield delivery.message, InFlight(delivery, next(self._sequences), lane)
+                    else:
+                        yield delivery.message, self._track_on_lane(delivery, delivery.lane)
+                    await yield_point()
+                continue
             self._start_receives()
             stamp, deliveries = await self._next_received()
             # A receive read ahead was started before the advance that found nobody subscribed,
@@ -559,10 +606,20 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         holds open (a long poll with nothing for it) does not hold back batches the others
         already got, which is why ``receives_in_flight`` above one is only for streams whose
         batches may be yielded in the order they arrive (no ordered lanes).
+
+        While messages no watcher has seen are held, no receive starts: with none in flight it
+        returns an empty batch as soon as one of them waits to be offered again.
         """
         while not self._receiving:
+            if self._unseen.waiting:
+                return self._lane_redeliveries, ()
+            if self._unseen.offered:
+                # Offered again: their advance says whether someone saw them (then receive again).
+                self._unseen_changed.clear()
+                await self._unseen_changed.wait()
+                continue
             self.metrics.incr(m.CREDIT_WAITS)
-            await self._window.wait_for_credit()
+            await self._window.wait_for_credit()  # woken, too, when a message is held unseen
             self._start_receives()
         # asyncio.wait, not ``await task``: a stream cancelled here must not cancel the receives
         # (aclose does, after giving back what the stream holds).
@@ -579,8 +636,12 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         Each reserves its credits as it starts, so none ever waits for credit while others
         hold credits in messages not yet yielded: the window cannot deadlock. Each asks for at
         most its share of the window (``max_in_flight // receives_in_flight``), so one receive
-        does not take every credit and leave the others nothing to ask for.
+        does not take every credit and leave the others nothing to ask for. None starts while
+        messages no watcher has seen are held: the stream takes nothing new that would reach
+        nobody too.
         """
+        if self._unseen:
+            return
         while len(self._receiving) < self.receives_in_flight:
             credits = min(self._window.available, self._receive_size())
             if credits <= 0:
@@ -646,6 +707,12 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         (:meth:`plan_settlement`). Its credit and lease are released whatever the broker says.
         """
         assert self._leases is not None
+        if delivery.lane in self._held_lanes:
+            # Its lane's head reached nobody and is held: it waits behind it, in its place.
+            self._held_order[delivery.lease] = next(self._sequences)
+            self._unseen.hold([delivery])
+            self._leases.hold_unbounded([delivery.lease])
+            return
         try:
             async with self._leases.settling([delivery.lease]):
                 await self.redeliver([delivery])
@@ -664,6 +731,83 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
     def get_advance_lane(self, broker_payload: InFlight[Handle]) -> Hashable:
         return broker_payload.advance_lane
 
+    async def _offer_unseen_again(self) -> list[Delivery[Handle]]:
+        """
+        The held messages no watcher has seen, to offer again once the no-subscriber pause is over.
+
+        Those held past the bound go back to the broker (:meth:`give_back`) and those whose lease
+        the broker refused meanwhile are dropped (it redelivers them): both return their credits,
+        and with nothing left held the stream receives again.
+        """
+        assert self._leases is not None
+        await self._backoff.wait()
+        # A lane is offered again (or given back) whole, once none of it is in flight any more.
+        offer, expired = self._unseen.take(
+            ready=lambda d: d.lane is None or d.lane not in self._lane_in_flight,
+            lane=lambda d: d.lane,
+        )
+        order = self._held_order
+        if order:
+            offer.sort(key=lambda d: order.get(d.lease, -1))
+            expired.sort(key=lambda d: order.get(d.lease, -1))
+            for delivery in (*offer, *expired):
+                order.pop(delivery.lease, None)
+            self._held_lanes.difference_update(d.lane for d in expired)
+        lost = [d for d in offer if d.lease not in self._leases]
+        if lost:
+            offer = [d for d in offer if d.lease in self._leases]
+            self._unseen.forget(d.lease for d in lost)
+            self._drop_held(lost)
+        if expired:
+            log.warning(
+                "%s: giving back %d message(s) no watcher has seen in %.0fs",
+                self.broker,
+                len(expired),
+                self._unseen.hold_seconds,
+            )
+            try:
+                async with self._leases.settling(d.lease for d in expired):
+                    await self.give_back(expired)
+            finally:
+                self._drop_held(expired)
+            self.metrics.incr(m.REDELIVERED, len(expired))
+        self._leases.hold_afresh(d.lease for d in offer)
+        if not offer and not expired:
+            # Every held lane still has messages in flight: wait for their advances.
+            self._unseen_changed.clear()
+            await self._unseen_changed.wait()
+        return offer
+
+    def _drop_held(self, deliveries: Sequence[Delivery[Handle]]) -> None:
+        """Forget held messages that left the stream outside an advance; return their credits."""
+        for delivery in deliveries:
+            self._leased.pop(delivery.lease, None)
+        self._window.release(len(deliveries))
+        self.metrics.gauge(m.IN_FLIGHT, self._window.in_flight)
+
+    def _hold_unseen(self, batch: Sequence[AdvanceItem], held: list[Delivery[Handle]]) -> None:
+        """
+        Keep, instead of redelivering, the messages of ``batch`` that reached nobody (``held``,
+        from :meth:`plan_settlement`: with each, the later messages of its ordered lane).
+
+        They keep their credits and leases (renewed without the ack-timeout bound: Airflow does
+        not time them out; :mod:`.unseen` bounds them) and wait to be offered again.
+        """
+        if self._unseen.offered:
+            kept = {id(delivery) for delivery in held}
+            self._unseen.advanced(
+                item.broker_payload.delivery.lease
+                for item in batch
+                if id(item.broker_payload.delivery) not in kept
+            )
+            self._unseen_changed.set()
+        if held:
+            self._unseen.hold(held)
+            assert self._leases is not None
+            self._leases.hold_unbounded(d.lease for d in held)
+            self._unseen_changed.set()
+            self._window.wake()
+
     # -- settlement ------------------------------------------------------------------------
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
@@ -681,8 +825,10 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
                     await self._acks.flush()
                 return
         later: list[Delivery[Handle]] = []
+        held: list[Delivery[Handle]] = []
         try:
-            plan = self.plan_settlement(batch)
+            plan = self.plan_settlement(batch, held)
+            self._hold_unseen(batch, held)
             acks = plan[Settlement.ACK]
             if self.ack_linger_seconds > 0 and acks:
                 later = [d for d in acks if d.lane is None]
@@ -690,8 +836,9 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
                     delivery.message = ACK_QUEUED
                 ordered = [d for d in acks if d.lane is not None] if len(later) < len(acks) else []
                 plan[Settlement.ACK] = ordered
-            if len(later) < len(batch):  # something settles now (often nothing: every ACK waits)
+            if len(later) + len(held) < len(batch):  # something settles now (often nothing)
                 deferred = {d.lease for d in later}
+                deferred.update(d.lease for d in held)
                 now = [
                     i.broker_payload.delivery.lease
                     for i in batch
@@ -708,7 +855,9 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
             self._leases.forget(d.lease for d in later if d not in self._acks.queued)
             raise
         finally:
-            self._finish_tracking(batch, keep={d.lease for d in later})
+            kept = {d.lease for d in later}
+            kept.update(d.lease for d in held)
+            self._finish_tracking(batch, keep=kept, credits_kept=len(held))
         if self._window.in_flight == 0:
             await self._acks.flush()  # nothing else is in flight: no other ACK could join these
         self._count(batch, plan)
@@ -729,6 +878,8 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         awaits :meth:`AckBatcher.send_full` (whose wait for a free send slot is the
         backpressure on the manager).
         """
+        if self._unseen.offered:
+            return None  # messages nobody saw are offered again: the general path tracks them
         fanned_out = 0
         for item in batch:
             outcome = item.outcome
@@ -772,11 +923,15 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         assert error is not None
         raise error
 
-    def plan_settlement(self, batch: Sequence[AdvanceItem]) -> dict[Settlement, list[Any]]:
+    def plan_settlement(
+        self, batch: Sequence[AdvanceItem], held: list[Delivery[Handle]] | None = None
+    ) -> dict[Settlement, list[Any]]:
         """
         Decide each message's settlement, holding ordered lanes back behind a redelivery.
 
         Returns deliveries for ACK and REDELIVER and :class:`DeadLetter` letters for DEAD_LETTER.
+        With ``held`` given, a message no watcher has seen goes there instead of REDELIVER, and
+        so do the later messages of its ordered lane that are held back behind it.
         """
         plan: dict[Settlement, list[Any]] = {
             Settlement.ACK: [],
@@ -786,15 +941,35 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         for item in batch:
             payload: InFlight[Handle] = item.broker_payload
             delivery = payload.delivery
+            lane = delivery.lane
             settlement = decide(item.outcome)
+            keep = (
+                held is not None
+                and settlement is Settlement.REDELIVER
+                and _nobody(item)
+                and (lane is None or self.hold_ordered_lanes)
+            )
             if payload.sequence in self._held_back:
                 self._held_back.discard(payload.sequence)
                 settlement = Settlement.REDELIVER
-            if settlement is Settlement.REDELIVER and delivery.lane is not None:
-                later = {s for s in self._lane_in_flight.get(delivery.lane, ()) if s > payload.sequence}
+                keep = held is not None and lane in self._held_lanes  # its lane's head was held
+            elif lane is not None and settlement is Settlement.REDELIVER:
+                # A new head of its lane: the lane's later messages follow what it got.
+                if keep:
+                    self._held_lanes.add(lane)
+                else:
+                    self._held_lanes.discard(lane)
+            if settlement is Settlement.REDELIVER and lane is not None:
+                later = {s for s in self._lane_in_flight.get(lane, ()) if s > payload.sequence}
                 self._held_back |= later
                 self._lane_redeliveries += 1
-                self._redelivered_lanes[delivery.lane] = self._lane_redeliveries
+                self._redelivered_lanes[lane] = self._lane_redeliveries
+            if keep:
+                assert held is not None
+                held.append(delivery)
+                if lane is not None:
+                    self._held_order[delivery.lease] = payload.sequence
+                continue
             if settlement is Settlement.DEAD_LETTER:
                 message = delivery.message
                 reason = "unprocessable" if message.unprocessable is not None else "rejected"
@@ -819,11 +994,14 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
         for deliveries in chunked(plan[Settlement.REDELIVER], max_count=self.settle_batch_limit):
             await self.redeliver(deliveries)
 
-    def _finish_tracking(self, batch: Sequence[AdvanceItem], keep: Collection[Hashable] = ()) -> None:
+    def _finish_tracking(
+        self, batch: Sequence[AdvanceItem], keep: Collection[Hashable] = (), credits_kept: int = 0
+    ) -> None:
         """
         Always runs: return credits and forget the batch, whether settling worked or not.
 
-        ``keep``: leases whose ACK is queued; they stay known (for renewals) until it is sent.
+        ``keep``: leases whose ACK is queued, or of messages held because nobody saw them; they
+        stay known (for renewals). ``credits_kept``: the held ones keep their credits too.
         """
         for item in batch:
             payload: InFlight[Handle] = item.broker_payload
@@ -836,8 +1014,12 @@ class LeasedQueueProducer(SharedStreamProducer, Generic[Handle], abc.ABC):
                     lane.discard(payload.sequence)
                     if not lane:
                         del self._lane_in_flight[delivery.lane]
-        self._window.release(len(batch))
+        self._window.release(len(batch) - credits_kept)
         self.metrics.gauge(m.IN_FLIGHT, self._window.in_flight)
+        if self._unseen:
+            self._unseen_changed.set()  # a lane's held messages wait for its messages in flight
+        elif self._held_lanes:
+            self._held_lanes.clear()  # nothing held: no lane has a held head any more
         if batch and all(_nobody(item) for item in batch):
             self._backoff.nobody_subscribed()
         elif batch:

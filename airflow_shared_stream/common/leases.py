@@ -115,6 +115,26 @@ class LeaseKeeper(Generic[LeaseHandle]):
         for handle in handles:
             held.setdefault(handle, now)
 
+    def hold_unbounded(self, handles: Iterable[LeaseHandle]) -> None:
+        """
+        Keep renewing these held leases past ``max_hold_seconds``: their holder bounds them itself.
+
+        For messages no watcher has seen (:mod:`.unseen`): Airflow does not time them out, so the
+        ack timeout says nothing about them. A lease not held any more (lost) stays dropped.
+        """
+        held = self._held
+        for handle in handles:
+            if handle in held:
+                held[handle] = math.inf
+
+    def hold_afresh(self, handles: Iterable[LeaseHandle]) -> None:
+        """Count the hold of these held leases from now (a message handed to the watchers again)."""
+        now = self._clock()
+        held = self._held
+        for handle in handles:
+            if handle in held:
+                held[handle] = now
+
     @contextlib.asynccontextmanager
     async def settling(self, handles: Iterable[LeaseHandle]) -> AsyncIterator[None]:
         """
@@ -148,6 +168,7 @@ class LeaseKeeper(Generic[LeaseHandle]):
         causes is a redelivery, which at-least-once allows.
         """
         now = self._clock()
+        # A lease held unbounded is stamped infinitely late: now - inf never reaches the bound.
         expired = [h for h, since in self._held.items() if now - since >= self.max_hold_seconds]
         if expired:
             log.warning(

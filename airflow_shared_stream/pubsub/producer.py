@@ -111,6 +111,9 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
     """The client the stream talks through (tests swap in one that records what the broker accepted)."""
     receive_limit = PULL_LIMIT
     receives_in_flight = PULLS_IN_FLIGHT
+    # An ordering key is not locked: after a nack, a later message of the key can be pulled ahead
+    # of the earlier one's redelivery, so only a redelivery puts the key back in order.
+    hold_ordered_lanes = False
     settle_batch_limit = ACK_IDS_PER_CALL
     dead_letter_batch_limit = PUBLISH_LIMIT
     dead_letter_batch_bytes = PUBLISH_BYTES

@@ -5,6 +5,7 @@ The Service Bus half of a shared stream: one peek-lock receiver per entity, on t
 ACK          one disposition ``accepted`` per run of consecutive deliveries
              (:mod:`.ranges`), ``complete_message`` for a message that is not in such a run
 REDELIVER    ``abandon_message``: available again at once, its delivery count + 1
+             (a message no watcher has seen, given back: AMQP ``released``, count unchanged)
 DEAD-LETTER  ``dead_letter_message`` with ``reason`` (``rejected`` or ``unprocessable``) and an
              ``error_description`` naming the watcher whose ``reject`` refused it, or the cause
 ===========  ===============================================================================
@@ -660,6 +661,47 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
                 session = delivery.handle.session
                 if session is not None:
                     session.restarting = True
+
+    async def give_back(self, deliveries: Sequence[Delivery[Any]]) -> None:
+        """Release messages no watcher has seen (their delivery count stays); abandon the rest."""
+        rest = await self._release(deliveries)
+        if rest:
+            await self.redeliver(rest)
+
+    async def release_unsettled(self, deliveries: Sequence[Delivery[Any]]) -> None:
+        """On close, release what the stream holds; the rest comes back as its lock runs out."""
+        await self._release(deliveries)
+
+    async def _release(self, deliveries: Sequence[Delivery[Any]]) -> list[Delivery[Any]]:
+        """
+        Settle ``released`` (AMQP 1.0 section 3.4.4): available again at once, delivery count unchanged.
+
+        An abandon, or a lock left to run out, counts a delivery against ``MaxDeliveryCount``;
+        a message nobody processed must not spend one. The SDK has no public call for it, but
+        releases messages this way itself (those that arrive while no receive waits), through
+        the receiver's AMQP client: the same private calls :mod:`.ranges` checks for. Only a
+        message held by its receiver's current link can be released there; session messages go
+        back when their session receiver closes. Returns the deliveries it could not release.
+        """
+        rest: list[Delivery[Any]] = []
+        for delivery in deliveries:
+            received: _Received = delivery.handle
+            message = received.message
+            link = None
+            if received.session is None and message_supports_ranges(message):
+                link = range_link(received.receiver)
+            if link is None or not link.can_join(message):
+                rest.append(delivery)
+                continue
+            try:
+                handler = link.handler
+                await handler.settle_messages_async(message._delivery_id, message._delivery_tag, "released")
+            except Exception as exc:
+                log.debug("Releasing %s failed: %s", self._label(delivery), type(exc).__name__)
+                rest.append(delivery)
+                continue
+            message._settled = True
+        return rest
 
     async def dead_letter(self, letters: Sequence[DeadLetter[Any]]) -> None:
         await _all(self._dead_letter_one(letter) for letter in letters)

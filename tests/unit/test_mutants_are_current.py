@@ -75,6 +75,18 @@ def test_the_tests_that_must_catch_it_exist(mutant):
     assert not missing, f"mutant {mutant.name!r} names no such test: {missing}"
 
 
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: f"{m.broker}: {m.name}")
+def test_its_test_ids_name_the_brokers_contract_class(mutant):
+    # An id naming a class the module does not define collects no test: the mutant "survives".
+    for test_id in mutant.test_ids():
+        if test_id.count("::") != 2:
+            continue  # a module-level test: the test above checks its name
+        path, cls, _ = test_id.split("::")
+        tree = ast.parse((ROOT / path).read_text())
+        classes = {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+        assert cls in classes, f"mutant {mutant.name!r} runs {test_id}, but {path} defines no {cls}"
+
+
 def test_the_short_list_is_the_two_the_suite_runs():
     # tests/integration/contract/test_mutants_short.py asserts "all 2 mutant(s) caught".
     assert sum(mutant.short for mutant in MUTANTS) == 2

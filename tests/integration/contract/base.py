@@ -30,6 +30,9 @@ pytestmark = pytest.mark.integration
 
 NOBODY = AdvanceOutcome(acked=0, failed=0, rejected=0)
 
+DELIVERY_LIMIT = 5
+"""The brokers' delivery limit in the delivery-budget tests (Pub/Sub's lowest ``max_delivery_attempts``)."""
+
 
 class ContractBroker(abc.ABC):
     """What a broker's suite supplies to run the contract: one real upstream per test."""
@@ -37,11 +40,35 @@ class ContractBroker(abc.ABC):
     lease_seconds_min: int = 2
     """The shortest lease the broker grants (SQS visibility 2 s; Pub/Sub ack deadline 10 s)."""
 
+    holds_ordered_lanes: bool = True
+    """Whether an ordered lane's messages that reached nobody are held too (Pub/Sub: no, an
+    ordering key is not locked; see ``LeasedQueueProducer.hold_ordered_lanes``)."""
+
+    give_back_spends_attempt: bool = True
+    """Whether giving a held message back to the broker (a stream closing) spends one of its
+    delivery attempts: SQS counts every receive and Pub/Sub every redelivery; Service Bus has an
+    outcome that does not count (AMQP ``released``)."""
+
     @abc.abstractmethod
     def create_stream(
-        self, *, dead_letter: bool = True, lease_seconds: int = 30, ordered: bool = False
+        self,
+        *,
+        dead_letter: bool = True,
+        lease_seconds: int = 30,
+        ordered: bool = False,
+        max_deliveries: int | None = None,
     ) -> Any:
-        """A fresh upstream (queue / subscription / entity), with a dead-letter destination."""
+        """
+        A fresh upstream (queue / subscription / entity), with a dead-letter destination.
+
+        ``max_deliveries``: the broker's own delivery limit, past which it moves a message to the
+        dead-letter destination itself (SQS ``maxReceiveCount``, a Pub/Sub dead-letter policy's
+        ``max_delivery_attempts``, Service Bus ``MaxDeliveryCount``); ``None``: the default.
+        """
+
+    def attempts_spent(self, payload: dict[str, Any]) -> int:
+        """Delivery attempts the broker counted against its limit before this delivery (0: none)."""
+        raise NotImplementedError("only brokers that count deliveries run DeliveryBudgetContract")
 
     @abc.abstractmethod
     def publish(self, stream: Any, bodies: list[Any], *, lane: str | None = None) -> list[str]:
@@ -227,6 +254,191 @@ class SharedStreamContract:
             await watcher.wait_for_events(3)
             await eventually(
                 lambda: broker.remaining(stream), lambda r: r == 0, timeout=lease * 10, what="acked"
+            )
+            await asyncio.sleep(lease * 1.5)
+        assert sorted(ids(broker, watcher)) == sorted(sent), "a message was redelivered while still held"
+
+
+class DeliveryBudgetContract:
+    """
+    A message no watcher has seen never spends a broker delivery attempt.
+
+    A stuck watcher stays subscribed, but once the ack timeout failed it the manager leaves it
+    out of the fan-out: every new message reaches nobody (an all-zero outcome). Given back each
+    time, such a message came straight back and spent one of the broker's delivery attempts per
+    round, and the broker dead-lettered it within a minute, unseen. Each broker runs these with
+    its own delivery limit set low (:data:`DELIVERY_LIMIT`).
+    """
+
+    async def _hold_unseen_behind_a_stuck_watcher(
+        self,
+        broker: ContractBroker,
+        stream: Any,
+        harness: SharedStreamHarness,
+        unstick: asyncio.Event,
+        lane: str | None = None,
+    ) -> tuple[Watcher, list[str]]:
+        """
+        Get a watcher stuck, publish two messages and wait until they have reached nobody more
+        times than the broker's limit allows deliveries; return the stuck watcher and their ids.
+        """
+
+        async def hang(event: Any) -> None:
+            await unstick.wait()
+
+        stuck = harness.add(broker.trigger(stream), before_bind=hang)
+        broker.publish(stream, [{"n": 0}], lane=lane)  # the watcher sees this one and hangs on it
+        group = await eventually(
+            lambda: harness.manager._groups.get(stuck.key),
+            lambda g: g is not None and stuck.trigger_id in g._failed_subscribers,
+            timeout=60,
+            what="the ack timeout leaving the stuck watcher out of the fan-out",
+        )
+        first = group._next_event_id
+        unseen = broker.publish(stream, [{"n": 1}, {"n": 2}], lane=lane)
+        dead: list[Any] = []
+
+        def offers_and_dead_letters() -> tuple[int, int]:
+            dead.extend(broker.dead_letters(stream))
+            return group._next_event_id - first, len(dead)
+
+        # The three messages (the stuck one's comes back too) each reach nobody more often than
+        # the broker allows deliveries, or the broker dead-letters them first.
+        await eventually(
+            offers_and_dead_letters,
+            lambda seen: seen[0] >= 3 * (DELIVERY_LIMIT + 1) or seen[1] > 0,
+            timeout=180,
+            what="messages offered to nobody past the delivery limit",
+        )
+        assert not dead, f"the broker dead-lettered messages no watcher saw: {dead}"
+        return stuck, unseen
+
+    async def test_a_stuck_watcher_spends_no_delivery_attempt_of_messages_nobody_saw(self, contract_broker):
+        broker = contract_broker
+        stream = broker.create_stream(max_deliveries=DELIVERY_LIMIT)
+        unstick = asyncio.Event()
+        async with SharedStreamHarness(confirm_after=0.0, ack_timeout=2.0) as harness:
+            try:
+                _, unseen = await self._hold_unseen_behind_a_stuck_watcher(broker, stream, harness, unstick)
+                back = harness.add(broker.trigger(stream))  # a watcher is back: it sees them all
+                await back.wait_for_events(3, timeout=60)
+                await eventually(lambda: broker.remaining(stream), lambda r: r == 0, timeout=60, what="acked")
+            finally:
+                unstick.set()
+        assert set(unseen) <= set(ids(broker, back))
+        spent = {broker.message_id(p): broker.attempts_spent(p) for p in back.payloads}
+        assert [spent[i] for i in unseen] == [0, 0], f"delivery attempts spent while nobody saw them: {spent}"
+        assert broker.dead_letters(stream) == []
+
+    async def test_an_ordered_lane_nobody_saw_spends_no_delivery_attempt_and_keeps_its_order(
+        self, contract_broker
+    ):
+        broker = contract_broker
+        if not broker.holds_ordered_lanes:
+            pytest.skip("this broker redelivers an ordered lane nobody saw (holds_ordered_lanes)")
+        stream = broker.create_stream(max_deliveries=DELIVERY_LIMIT, ordered=True)
+        unstick = asyncio.Event()
+        async with SharedStreamHarness(confirm_after=0.0, ack_timeout=2.0) as harness:
+            try:
+                hold = self._hold_unseen_behind_a_stuck_watcher
+                _, unseen = await hold(broker, stream, harness, unstick, lane="g")
+                back = harness.add(broker.trigger(stream))
+                await back.wait_for_events(3, timeout=60)
+                await eventually(lambda: broker.remaining(stream), lambda r: r == 0, timeout=60, what="acked")
+            finally:
+                unstick.set()
+        order = [p["body"]["n"] for p in back.payloads]
+        assert order == [0, 1, 2], f"the lane came back out of order: {order}"
+        spent = {broker.message_id(p): broker.attempts_spent(p) for p in back.payloads}
+        assert [spent[i] for i in unseen] == [0, 0], f"delivery attempts spent while nobody saw them: {spent}"
+        assert broker.dead_letters(stream) == []
+
+    async def test_a_stream_whose_watchers_all_left_gives_back_what_nobody_saw(self, contract_broker):
+        broker = contract_broker
+        stream = broker.create_stream(max_deliveries=DELIVERY_LIMIT, lease_seconds=broker.lease_seconds_min)
+        unstick = asyncio.Event()
+        async with SharedStreamHarness(confirm_after=0.0, ack_timeout=2.0) as harness:
+            try:
+                hold = self._hold_unseen_behind_a_stuck_watcher
+                stuck, unseen = await hold(broker, stream, harness, unstick)
+                await harness.remove(stuck)  # the only watcher leaves: the stream closes
+                assert stuck.key not in harness.manager._groups
+            finally:
+                unstick.set()
+        async with SharedStreamHarness(confirm_after=0.0) as harness:
+            later = harness.add(broker.trigger(stream))
+            await later.wait_for_events(3, timeout=90)
+            await eventually(lambda: broker.remaining(stream), lambda r: r == 0, timeout=60, what="acked")
+        assert set(unseen) <= set(ids(broker, later))
+        budget = 1 if broker.give_back_spends_attempt else 0  # the one give-back as the stream closed
+        spent = {broker.message_id(p): broker.attempts_spent(p) for p in later.payloads}
+        assert all(spent[i] <= budget for i in unseen), f"attempts spent past {budget}: {spent}"
+        assert broker.dead_letters(stream) == []
+
+
+class LeasedQueueContract:
+    """Leases of the leased queues (SQS, Pub/Sub, Service Bus), held against the real broker."""
+
+    async def test_a_queued_ack_keeps_its_lease_when_its_batch_also_settles_a_reject(
+        self, contract_broker, monkeypatch
+    ):
+        """
+        On the general advance path (a batch that also rejects or fails something) the ACKs are
+        queued for the ACK batcher as on the plain one; their leases must stay renewed until the
+        ACK is sent, or the broker hands the messages out again while they wait.
+        """
+        broker = contract_broker
+        lease = broker.lease_seconds_min
+        stream = broker.create_stream(lease_seconds=lease)
+        trigger = broker.trigger(stream, reject="body.bad")
+        # The ACKs wait for a fuller batch well past the lease (another message stays in flight).
+        monkeypatch.setattr(trigger.producer_class, "ack_linger_seconds", lease * 3.0)
+        seqs: dict[Any, int] = {}
+
+        def on_bound(watcher: Watcher, seq: int | None, event: Any) -> None:
+            if seq is not None:
+                seqs[event.payload["body"].get("n")] = seq
+
+        # Published before the stream starts, so one receive brings all three: one advance lane,
+        # and the reject behind the two ACKs advances with them.
+        broker.publish(stream, [{"n": 1}, {"n": 2}, {"bad": True}])
+        async with SharedStreamHarness(confirm_after=None, on_bound=on_bound) as harness:
+            watcher = harness.add(trigger)
+            await watcher.wait_for_events(2)
+            broker.publish(stream, [{"n": 3}])
+            await watcher.wait_for_events(3)
+            harness.confirm([seqs[1], seqs[2]])  # 1, 2 and the reject advance; 3 stays in flight
+            dead: list[Any] = []
+
+            def collect() -> list[Any]:
+                dead.extend(broker.dead_letters(stream))
+                return list(dead)
+
+            await eventually(collect, lambda d: len(d) == 1, timeout=30, what="the reject dead-lettered")
+            for _ in range(int(lease * 2.5 / 0.25)):  # sampled: a lapsed lease shows up as a redelivery
+                await asyncio.sleep(0.25)
+                assert len(watcher.events) == 3, "a message whose ACK was queued came back"
+            harness.confirm()
+            await eventually(lambda: broker.remaining(stream), lambda r: r == 0, timeout=60, what="acked")
+        assert sorted(p["body"]["n"] for p in watcher.payloads) == [1, 2, 3]
+
+    async def test_more_leases_than_one_settle_batch_are_all_renewed(self, contract_broker):
+        """
+        The lease keeper renews in chunks of the broker's batch limit (``settle_batch_limit``;
+        SQS takes ten entries per ``ChangeMessageVisibilityBatch``): every chunk, not only the
+        first, while more messages than one batch wait for persistence past the broker's lease.
+        """
+        broker = contract_broker
+        lease = broker.lease_seconds_min
+        stream = broker.create_stream(lease_seconds=lease)
+        batch_limit = broker.trigger(stream).producer_class.settle_batch_limit
+        count = batch_limit + 5
+        sent = broker.publish(stream, [{"n": i} for i in range(count)])
+        async with SharedStreamHarness(confirm_after=lease * 3.5) as harness:
+            watcher = harness.add(broker.trigger(stream, max_in_flight=count + 5))
+            await watcher.wait_for_events(count, timeout=120)
+            await eventually(
+                lambda: broker.remaining(stream), lambda r: r == 0, timeout=lease * 10 + 60, what="acked"
             )
             await asyncio.sleep(lease * 1.5)
         assert sorted(ids(broker, watcher)) == sorted(sent), "a message was redelivered while still held"

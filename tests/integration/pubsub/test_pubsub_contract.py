@@ -20,7 +20,13 @@ from typing import Any
 import pytest
 
 from airflow_shared_stream.pubsub.trigger import PubSubSharedStreamTrigger
-from tests.integration.contract.base import ContractBroker, OrderedLanesContract, SharedStreamContract
+from tests.integration.contract.base import (
+    ContractBroker,
+    DeliveryBudgetContract,
+    LeasedQueueContract,
+    OrderedLanesContract,
+    SharedStreamContract,
+)
 from tests.integration.pubsub.recording import LEDGERS, Ledger, RecordingTrigger
 from tests.support.pubsub_emulator import PubSubEmulator
 
@@ -38,18 +44,27 @@ class PubSubStream:
 
 class PubSubContractBroker(ContractBroker):
     lease_seconds_min = 10  # Pub/Sub's shortest ack deadline
+    holds_ordered_lanes = False
 
     def __init__(self, pubsub: PubSubEmulator) -> None:
         self.pubsub = pubsub
 
     def create_stream(
-        self, *, dead_letter: bool = True, lease_seconds: int = 30, ordered: bool = False
+        self,
+        *,
+        dead_letter: bool = True,
+        lease_seconds: int = 30,
+        ordered: bool = False,
+        max_deliveries: int | None = None,
     ) -> PubSubStream:
         dead_topic = dead_reader = None
-        if dead_letter:
+        if dead_letter or max_deliveries:
             dead_topic, dead_reader = self.pubsub.topic_with_subscription()
+        policy: dict[str, Any] = {}
+        if max_deliveries:
+            policy = {"dead_letter_topic": dead_topic, "max_delivery_attempts": max_deliveries}
         topic, subscription = self.pubsub.topic_with_subscription(
-            ack_deadline_seconds=max(self.lease_seconds_min, lease_seconds), ordering=ordered
+            ack_deadline_seconds=max(self.lease_seconds_min, lease_seconds), ordering=ordered, **policy
         )
         LEDGERS[subscription] = Ledger(ack_deadline=max(self.lease_seconds_min, lease_seconds))
         return PubSubStream(topic, subscription, dead_topic, dead_reader)
@@ -63,6 +78,10 @@ class PubSubContractBroker(ContractBroker):
 
     def message_id(self, payload: dict[str, Any]) -> str:
         return payload["message_id"]
+
+    def attempts_spent(self, payload: dict[str, Any]) -> int:
+        # Counted only on a subscription with a dead-letter policy (None without one).
+        return (payload["delivery_attempt"] or 1) - 1
 
     def remaining(self, stream: PubSubStream) -> int:
         acked = LEDGERS[stream.subscription].acked
@@ -83,7 +102,9 @@ class PubSubContractBroker(ContractBroker):
         return RecordingTrigger(stream.subscription, dead_letter_topic=stream.dead_letter_topic, **kwargs)
 
 
-class TestPubSubContract(SharedStreamContract, OrderedLanesContract):
+class TestPubSubContract(
+    SharedStreamContract, OrderedLanesContract, DeliveryBudgetContract, LeasedQueueContract
+):
     @pytest.fixture
     def contract_broker(self, pubsub) -> PubSubContractBroker:
         return PubSubContractBroker(pubsub)

@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 
 from airflow_shared_stream.servicebus.trigger import ServiceBusSharedStreamTrigger
-from tests.integration.contract.base import ContractBroker, OrderedLanesContract, SharedStreamContract
+from tests.integration.contract.base import (
+    ContractBroker,
+    DeliveryBudgetContract,
+    LeasedQueueContract,
+    OrderedLanesContract,
+    SharedStreamContract,
+)
 from tests.support.servicebus_server import ServiceBusServer
 
 pytestmark = pytest.mark.integration
@@ -25,16 +31,23 @@ class ServiceBusStream:
 class ServiceBusContractBroker(ContractBroker):
     lease_seconds_min = 5
     """Service Bus's shortest lock duration."""
+    give_back_spends_attempt = False
 
     def __init__(self, server: ServiceBusServer) -> None:
         self.server = server
 
     def create_stream(
-        self, *, dead_letter: bool = True, lease_seconds: int = 30, ordered: bool = False
+        self,
+        *,
+        dead_letter: bool = True,
+        lease_seconds: int = 30,
+        ordered: bool = False,
+        max_deliveries: int | None = None,
     ) -> ServiceBusStream:
         # Every Service Bus entity has its dead-letter sub-queue; ``dead_letter`` cannot remove it.
         lock = max(self.lease_seconds_min, min(lease_seconds, 300))
-        queue = self.server.create_queue(lock_duration=lock, requires_session=ordered)
+        limit = {"max_delivery_count": max_deliveries} if max_deliveries else {}
+        queue = self.server.create_queue(lock_duration=lock, requires_session=ordered, **limit)
         return ServiceBusStream(queue=queue, lock_seconds=lock, sessions=ordered)
 
     def publish(self, stream: ServiceBusStream, bodies: list[Any], *, lane: str | None = None) -> list[str]:
@@ -43,6 +56,9 @@ class ServiceBusContractBroker(ContractBroker):
 
     def message_id(self, payload: dict[str, Any]) -> str:
         return payload["message_id"]
+
+    def attempts_spent(self, payload: dict[str, Any]) -> int:
+        return int(payload["delivery_count"])  # the AMQP header's count: 0 on the first delivery
 
     def remaining(self, stream: ServiceBusStream) -> int:
         return len(self.server.messages(stream.queue))
@@ -65,7 +81,9 @@ class ServiceBusContractBroker(ContractBroker):
         )
 
 
-class TestServiceBusContract(SharedStreamContract, OrderedLanesContract):
+class TestServiceBusContract(
+    SharedStreamContract, OrderedLanesContract, DeliveryBudgetContract, LeasedQueueContract
+):
     @pytest.fixture
     def contract_broker(self, servicebus, servicebus_connection) -> ServiceBusContractBroker:
         return ServiceBusContractBroker(servicebus)

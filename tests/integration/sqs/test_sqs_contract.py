@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
-from tests.integration.contract.base import ContractBroker, OrderedLanesContract, SharedStreamContract
+from tests.integration.contract.base import (
+    ContractBroker,
+    DeliveryBudgetContract,
+    LeasedQueueContract,
+    OrderedLanesContract,
+    SharedStreamContract,
+)
 from tests.support.brokers import SqsServer
 
 pytestmark = pytest.mark.integration
@@ -30,11 +36,20 @@ class SqsContractBroker(ContractBroker):
         self.sqs = sqs
 
     def create_stream(
-        self, *, dead_letter: bool = True, lease_seconds: int = 30, ordered: bool = False
+        self,
+        *,
+        dead_letter: bool = True,
+        lease_seconds: int = 30,
+        ordered: bool = False,
+        max_deliveries: int | None = None,
     ) -> SqsStream:
-        dlq = self.sqs.create_queue(fifo=ordered) if dead_letter else None
-        url = self.sqs.create_queue(fifo=ordered, visibility_timeout=lease_seconds)
+        dlq = self.sqs.create_queue(fifo=ordered) if dead_letter or max_deliveries else None
+        redrive = {"dead_letter_queue_url": dlq, "max_receives": max_deliveries} if max_deliveries else {}
+        url = self.sqs.create_queue(fifo=ordered, visibility_timeout=lease_seconds, **redrive)
         return SqsStream(url=url, dead_letter_url=dlq, fifo=ordered)
+
+    def attempts_spent(self, payload: dict[str, Any]) -> int:
+        return int(payload["attributes"]["ApproximateReceiveCount"]) - 1
 
     def publish(self, stream: SqsStream, bodies: list[Any], *, lane: str | None = None) -> list[str]:
         extra: dict[str, Any] = {}
@@ -72,7 +87,9 @@ class SqsContractBroker(ContractBroker):
         return SqsSharedStreamTrigger(stream.url, dead_letter_queue_url=stream.dead_letter_url, **kwargs)
 
 
-class TestSqsContract(SharedStreamContract, OrderedLanesContract):
+class TestSqsContract(
+    SharedStreamContract, OrderedLanesContract, DeliveryBudgetContract, LeasedQueueContract
+):
     @pytest.fixture
     def contract_broker(self, sqs, aws_connection) -> SqsContractBroker:
         return SqsContractBroker(sqs)

@@ -1,0 +1,102 @@
+"""
+Messages no watcher has seen: held by the stream, never given back to spend a delivery attempt.
+
+Airflow's manager reports a message fanned out to nobody (every watcher gone from the fan-out, a
+stuck one included: it stays subscribed while the manager leaves it out) with an all-zero
+``AdvanceOutcome``. Given back to the broker, such a message comes straight back, reaches nobody
+again, and each round spends one of the broker's delivery attempts (SQS ``maxReceiveCount``,
+Service Bus ``MaxDeliveryCount``, a Pub/Sub dead-letter policy's ``max_delivery_attempts``):
+within a minute the broker dead-letters messages that no watcher ever saw.
+
+So the leased-queue template keeps them instead: their leases stay renewed, the stream offers
+them to the watchers again (paced by the no-subscriber backoff) and receives nothing new while
+it holds any. A message is held for at most ``hold_seconds`` (the triggerer's ack timeout) from
+the first time it reached nobody; past that it goes back to the broker, with the broker's
+outcome that does not count as a delivery where it has one (Service Bus: AMQP ``released``),
+and receiving resumes. An ordered lane is offered again, or given back, whole and in its order.
+This class is the bookkeeping; :mod:`.leased_queue` does the I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Generic, Protocol, TypeVar
+
+
+class _Leased(Protocol):
+    @property
+    def lease(self) -> Hashable: ...
+
+
+D = TypeVar("D", bound=_Leased)
+
+
+class UnseenMessages(Generic[D]):
+    """
+    The held messages no watcher has seen: waiting to be offered again, or on offer now.
+
+    :param hold_seconds: longest a message is held from the first time it reached nobody.
+    """
+
+    def __init__(self, hold_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.hold_seconds = hold_seconds
+        self._clock = clock
+        self.waiting: list[D] = []
+        """Held, in the order they came back, to be offered again."""
+        self.offered: set[Hashable] = set()
+        """Leases of held messages offered again whose advance has not come back yet."""
+        self._since: dict[Hashable, float] = {}
+
+    def __bool__(self) -> bool:
+        """True while any message nobody has seen is held (waiting, or offered and not advanced)."""
+        return bool(self.waiting or self.offered)
+
+    def hold(self, deliveries: Sequence[D]) -> None:
+        """Keep messages that reached nobody, to offer again; the bound starts at the first time."""
+        now = self._clock()
+        for delivery in deliveries:
+            self.offered.discard(delivery.lease)
+            self._since.setdefault(delivery.lease, now)
+        self.waiting.extend(deliveries)
+
+    def advanced(self, leases: Iterable[Hashable]) -> None:
+        """These messages reached someone (or are settled): they are not held any more."""
+        for lease in leases:
+            self.offered.discard(lease)
+            self._since.pop(lease, None)
+
+    def take(
+        self,
+        ready: Callable[[D], bool] = lambda d: True,
+        lane: Callable[[D], Hashable | None] = lambda d: None,
+    ) -> tuple[list[D], list[D]]:
+        """
+        What is waiting and ``ready``, split into ``(offer_again, give_back)``; both leave the
+        waiting list (what is not ready stays).
+
+        ``give_back``: held ``hold_seconds`` or longer, forgotten here, and with them every other
+        message of their ``lane`` (an ordered lane goes back whole, to keep its order).
+        ``offer_again``: on offer until :meth:`hold` (nobody again) or :meth:`advanced`.
+        """
+        now = self._clock()
+        taken = [d for d in self.waiting if ready(d)]
+        self.waiting = [d for d in self.waiting if not ready(d)]
+        expired = {id(d) for d in taken if now - self._since.get(d.lease, now) >= self.hold_seconds}
+        lanes = {lane(d) for d in taken if id(d) in expired} - {None}
+        offer: list[D] = []
+        give_back: list[D] = []
+        for delivery in taken:
+            if id(delivery) in expired or (lanes and lane(delivery) in lanes):
+                give_back.append(delivery)
+            else:
+                offer.append(delivery)
+        self.advanced(d.lease for d in give_back)
+        self.offered.update(d.lease for d in offer)
+        return offer, give_back
+
+    def forget(self, leases: Iterable[Hashable]) -> None:
+        """Drop messages whose lease is gone (the broker refused a renewal)."""
+        gone = set(leases)
+        self.waiting = [d for d in self.waiting if d.lease not in gone]
+        self.advanced(gone)

@@ -1,0 +1,112 @@
+"""Messages no watcher has seen: held and offered again, never given back to spend an attempt (pure logic)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from airflow_shared_stream.common.leases import LeaseKeeper
+from airflow_shared_stream.common.unseen import UnseenMessages
+from tests.unit.common.test_leased_queue import ACKED, NOBODY, RecordedBroker, acks_sent, items, take
+
+
+@dataclass
+class Leased:
+    lease: str
+
+
+def test_the_bound_counts_from_the_first_time_a_message_reached_nobody():
+    now = [0.0]
+    unseen: UnseenMessages[Leased] = UnseenMessages(hold_seconds=10.0, clock=lambda: now[0])
+    m = Leased("m")
+    unseen.hold([m])
+    for _ in range(3):  # offered again and back to nobody: the bound does not restart
+        now[0] += 3.0
+        offer, give_back = unseen.take()
+        assert (offer, give_back) == ([m], [])
+        assert unseen
+        assert not unseen.waiting
+        unseen.hold(offer)
+    now[0] += 1.0
+    assert unseen.take() == ([], [m])
+    assert not unseen
+
+
+def test_a_message_someone_saw_is_not_held_any_more():
+    unseen: UnseenMessages[Leased] = UnseenMessages(hold_seconds=10.0, clock=lambda: 0.0)
+    unseen.hold([Leased("a"), Leased("b")])
+    unseen.take()
+    unseen.advanced(["a"])
+    assert unseen  # b is still on offer
+    unseen.forget(["b"])
+    assert not unseen
+
+
+async def test_an_unbounded_lease_is_renewed_past_the_hold_limit_until_held_afresh():
+    now = [0.0]
+    renewed: list[list[str]] = []
+
+    async def extend(handles: list[str], seconds: float) -> list[str]:
+        renewed.append(list(handles))
+        return []
+
+    keeper: LeaseKeeper[str] = LeaseKeeper(
+        extend, lease_seconds=30, max_hold_seconds=10, clock=lambda: now[0]
+    )
+    keeper.hold_all(["kept", "bounded"])
+    keeper.hold_unbounded(["kept"])
+    now[0] = 11.0
+    await keeper.renew_once()
+    assert renewed == [["kept"]]
+    keeper.hold_afresh(["kept"])
+    now[0] = 22.0
+    await keeper.renew_once()
+    assert renewed == [["kept"]]
+    assert "kept" not in keeper
+    keeper.hold_unbounded(["gone"])  # a lease no longer held stays dropped
+    assert "gone" not in keeper
+
+
+async def test_a_message_nobody_saw_is_offered_again_without_receiving_or_redelivering():
+    producer = RecordedBroker([("m0", None, "x")], max_in_flight=1)
+    received = 0
+    receive = producer.receive
+
+    async def counting_receive(max_messages: int):  # type: ignore[no-untyped-def]
+        nonlocal received
+        received += 1
+        return await receive(max_messages)
+
+    producer.receive = counting_receive  # type: ignore[method-assign]
+    (m0,) = await take(producer, 1)
+    stream = producer._test_stream  # type: ignore[attr-defined]
+    for _ in range(3):
+        await producer.advance(items([m0], NOBODY))
+        assert producer.in_flight == 1, "a held message keeps its credit"
+        raw, m0 = await asyncio.wait_for(anext(stream), 10)
+        assert raw.label == "m0"
+    assert received == 1, "nothing may be received while a message nobody saw is held"
+    assert [c for c in producer.calls if c[0] != "extend"] == []
+    await producer.advance(items([m0], ACKED))
+    await acks_sent(producer)
+    assert ("ack", ["m0"]) in producer.calls
+    assert not producer._unseen
+    assert producer.in_flight == 0
+    await stream.aclose()
+    await producer.aclose()
+
+
+async def test_past_the_bound_a_message_nobody_saw_goes_back_and_receiving_resumes():
+    producer = RecordedBroker([("m0", None, "x")], max_in_flight=1)
+    producer.unseen_hold_seconds = 0.0
+    (m0,) = await take(producer, 1)
+    stream = producer._test_stream  # type: ignore[attr-defined]
+    await producer.advance(items([m0], NOBODY))
+    producer.waiting = [("m1", None, "x")]
+    raw, m1 = await asyncio.wait_for(anext(stream), 10)
+    assert producer.calls[-1] == ("redeliver", ["m0"])  # give_back's default
+    assert raw.label == "m1"
+    assert producer.in_flight == 1
+    await producer.advance(items([m1], ACKED))
+    await stream.aclose()
+    await producer.aclose()
