@@ -10,9 +10,11 @@ Airflow's DagBag and runs its watcher's trigger, rebuilt from serialize() and po
 SQS server, through Airflow's shared-stream manager until the quickstart message arrives. The
 connection is registered as the deployment would from its environment, ``AIRFLOW_CONN_AWS_DEFAULT``.
 
-Cost: everything but the pip step comes from uv's cache after the first run (which downloads
-the two boto versions and the Amazon provider); pip's own resolution and install of the wheel
-dominate.
+Cost: after the first run on a machine (which downloads the newest boto3/botocore and the Amazon
+provider), everything comes from uv's and pip's caches. Measured on a 2-core machine: 17 s in all
+at a low load; 59 s at a load average of 6-7, of which 15 s for the build and the two installs
+and 27 s for the probe (Airflow's imports, the Dag parse, the trigger's first poll). One
+virtualenv per session (module scope).
 """
 
 from __future__ import annotations
