@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The google and azure providers, for bench/watchers.py's per-watcher anchors ONLY.
 #
-# They are not dependencies of airflow-shared-stream, not even of its `bench` extra: resolved with
+# They are not dependencies of airflow-shared-stream, not even of its `bench` dependency group: resolved with
 # their dependency trees they add 160 packages to .venv (ray, scipy, litellm...) and downgrade
 # importlib-metadata and tenacity. The anchors need only the triggers and the hooks those call, so
 # the two providers and the few modules their imports reach are installed WITHOUT dependencies into

@@ -6,7 +6,7 @@ Pub/Sub, Service Bus): throughput (messages/s) and broker requests per message a
 watcher count, one line per variant, log-log. Writes
 ``docs/_static/bench_<broker>.png``.
 
-Run: ``.venv/bin/python bench/plot.py`` (needs matplotlib, in the ``bench`` extra).
+Run: ``.venv/bin/python bench/plot.py`` (needs matplotlib, in the ``bench`` dependency group).
 """
 
 from __future__ import annotations

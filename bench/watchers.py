@@ -21,7 +21,7 @@ For each broker (SQS, Kafka, Pub/Sub, Service Bus) and each watcher count N (1, 
   per watcher on one topic (Pub/Sub's own fan-out). Service Bus: azure's
   ``AzureServiceBusSubscriptionTrigger``, one topic subscription per watcher. Kafka: the official
   provider's shared-stream trigger (``apache-airflow-providers-apache-kafka``). The google and
-  azure providers are not dependencies of this package, not even of its ``bench`` extra (they
+  azure providers are not dependencies of this package, not even of its ``bench`` group (they
   pull in 160 packages and downgrade two); ``bench/install_official_providers.sh`` installs
   them, without their dependency trees, into ``.bench-providers/``, which this script puts on
   ``sys.path``.
@@ -48,7 +48,7 @@ harness collects the garbage of the one before and waits for the broker to go qu
 (:func:`between_cells`).
 
 Run: ``.venv/bin/python bench/watchers.py [--broker sqs kafka pubsub servicebus]
-[--watchers 1 10 100 1000]`` (needs the ``bench`` extra and, for the google and azure anchors,
+[--watchers 1 10 100 1000]`` (needs the ``bench`` group and, for the google and azure anchors,
 ``bash bench/install_official_providers.sh``). Writes ``bench/results/watchers_<broker>.md``
 and ``.json``; the plots are drawn by ``bench/plot.py``.
 """

@@ -19,20 +19,23 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 
-echo "==> installing airflow-shared-stream[all,test,spark,docs] into .venv (first run takes a few minutes)"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check "uv>=0.4"
+# The provider with every extra (all broker SDKs, common.messaging, the Spark provider), and the
+# repository's PEP 735 dependency groups (pyproject.toml [dependency-groups]): the test rig, the Spark
+# test cluster's full pyspark, the docs build. `uv pip install --group` (checked with uv 0.13.9).
+echo "==> installing airflow-shared-stream[all] and the test, spark-cluster and docs groups into .venv (first run takes a few minutes)"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "uv>=0.13"
 # A .venv made before the exclusion may hold pyspark-client's half of the `pyspark` directory.
 if .venv/bin/python -m uv pip show --python .venv/bin/python pyspark-client >/dev/null 2>&1; then
   .venv/bin/python -m uv pip uninstall --quiet --python .venv/bin/python pyspark-client pyspark
 fi
-# python-qpid-proton (the Service Bus test server, `test` extra) has no wheel for CPython 3.11:
+# python-qpid-proton (the Service Bus test server, `test` group) has no wheel for CPython 3.11:
 # uv builds it from its sdist on the first run (~30 s) and reuses the cached wheel afterwards.
 # The build needs a C compiler and the Python headers; OpenSSL and Cyrus SASL are optional (the
 # test server speaks plain AMQP with SASL ANONYMOUS), cmake is not needed.
 if ! .venv/bin/python -m uv pip install --quiet --python .venv/bin/python \
-  --excludes scripts/uv-excludes.txt -e ".[all,test,spark,docs]"; then
+  --excludes scripts/uv-excludes.txt -e ".[all]" --group test --group spark-cluster --group docs; then
   if ! command -v "${CC:-cc}" >/dev/null 2>&1; then
-    echo "bootstrap: no C compiler found; python-qpid-proton (test extra) builds from source." >&2
+    echo "bootstrap: no C compiler found; python-qpid-proton (test group) builds from source." >&2
     echo "bootstrap: install one and the Python headers, e.g. apt-get install gcc python3-dev" >&2
   fi
   exit 1

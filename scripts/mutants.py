@@ -71,6 +71,7 @@ DEAD_LETTER_SEND = TIMED_DEAD_LETTER + "                await self._dead_letter(
 """Kafka's advance sending its dead letters and waiting for the broker's acknowledgement."""
 
 QUEUES_TESTS = "tests/unit/test_queues.py::"
+INSTALL_TESTS = "tests/integration/test_install_quickstart.py"
 TRIGGER_CLASS = "    def trigger_class(self) -> type[BaseEventTrigger]:\n"
 TRIGGER_IMPORT = "        trigger: type[BaseEventTrigger] = import_string(self.trigger_path)\n"
 """The MessageQueueTrigger scheme providers' trigger lookup (airflow_shared_stream/queues.py)."""
@@ -710,6 +711,38 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="        select(func.max(DagRun.run_after)).where(DagRun.dag_id == dag_id)\n",
         caught_by=(f"{STRANDED}::test_a_manual_run_dated_after_the_stranded_events_does_not_hide_them",),
     ),
+    # ``--broker install``: what a user's pip install brings (tests/integration/test_install_quickstart.py).
+    Mutant(
+        name="sqs extra without boto3 (pip leaves the Amazon provider's boto3 broken)",
+        broker="install",
+        path="pyproject.toml",
+        original='sqs = ["aiobotocore>=2.13", "boto3"]\n',
+        mutated='sqs = ["aiobotocore>=2.13"]\n',
+        caught_by=("test_pip_check_passes_after_adding_the_sqs_extra_to_the_amazon_provider",),
+        module=INSTALL_TESTS,
+    ),
+    Mutant(
+        name="the Spark provider a base dependency",
+        broker="install",
+        path="pyproject.toml",
+        original='    "httpx>=0.27",\n]\n',
+        mutated='    "httpx>=0.27",\n    "apache-airflow-providers-apache-spark>=6.3.4",\n]\n',
+        caught_by=(
+            "test_the_base_install_brings_no_spark",
+            "tests/unit/test_distribution.py::test_the_wheel_publishes_user_extras_only_and_no_spark_in_the_base",
+        ),
+        module=INSTALL_TESTS,
+    ),
+    Mutant(
+        name="the Spark operator not naming its extra",
+        broker="install",
+        path="airflow_shared_stream/spark/operators.py",
+        original='require_sdk("airflow.providers.apache.spark", "spark")\n',
+        mutated="",
+        caught_by=(
+            "tests/unit/spark/test_spark_extra.py::test_the_operator_without_the_spark_provider_names_the_extra",
+        ),
+    ),
 )
 
 
@@ -729,7 +762,18 @@ def run(mutant: Mutant, python: str, timeout: float) -> tuple[bool, str]:
     """Apply ``mutant`` to a fresh copy and run its tests; return (caught, tail of the output)."""
     with tempfile.TemporaryDirectory(prefix="shared-stream-mutant-") as tmp:
         copy = Path(tmp)
-        for item in ("airflow_shared_stream", "tests", "pyproject.toml"):
+        # README, licence files and docs: the install test builds the wheel and parses docs/examples.
+        copied = (
+            "airflow_shared_stream",
+            "tests",
+            "docs",
+            "pyproject.toml",
+            "README.md",
+            "LICENSE",
+            "NOTICE",
+        )
+
+        for item in copied:
             source = ROOT / item
             if source.is_dir():
                 shutil.copytree(source, copy / item, ignore=shutil.ignore_patterns("__pycache__"))

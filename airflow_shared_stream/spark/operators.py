@@ -21,15 +21,27 @@ import uuid
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.providers.common.compat.openlineage.utils.spark import (
+from airflow_shared_stream.common.errors import require_sdk
+
+# Airflow's Spark provider comes with the `spark` extra (a Kafka-only deployment does not want
+# pyspark-client, pandas and pyarrow); without it, say which extra to install.
+require_sdk("airflow.providers.apache.spark", "spark")
+
+from airflow.providers.apache.spark.operators.spark_submit import (  # noqa: E402 - after the check that names the extra
+    SparkSubmitOperator,
+)
+from airflow.providers.common.compat.openlineage.utils.spark import (  # noqa: E402
     inject_parent_job_information_into_spark_properties,
     inject_transport_information_into_spark_properties,
 )
-from airflow.sdk import conf
-from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException, AirflowTaskTimeout
+from airflow.sdk import conf  # noqa: E402
+from airflow.sdk.exceptions import (  # noqa: E402
+    AirflowException,
+    AirflowNotFoundException,
+    AirflowTaskTimeout,
+)
 
-from airflow_shared_stream.spark.hook import (
+from airflow_shared_stream.spark.hook import (  # noqa: E402
     SUBMISSION_TAG_PROPERTY,
     SparkRestClient,
     SparkRestConfig,
@@ -41,7 +53,10 @@ from airflow_shared_stream.spark.hook import (
     find_driver_by_tag,
     rest_submission_supported,
 )
-from airflow_shared_stream.spark.triggers import DEFAULT_MAX_TRANSIENT_ERRORS, SparkApplicationTrigger
+from airflow_shared_stream.spark.triggers import (  # noqa: E402
+    DEFAULT_MAX_TRANSIENT_ERRORS,
+    SparkApplicationTrigger,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

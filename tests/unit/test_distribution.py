@@ -59,3 +59,33 @@ def test_the_sdist_carries_license_notice_and_provider_yaml(built: tuple[Path, P
     with tarfile.open(sdist) as archive:
         names = {name.removeprefix(f"{DIST}/") for name in archive.getnames()}
     assert {"LICENSE", "NOTICE", "provider.yaml", "pyproject.toml"} <= names
+
+
+def test_the_wheel_publishes_user_extras_only_and_no_spark_in_the_base(built: tuple[Path, Path]) -> None:
+    """test/bench/docs/spark-cluster are dependency groups (PEP 735): not in the wheel's metadata."""
+    _, wheel = built
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = HeaderParser().parsestr(archive.read(f"{DIST}.dist-info/METADATA").decode())
+    extras = set(metadata.get_all("Provides-Extra") or [])
+    assert extras == {"sqs", "kafka", "pubsub", "servicebus", "common-messaging", "spark", "all"}
+    base = [req for req in metadata.get_all("Requires-Dist") or [] if "extra ==" not in req]
+    assert not [req for req in base if "spark" in req], base
+    assert "Framework :: Apache Airflow :: Provider" in (metadata.get_all("Classifier") or [])
+
+
+def test_the_bootstrap_installs_every_extra_and_the_groups_it_names() -> None:
+    """scripts/bootstrap.sh (what the README's two commands run) names groups that exist."""
+    import re
+
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    bootstrap = (ROOT / "scripts" / "bootstrap.sh").read_text()
+    groups = set(re.findall(r"--group ([\w-]+)", bootstrap))
+    assert groups == {"test", "spark-cluster", "docs"}
+    assert groups <= project["dependency-groups"].keys()
+    assert '-e ".[all]"' in bootstrap
+    # The Spark test cluster's full pyspark owns pyspark/: the Spark provider's client is excluded.
+    assert any(req.startswith("pyspark[connect]") for req in project["dependency-groups"]["spark-cluster"])
+    excludes = (ROOT / "scripts" / "uv-excludes.txt").read_text().splitlines()
+    assert [line for line in excludes if line and not line.startswith("#")] == ["pyspark-client"]
