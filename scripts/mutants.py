@@ -35,6 +35,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = "tests/integration/{broker}/test_{broker}_contract.py::Test{Broker}Contract::{test}"
+SPARK_UNIT = "tests/unit/spark/test_operator_trigger.py"
+SPARK_RECORDING = "tests/integration/spark/test_recording_master.py"
+SPARK_CLUSTER = "tests/integration/spark/test_deferrable_operator.py"
 
 
 TIMED_DEAD_LETTER = (
@@ -54,8 +57,12 @@ class Mutant:
     mutated: str
     caught_by: tuple[str, ...]
     short: bool = False
+    module: str | None = None
+    """Test module of ``caught_by`` when it is not the broker's contract suite (e.g. Spark's)."""
 
     def test_ids(self) -> list[str]:
+        if self.module is not None:
+            return [f"{self.module}::{test}" for test in self.caught_by]
         broker = self.broker
         return [
             CONTRACT.format(broker=broker, Broker=broker.capitalize(), test=test) for test in self.caught_by
@@ -191,6 +198,43 @@ MUTANTS: tuple[Mutant, ...] = (
             "                    pass\n"
         ),
         caught_by=("test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream",),
+    ),
+    # Spark: the deferrable operator's guarantees, against the real cluster or the recording master.
+    Mutant(
+        name="post_submit_commands dropped on the REST path",
+        broker="spark",
+        path="airflow_shared_stream/spark/operators.py",
+        original='    "post_submit_commands": "post_submit_commands",\n',
+        mutated="",
+        caught_by=("test_spark_submit_only_arguments_are_refused_on_the_rest_path",),
+        module=SPARK_UNIT,
+    ),
+    Mutant(
+        name="use_krb5ccache dropped on the REST path",
+        broker="spark",
+        path="airflow_shared_stream/spark/operators.py",
+        original='    "_use_krb5ccache": "use_krb5ccache",\n',
+        mutated="",
+        caught_by=("test_spark_submit_only_arguments_are_refused_on_the_rest_path",),
+        module=SPARK_UNIT,
+    ),
+    Mutant(
+        name="shared poller at the longest interval",
+        broker="spark",
+        path="airflow_shared_stream/spark/poller.py",
+        original="                    interval = self._interval = min(\n",
+        mutated="                    interval = self._interval = max(\n",
+        caught_by=("test_the_shared_poller_runs_at_the_shortest_interval_among_its_watches",),
+        module=SPARK_RECORDING,
+    ),
+    Mutant(
+        name="a faster watch joining a sleeping poller waits out its sleep",
+        broker="spark",
+        path="airflow_shared_stream/spark/poller.py",
+        original="            self._wake.set()  # sleep no longer than the new watch wants (joins otherwise wait a round)\n",  # noqa: E501
+        mutated="            pass\n",
+        caught_by=("test_the_shared_poller_runs_at_the_shortest_interval_among_its_watches",),
+        module=SPARK_RECORDING,
     ),
 )
 

@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 # SparkSubmitOperator arguments that only spark-submit itself can honour (client-side dependency
-# resolution, Kerberos login, YARN). The REST path refuses them loudly instead of dropping them.
+# resolution, Kerberos login, commands run after spark-submit, YARN). The REST path refuses them
+# loudly instead of dropping them: a dropped login can change who the job runs as.
 _SPARK_SUBMIT_ONLY = {
     "packages": "packages",
     "exclude_packages": "exclude_packages",
@@ -55,6 +56,8 @@ _SPARK_SUBMIT_ONLY = {
     "keytab": "keytab",
     "principal": "principal",
     "proxy_user": "proxy_user",
+    "_use_krb5ccache": "use_krb5ccache",
+    "post_submit_commands": "post_submit_commands",
     "_num_executors": "num_executors",
     "_yarn_queue": "yarn_queue",
     "properties_file": "properties_file",

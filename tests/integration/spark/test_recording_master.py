@@ -18,6 +18,7 @@ import pytest
 from airflow_shared_stream.spark import poller
 from airflow_shared_stream.spark.triggers import SparkApplicationTrigger
 from tests.support.fake_spark_master import FakeDriver, FakeSparkMaster
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -166,3 +167,44 @@ async def test_unusable_listing_falls_back_to_rest_status(master: FakeSparkMaste
     assert _count(master, "/json/") >= 1
     assert _count(master, "/v1/submissions/status/") >= 3
     assert all(r.authorization is None for r in master.requests if r.path.startswith("/json/"))
+
+
+@pytest.mark.parametrize("first", ["slow", "fast"])
+async def test_the_shared_poller_runs_at_the_shortest_interval_among_its_watches(
+    master: FakeSparkMaster, first: str
+):
+    """
+    A 0.2 s trigger sharing the poller with a 600 s one is answered at 0.2 s, whichever came first.
+
+    The recording master, because the test needs drivers that end on a schedule and a count of
+    the listings the poller sent while both waited.
+    """
+    master.drivers["driver-slow"] = FakeDriver(state="RUNNING")
+    master.drivers["driver-fast"] = FakeDriver(state="RUNNING")
+    runs: dict[str, asyncio.Future[dict[str, Any]]] = {}
+
+    def start(name: str, interval: float) -> None:
+        runs[name] = asyncio.ensure_future(
+            _first_event(_trigger(f"driver-{name}", poll_interval=interval), 600)
+        )
+
+    intervals = {"slow": 600.0, "fast": 0.2}
+    order = [first, "fast" if first == "slow" else "slow"]
+    start(order[0], intervals[order[0]])
+    # The second trigger joins a poller that has already listed once (and, for the slow one
+    # first, gone to sleep for its 600 s).
+    await eventually(
+        lambda: _count(master, "/json/"), lambda n: n >= 1, timeout=30, what="the poller's first listing"
+    )
+    start(order[1], intervals[order[1]])
+    listed_before = _count(master, "/json/")
+    master.drivers["driver-fast"].finish_at = time.time() + 1
+    event = await asyncio.wait_for(runs["fast"], 60)
+    assert event["status"] == "success", event
+    # The listing that saw it finish came after the second trigger joined, not 600 s later.
+    assert _count(master, "/json/") > listed_before
+    assert not runs["slow"].done()
+    runs["slow"].cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await runs["slow"]
+    assert not poller._POLLERS
