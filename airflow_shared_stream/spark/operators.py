@@ -38,6 +38,7 @@ from airflow_shared_stream.spark.hook import (
     TransientSparkRestError,
     UnknownSubmissionError,
     build_create_request,
+    check_python_files_local,
     find_driver_by_tag,
     rest_submission_supported,
 )
@@ -139,12 +140,15 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
         )
 
     def _check_rest_arguments(self) -> None:
+        """Refuse, before any request, what the REST path would drop or the cluster cannot run."""
         used = [arg for attr, arg in _SPARK_SUBMIT_ONLY.items() if getattr(self, attr, None)]
         if used:
             raise ValueError(
                 f"{', '.join(used)} cannot be honoured when submitting over the standalone REST API; "
                 "use deferrable=False"
             )
+        if self.application.endswith(".py"):
+            check_python_files_local(self.application, self.py_files)
 
     @property
     def _pending_key(self) -> str:

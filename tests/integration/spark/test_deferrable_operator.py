@@ -442,3 +442,28 @@ async def test_triggers_on_one_master_share_one_poller(spark_cluster, spark_conn
     assert shared.status_requests >= 1
     assert shared.listings >= 1
     assert not poller._POLLERS
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"application": "hdfs://namenode:8020/jobs/hello.py"},
+        {"application": "s3a://jobs/hello.py"},
+        {"application": str(APPS / "hello.py"), "py_files": "s3a://jobs/deps.zip"},
+    ],
+    ids=["hdfs application", "s3a application", "s3a py_files"],
+)
+def test_python_files_the_cluster_cannot_read_are_refused_at_submit(spark_cluster, spark_conn_id, where):
+    """
+    PythonRunner reads only local files: a remote script would start a driver that fails.
+
+    Refused before anything reaches the master, with an error that says what to do.
+    """
+    before = set(_drivers(spark_cluster))
+    store = MemoryTaskStateStore()
+    op = _operator(spark_conn_id, application_args=["/dev/null"], **where)
+    with pytest.raises(ValueError, match="only local files") as refused:
+        op.execute({"task_state_store": store})
+    assert "same path on every" in str(refused.value)
+    assert set(_drivers(spark_cluster)) == before, "a driver was started for a file it cannot read"
+    assert not store.values

@@ -65,7 +65,7 @@ def test_default_deferrable_follows_airflow_config(monkeypatch):
     ],
 )
 def test_spark_submit_only_arguments_are_refused_on_the_rest_path(monkeypatch, argument, value):
-    """What only spark-submit can do (resolve packages, run commands after it, log in) is refused, not dropped."""
+    """What only spark-submit can do (resolve packages, run commands after it, log in) is refused."""
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_UNIT", json.dumps(CONN))
     op = DeferrableSparkSubmitOperator(
         task_id="t", conn_id="spark_unit", application="a.py", deferrable=True, **{argument: value}
