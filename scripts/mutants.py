@@ -6,7 +6,8 @@ Each mutant is one deliberate bug (delete on receipt, no credit window, dead-let
 delete, dead-letter skipped when the send fails, one lane per message on an ordered queue, a
 lane's received messages not held back behind its redelivery, leases not renewed; for Kafka:
 commit on receipt, no credit window, dead-letter fire-and-forget or after the commit,
-dead-letter skipped when the send fails). For each, this script copies the
+dead-letter skipped when the send fails; for Spark: the deferrable operator's guarantees, each
+caught by its own module's tests). For each, this script copies the
 package and the tests to a temporary directory, applies the mutant there (the working tree is
 never touched), runs the contract tests that must catch it against the real broker, and checks
 that they FAIL. A mutant that survives
@@ -38,6 +39,8 @@ CONTRACT = "tests/integration/{broker}/test_{broker}_contract.py::Test{Broker}Co
 SPARK_UNIT = "tests/unit/spark/test_operator_trigger.py"
 SPARK_RECORDING = "tests/integration/spark/test_recording_master.py"
 SPARK_CLUSTER = "tests/integration/spark/test_deferrable_operator.py"
+SPARK_MOVES = "tests/integration/spark/test_trigger_moves.py"
+SPARK_FORGOTTEN = "tests/integration/spark/test_forgotten_driver.py"
 
 
 TIMED_DEAD_LETTER = (
@@ -226,6 +229,60 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="        if False:\n",
         caught_by=("test_python_files_the_cluster_cannot_read_are_refused_at_submit",),
         module=SPARK_CLUSTER,
+    ),
+    Mutant(
+        name="a moved trigger's on_kill kills the driver",
+        broker="spark",
+        path="airflow_shared_stream/spark/triggers.py",
+        original='        if state == "deferred":\n',
+        mutated='        if state == "moved":\n',
+        caught_by=("test_a_moved_trigger_keeps_its_driver",),
+        module=SPARK_MOVES,
+    ),
+    Mutant(
+        name="on_kill never kills",
+        broker="spark",
+        path="airflow_shared_stream/spark/triggers.py",
+        original="        if state == _UNREADABLE:\n",
+        mutated="        if True:\n",
+        caught_by=("test_marking_the_deferred_task_failed_kills_its_driver",),
+        module=SPARK_MOVES,
+    ),
+    Mutant(
+        name="on_kill cut off by the triggerer's repeated cancel",
+        broker="spark",
+        path="airflow_shared_stream/spark/triggers.py",
+        original="        await asyncio.shield(work)\n",
+        mutated="        await work\n",
+        caught_by=("test_on_kill_finishes_the_kill_when_the_triggerer_cancels_it_again",),
+        module=SPARK_RECORDING,
+    ),
+    Mutant(
+        name="on_kill kills when the task state cannot be read",
+        broker="spark",
+        path="airflow_shared_stream/spark/triggers.py",
+        original="        if state == _UNREADABLE:\n",
+        mutated="        if False:\n",
+        caught_by=("test_on_kill_kills_only_when_the_task_is_no_longer_deferred",),
+        module=SPARK_RECORDING,
+    ),
+    Mutant(
+        name="a forgotten driver is submitted again",
+        broker="spark",
+        path="airflow_shared_stream/spark/operators.py",
+        original='        if self.on_unknown_outcome == "resubmit":\n',
+        mutated="        if True:\n",
+        caught_by=("test_a_retry_never_resubmits_a_driver_the_master_forgot",),
+        module=SPARK_FORGOTTEN,
+    ),
+    Mutant(
+        name="an unanswered create is submitted again when it cannot be looked up",
+        broker="spark",
+        path="airflow_shared_stream/spark/operators.py",
+        original='            self._unknown_outcome(\n                "An earlier create request',
+        mutated='            self.log.warning(\n                "An earlier create request',
+        caught_by=("test_an_unanswered_create_without_master_ui_is_resubmitted_only_by_choice",),
+        module=SPARK_RECORDING,
     ),
     Mutant(
         name="shared poller at the longest interval",

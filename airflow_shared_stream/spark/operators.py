@@ -27,7 +27,12 @@ from airflow.providers.common.compat.openlineage.utils.spark import (
     inject_transport_information_into_spark_properties,
 )
 from airflow.sdk import conf
-from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException, AirflowTaskTimeout
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowNotFoundException,
+    AirflowTaskTimeout,
+)
 
 from airflow_shared_stream.spark.hook import (
     SUBMISSION_TAG_PROPERTY,
@@ -65,6 +70,9 @@ _SPARK_SUBMIT_ONLY = {
 }
 
 
+UNKNOWN_OUTCOME_CHOICES = ("fail", "resubmit")
+
+
 def _spark_version() -> str:
     try:
         return metadata.version("pyspark")
@@ -79,6 +87,12 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
     :param deferrable: submit over REST and wait in the triggerer (standalone cluster mode).
         Defaults to ``[operators] default_deferrable``.
     :param max_transient_errors: consecutive transient REST failures the trigger tolerates.
+    :param on_unknown_outcome: what a retry does when an earlier attempt's application may have
+        run but the master cannot say how it ended (its driver was evicted by
+        ``spark.deploy.retainedDrivers`` or forgotten by a master restart without recovery; or a
+        create went unanswered and the connection has no ``master-ui-url`` to look it up).
+        ``"fail"`` (default) fails the task without retrying, naming the driver; ``"resubmit"``
+        submits the application again, which may run it twice.
 
     Every other argument is ``SparkSubmitOperator``'s. In deferrable mode ``status_poll_interval``
     is the trigger's poll interval and ``execution_timeout`` is enforced by the trigger, which
@@ -94,11 +108,15 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
         *,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         max_transient_errors: int = DEFAULT_MAX_TRANSIENT_ERRORS,
+        on_unknown_outcome: str = "fail",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if on_unknown_outcome not in UNKNOWN_OUTCOME_CHOICES:
+            raise ValueError(f"on_unknown_outcome must be one of {', '.join(UNKNOWN_OUTCOME_CHOICES)}")
         self.deferrable = deferrable
         self.max_transient_errors = max_transient_errors
+        self.on_unknown_outcome = on_unknown_outcome
         self._submission_id: str | None = None
         self._rest_config: SparkRestConfig | None = None
 
@@ -162,9 +180,11 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
         """
         What a retry does with the driver id an earlier attempt stored: ``(id to wait on, finished)``.
 
-        Still running: wait on it (no second copy of the job). Finished: nothing to do. Failed,
-        killed, or unknown to the master (restarted): ``(None, False)``, submit anew. An earlier
-        create that was never answered is looked up by its tag first (:meth:`_resolve_pending`).
+        Still running: wait on it (no second copy of the job). Finished: nothing to do. Failed or
+        killed: ``(None, False)``, submit anew. Unknown to the master (evicted, or the master
+        restarted without recovery): it may have succeeded, so :meth:`_unknown_outcome` decides.
+        An earlier create that was never answered is looked up by its tag first
+        (:meth:`_resolve_pending`).
         """
         store = self._store(context)
         stored = store.get(self.external_id_key) if store is not None else None
@@ -175,7 +195,11 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
         try:
             status = client.status(str(stored))
         except UnknownSubmissionError:
-            self.log.warning("Stored Spark driver %s is unknown to the master: submitting anew", stored)
+            self._unknown_outcome(
+                f"The Spark master no longer knows driver {stored} of an earlier attempt: it was "
+                "evicted from the completed drivers the master keeps (spark.deploy.retainedDrivers) "
+                "or the master restarted without recovery, so whether it succeeded is unknown"
+            )
             return None, False
         if status.active:
             self.log.info("Reattaching to Spark driver %s (%s) instead of resubmitting", stored, status.state)
@@ -201,9 +225,9 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
         cfg = self._rest_config
         assert cfg is not None
         if not cfg.master_ui_url:
-            self.log.warning(
+            self._unknown_outcome(
                 "An earlier create request of this task was not answered and the connection has no "
-                "master-ui-url to look its driver up: submitting anew, the application may run twice"
+                "master-ui-url to look its driver up, so whether the application started is unknown"
             )
             store.delete(self._pending_key)
             return None
@@ -215,6 +239,21 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
             store.set(self.external_id_key, found)
         store.delete(self._pending_key)
         return found
+
+    def _unknown_outcome(self, why: str) -> None:
+        """
+        An earlier attempt's application may have run: resubmit only if the user said so.
+
+        Retrying cannot make the master remember, so ``"fail"`` fails the task for good.
+        """
+        if self.on_unknown_outcome == "resubmit":
+            self.log.warning("%s; submitting anew (on_unknown_outcome='resubmit'): it may run twice", why)
+            return
+        raise AirflowFailException(
+            f"{why}. Not submitting it again: it may have run. Check its output, then either set "
+            f"on_unknown_outcome='resubmit' or delete {self.external_id_key!r} (and "
+            f"{self._pending_key!r}) from this task instance's state store, and clear the task"
+        )
 
     def _find_tagged(self, cfg: SparkRestConfig, tag: str, since: float, wait: float = 60.0) -> str | None:
         """:func:`find_driver_by_tag`, waiting (bounded) for candidates that have not launched yet."""

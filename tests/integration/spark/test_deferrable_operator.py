@@ -6,7 +6,6 @@ import asyncio
 import datetime as dt
 import importlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from airflow_shared_stream.spark.operators import DeferrableSparkSubmitOperator
 from airflow_shared_stream.spark.triggers import SparkApplicationTrigger
 from tests.integration.spark.conftest import APPS
 from tests.support.flaky_proxy import FlakyProxy
-from tests.support.spark import MemoryTaskStateStore, SparkCluster
+from tests.support.spark import MemoryTaskStateStore, SparkCluster, pid_alive
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -66,20 +65,10 @@ def _wait_for_file(path: Path, timeout: float) -> str:
     raise AssertionError(f"{path} did not appear within {timeout}s")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); it has exited all the same.
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split(") ", 1)[1][0] != "Z"
-
-
 def _wait_pid_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             return True
         time.sleep(0.2)
     return False
@@ -177,7 +166,7 @@ async def test_deadline_kills_the_driver_and_its_python_process(spark_cluster, s
     assert trigger.deadline is not None
     run = asyncio.ensure_future(_first_event(trigger))
     pid = int((await asyncio.to_thread(_wait_for_file, pid_file, 28)).split()[0])
-    assert _pid_alive(pid)
+    assert pid_alive(pid)
     assert not run.done(), "the trigger ended before its deadline"
 
     event = await asyncio.wait_for(run, 90)
