@@ -8,7 +8,8 @@ lane's received messages not held back behind its redelivery, leases not renewed
 commit on receipt, no credit window, dead-letter fire-and-forget or after the commit,
 dead-letter skipped when the send fails; for the MessageQueueTrigger schemes, ``--broker queues``:
 a scheme that collides or matches loosely, a URI claimed, our trigger wrapped, unknown arguments
-dropped, each naming its own tests). For each, this script copies the
+dropped, each naming its own tests; for Spark: the deferrable operator's guarantees, each
+caught by its own module's tests). For each, this script copies the
 package and the tests to a temporary directory, applies the mutant there (the working tree is
 never touched), runs the contract tests that must catch it against the real broker, and checks
 that they FAIL. A mutant that survives
@@ -48,6 +49,11 @@ SERVICEBUS_LOCKS = "tests/integration/servicebus/test_servicebus_lock_from_broke
 SERVICEBUS_RANGES = "tests/integration/servicebus/test_servicebus_range_completion.py"
 TWO_SCHEDULERS = "tests/integration/scheduling/test_sweep_with_two_schedulers.py"
 STRANDED = "tests/integration/scheduling/test_stranded_asset_events.py"
+SPARK_UNIT = "tests/unit/spark/test_operator_trigger.py"
+SPARK_RECORDING = "tests/integration/spark/test_recording_master.py"
+SPARK_CLUSTER = "tests/integration/spark/test_deferrable_operator.py"
+SPARK_MOVES = "tests/integration/spark/test_trigger_moves.py"
+SPARK_FORGOTTEN = "tests/integration/spark/test_forgotten_driver.py"
 
 SUITE = {"kafka": "Kafka", "sqs": "Sqs", "pubsub": "PubSub", "servicebus": "ServiceBus"}
 """The name of each broker's contract class (``Test<name>Contract``)."""
@@ -742,6 +748,106 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=(
             "tests/unit/spark/test_spark_extra.py::test_the_operator_without_the_spark_provider_names_the_extra",
         ),
+    ),
+    # Spark: the deferrable operator's guarantees, against the real cluster or the recording master.
+    Mutant(
+        name="post_submit_commands dropped on the REST path",
+        broker="spark",
+        path="airflow_shared_stream/spark/operators.py",
+        original='    "post_submit_commands": "post_submit_commands",\n',
+        mutated="",
+        caught_by=("test_spark_submit_only_arguments_are_refused_on_the_rest_path",),
+        module=SPARK_UNIT,
+    ),
+    Mutant(
+        name="use_krb5ccache dropped on the REST path",
+        broker="spark",
+        path="airflow_shared_stream/spark/operators.py",
+        original='    "_use_krb5ccache": "use_krb5ccache",\n',
+        mutated="",
+        caught_by=("test_spark_submit_only_arguments_are_refused_on_the_rest_path",),
+        module=SPARK_UNIT,
+    ),
+    Mutant(
+        name="remote Python files submitted to a driver that cannot read them",
+        broker="spark",
+        path="airflow_shared_stream/spark/hook.py",
+        original="        if match and match.group(1).lower() not in LOCAL_SCHEMES:\n",
+        mutated="        if False:\n",
+        caught_by=("test_python_files_the_cluster_cannot_read_are_refused_at_submit",),
+        module=SPARK_CLUSTER,
+    ),
+    Mutant(
+        name="a moved trigger's on_kill kills the driver",
+        broker="spark",
+        path="airflow_shared_stream/spark/triggers.py",
+        original='        if state == "deferred":\n',
+        mutated='        if state == "moved":\n',
+        caught_by=("test_a_moved_trigger_keeps_its_driver",),
+        module=SPARK_MOVES,
+    ),
+    Mutant(
+        name="on_kill never kills",
+        broker="spark",
+        path="airflow_shared_stream/spark/triggers.py",
+        original="        if state == _UNREADABLE:\n",
+        mutated="        if True:\n",
+        caught_by=("test_marking_the_deferred_task_failed_kills_its_driver",),
+        module=SPARK_MOVES,
+    ),
+    Mutant(
+        name="on_kill cut off by the triggerer's repeated cancel",
+        broker="spark",
+        path="airflow_shared_stream/spark/triggers.py",
+        original="        await asyncio.shield(work)\n",
+        mutated="        await work\n",
+        caught_by=("test_on_kill_finishes_the_kill_when_the_triggerer_cancels_it_again",),
+        module=SPARK_RECORDING,
+    ),
+    Mutant(
+        name="on_kill kills when the task state cannot be read",
+        broker="spark",
+        path="airflow_shared_stream/spark/triggers.py",
+        original="        if state == _UNREADABLE:\n",
+        mutated="        if False:\n",
+        caught_by=("test_on_kill_kills_only_when_the_task_is_no_longer_deferred",),
+        module=SPARK_RECORDING,
+    ),
+    Mutant(
+        name="a forgotten driver is submitted again",
+        broker="spark",
+        path="airflow_shared_stream/spark/operators.py",
+        original='        if self.on_unknown_outcome == "resubmit":\n',
+        mutated="        if True:\n",
+        caught_by=("test_a_retry_never_resubmits_a_driver_the_master_forgot",),
+        module=SPARK_FORGOTTEN,
+    ),
+    Mutant(
+        name="an unanswered create is submitted again when it cannot be looked up",
+        broker="spark",
+        path="airflow_shared_stream/spark/operators.py",
+        original='            self._unknown_outcome(\n                "An earlier create request',
+        mutated='            self.log.warning(\n                "An earlier create request',
+        caught_by=("test_an_unanswered_create_without_master_ui_is_resubmitted_only_by_choice",),
+        module=SPARK_RECORDING,
+    ),
+    Mutant(
+        name="shared poller at the longest interval",
+        broker="spark",
+        path="airflow_shared_stream/spark/poller.py",
+        original="                    interval = self._interval = min(\n",
+        mutated="                    interval = self._interval = max(\n",
+        caught_by=("test_the_shared_poller_runs_at_the_shortest_interval_among_its_watches",),
+        module=SPARK_RECORDING,
+    ),
+    Mutant(
+        name="a faster watch joining a sleeping poller waits out its sleep",
+        broker="spark",
+        path="airflow_shared_stream/spark/poller.py",
+        original="            self._wake.set()  # sleep no longer than the new watch wants (joins otherwise wait a round)\n",  # noqa: E501
+        mutated="            pass\n",
+        caught_by=("test_the_shared_poller_runs_at_the_shortest_interval_among_its_watches",),
+        module=SPARK_RECORDING,
     ),
 )
 

@@ -200,6 +200,31 @@ def _as_uri(path: str) -> str:
     return path if "://" in path or path.startswith("file:") else f"file:{path}"
 
 
+_URI_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+LOCAL_SCHEMES = frozenset({"file", "local"})
+"""The only schemes ``PythonRunner.formatPath`` accepts (``Utils.nonLocalPaths``)."""
+
+
+def check_python_files_local(application: str, py_files: str | Sequence[str] | None) -> None:
+    """
+    Refuse a Python application or ``py_files`` entry the standalone driver cannot read.
+
+    On a standalone cluster the driver runs ``PythonRunner``, which reads only local files (no
+    ``hdfs://``, ``s3a://``, ``http://``): a remote one starts a driver that fails at once. The
+    driver runs on whichever worker the master picks, so the file must also be at that path on
+    every worker; that cannot be checked from here.
+    """
+    extra = _csv(py_files)
+    for path in [application, *(p for p in (extra or "").split(",") if p)]:
+        match = _URI_SCHEME.match(path.strip())
+        if match and match.group(1).lower() not in LOCAL_SCHEMES:
+            raise ValueError(
+                f"{path!r}: a PySpark application on a standalone cluster runs through PythonRunner, "
+                "which reads only local files. Put the script (and its py_files) at the same path on "
+                "every Spark worker (a shared mount, or an image) and pass that path"
+            )
+
+
 def build_create_request(
     *,
     application: str,
@@ -233,6 +258,8 @@ def build_create_request(
     is_python = application.endswith(".py")
     if not is_python and not java_class:
         raise ValueError("java_class is required for a JVM application submitted over the REST API")
+    if is_python:
+        check_python_files_local(application, py_files)
     props: dict[str, str] = {
         "spark.master": master_url,
         "spark.submit.deployMode": "cluster",

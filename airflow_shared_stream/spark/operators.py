@@ -37,6 +37,7 @@ from airflow.providers.common.compat.openlineage.utils.spark import (  # noqa: E
 from airflow.sdk import conf  # noqa: E402
 from airflow.sdk.exceptions import (  # noqa: E402
     AirflowException,
+    AirflowFailException,
     AirflowNotFoundException,
     AirflowTaskTimeout,
 )
@@ -50,6 +51,7 @@ from airflow_shared_stream.spark.hook import (  # noqa: E402
     TransientSparkRestError,
     UnknownSubmissionError,
     build_create_request,
+    check_python_files_local,
     find_driver_by_tag,
     rest_submission_supported,
 )
@@ -62,7 +64,8 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 # SparkSubmitOperator arguments that only spark-submit itself can honour (client-side dependency
-# resolution, Kerberos login, YARN). The REST path refuses them loudly instead of dropping them.
+# resolution, Kerberos login, commands run after spark-submit, YARN). The REST path refuses them
+# loudly instead of dropping them: a dropped login can change who the job runs as.
 _SPARK_SUBMIT_ONLY = {
     "packages": "packages",
     "exclude_packages": "exclude_packages",
@@ -70,10 +73,15 @@ _SPARK_SUBMIT_ONLY = {
     "keytab": "keytab",
     "principal": "principal",
     "proxy_user": "proxy_user",
+    "_use_krb5ccache": "use_krb5ccache",
+    "post_submit_commands": "post_submit_commands",
     "_num_executors": "num_executors",
     "_yarn_queue": "yarn_queue",
     "properties_file": "properties_file",
 }
+
+
+UNKNOWN_OUTCOME_CHOICES = ("fail", "resubmit")
 
 
 def _spark_version() -> str:
@@ -90,6 +98,12 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
     :param deferrable: submit over REST and wait in the triggerer (standalone cluster mode).
         Defaults to ``[operators] default_deferrable``.
     :param max_transient_errors: consecutive transient REST failures the trigger tolerates.
+    :param on_unknown_outcome: what a retry does when an earlier attempt's application may have
+        run but the master cannot say how it ended (its driver was evicted by
+        ``spark.deploy.retainedDrivers`` or forgotten by a master restart without recovery; or a
+        create went unanswered and the connection has no ``master-ui-url`` to look it up).
+        ``"fail"`` (default) fails the task without retrying, naming the driver; ``"resubmit"``
+        submits the application again, which may run it twice.
 
     Every other argument is ``SparkSubmitOperator``'s. In deferrable mode ``status_poll_interval``
     is the trigger's poll interval and ``execution_timeout`` is enforced by the trigger, which
@@ -105,11 +119,15 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
         *,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         max_transient_errors: int = DEFAULT_MAX_TRANSIENT_ERRORS,
+        on_unknown_outcome: str = "fail",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if on_unknown_outcome not in UNKNOWN_OUTCOME_CHOICES:
+            raise ValueError(f"on_unknown_outcome must be one of {', '.join(UNKNOWN_OUTCOME_CHOICES)}")
         self.deferrable = deferrable
         self.max_transient_errors = max_transient_errors
+        self.on_unknown_outcome = on_unknown_outcome
         self._submission_id: str | None = None
         self._rest_config: SparkRestConfig | None = None
 
@@ -151,12 +169,15 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
         )
 
     def _check_rest_arguments(self) -> None:
+        """Refuse, before any request, what the REST path would drop or the cluster cannot run."""
         used = [arg for attr, arg in _SPARK_SUBMIT_ONLY.items() if getattr(self, attr, None)]
         if used:
             raise ValueError(
                 f"{', '.join(used)} cannot be honoured when submitting over the standalone REST API; "
                 "use deferrable=False"
             )
+        if self.application.endswith(".py"):
+            check_python_files_local(self.application, self.py_files)
 
     @property
     def _pending_key(self) -> str:
@@ -170,9 +191,11 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
         """
         What a retry does with the driver id an earlier attempt stored: ``(id to wait on, finished)``.
 
-        Still running: wait on it (no second copy of the job). Finished: nothing to do. Failed,
-        killed, or unknown to the master (restarted): ``(None, False)``, submit anew. An earlier
-        create that was never answered is looked up by its tag first (:meth:`_resolve_pending`).
+        Still running: wait on it (no second copy of the job). Finished: nothing to do. Failed or
+        killed: ``(None, False)``, submit anew. Unknown to the master (evicted, or the master
+        restarted without recovery): it may have succeeded, so :meth:`_unknown_outcome` decides.
+        An earlier create that was never answered is looked up by its tag first
+        (:meth:`_resolve_pending`).
         """
         store = self._store(context)
         stored = store.get(self.external_id_key) if store is not None else None
@@ -183,7 +206,11 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
         try:
             status = client.status(str(stored))
         except UnknownSubmissionError:
-            self.log.warning("Stored Spark driver %s is unknown to the master: submitting anew", stored)
+            self._unknown_outcome(
+                f"The Spark master no longer knows driver {stored} of an earlier attempt: it was "
+                "evicted from the completed drivers the master keeps (spark.deploy.retainedDrivers) "
+                "or the master restarted without recovery, so whether it succeeded is unknown"
+            )
             return None, False
         if status.active:
             self.log.info("Reattaching to Spark driver %s (%s) instead of resubmitting", stored, status.state)
@@ -209,9 +236,9 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
         cfg = self._rest_config
         assert cfg is not None
         if not cfg.master_ui_url:
-            self.log.warning(
+            self._unknown_outcome(
                 "An earlier create request of this task was not answered and the connection has no "
-                "master-ui-url to look its driver up: submitting anew, the application may run twice"
+                "master-ui-url to look its driver up, so whether the application started is unknown"
             )
             store.delete(self._pending_key)
             return None
@@ -223,6 +250,21 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
             store.set(self.external_id_key, found)
         store.delete(self._pending_key)
         return found
+
+    def _unknown_outcome(self, why: str) -> None:
+        """
+        An earlier attempt's application may have run: resubmit only if the user said so.
+
+        Retrying cannot make the master remember, so ``"fail"`` fails the task for good.
+        """
+        if self.on_unknown_outcome == "resubmit":
+            self.log.warning("%s; submitting anew (on_unknown_outcome='resubmit'): it may run twice", why)
+            return
+        raise AirflowFailException(
+            f"{why}. Not submitting it again: it may have run. Check its output, then either set "
+            f"on_unknown_outcome='resubmit' or delete {self.external_id_key!r} (and "
+            f"{self._pending_key!r}) from this task instance's state store, and clear the task"
+        )
 
     def _find_tagged(self, cfg: SparkRestConfig, tag: str, since: float, wait: float = 60.0) -> str | None:
         """:func:`find_driver_by_tag`, waiting (bounded) for candidates that have not launched yet."""

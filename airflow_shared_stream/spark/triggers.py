@@ -21,9 +21,10 @@ What it promises, each because a naive poller got it wrong:
   more (a driver that finished since the last poll is reported as what it is, not as a
   timeout), then kills it and reports ``timeout``. Killing matters: failing the task while
   Spark keeps running would let a retry run two copies of the job side by side.
-* **on_kill kills.** When a user marks the deferred task failed/success or clears it, Airflow
-  calls :meth:`on_kill` and the driver is killed. A triggerer restart does not (the trigger
-  moves, the application keeps running).
+* **on_kill kills only for a user.** When a user marks the deferred task failed/success or
+  clears it, Airflow calls :meth:`on_kill` and the driver is killed. Airflow 3.3 also calls it
+  for a trigger that moved to another triggerer; then the task is still deferred and the
+  driver keeps running (:meth:`on_kill` asks for the task instance's state first).
 * **No secret in kwargs.** ``serialize()`` holds the connection id, never the token: the
   trigger reads the connection in the triggerer.
 """
@@ -53,6 +54,10 @@ from airflow_shared_stream.spark.hook import (
 DEFAULT_MAX_TRANSIENT_ERRORS = 5
 KILL_CONFIRM_SECONDS = 30.0
 """After a kill, how long to wait for the master to report the driver KILLED."""
+_ON_KILL_TASKS: set[asyncio.Task[None]] = set()
+"""``on_kill`` work in flight (referenced so a cancelled ``on_kill`` does not let it be collected)."""
+_UNREADABLE = "<unreadable>"
+"""What ``on_kill`` reads as the task instance's state when it cannot ask (never a real state)."""
 
 
 class SparkApplicationTrigger(BaseTrigger):
@@ -267,9 +272,79 @@ class SparkApplicationTrigger(BaseTrigger):
         return state
 
     async def on_kill(self) -> None:
-        """The user acted on the deferred task (mark failed/success, clear): kill the driver."""
-        self.log.info("Task killed by user action: killing Spark driver %s", self.submission_id)
+        """
+        Kill the driver when the user stopped the task (mark failed/success, clear); not when it moved.
+
+        Airflow 3.3 cancels a trigger that moved to another triggerer through the same path as a
+        user's action, so being called does not mean the user acted. The task instance tells: a
+        move leaves it deferred (another triggerer waits on the same driver), a user action changes
+        its state. When the state cannot be read the driver is left running: a move must never
+        kill it, and a stopped task's retry reattaches to it.
+
+        The work runs in a task of its own, shielded: Airflow 3.3.2 sends the cancel again with
+        every state sync until the trigger has ended, which would cut ``on_kill`` off between
+        the state request and the kill.
+        """
+        work = asyncio.get_running_loop().create_task(
+            self._kill_unless_moved(), name=f"spark-on-kill {self.submission_id}"
+        )
+        _ON_KILL_TASKS.add(work)
+        work.add_done_callback(_ON_KILL_TASKS.discard)
+        await asyncio.shield(work)
+
+    async def _kill_unless_moved(self) -> None:
+        state = await self._task_instance_state()
+        if state == "deferred":
+            self.log.info(
+                "Trigger cancelled while its task is still deferred: it moved to another triggerer; "
+                "Spark driver %s keeps running",
+                self.submission_id,
+            )
+            return
+        if state == _UNREADABLE:
+            self.log.warning(
+                "Trigger cancelled but the task's state cannot be read: leaving Spark driver %s running "
+                "(a trigger that moved must not kill it; kill it by hand if the task was stopped)",
+                self.submission_id,
+            )
+            return
+        self.log.info("Task is %s: killing Spark driver %s", state, self.submission_id)
         cfg = await self._config()
         async with AsyncSparkRestClient(cfg) as client:
-            state = await self._kill_and_confirm(client)
-        self.log.info("Spark driver %s is %s after kill", self.submission_id, state)
+            killed = await self._kill_and_confirm(client)
+        self.log.info("Spark driver %s is %s after kill", self.submission_id, killed)
+
+    async def _task_instance_state(self) -> str | None:
+        """
+        The state of the task instance this trigger waits for, asked of the triggerer's supervisor.
+
+        ``None`` when the task instance has no state or is gone (cleared, run deleted),
+        :data:`_UNREADABLE` when it cannot be asked. A trigger not run for a task instance (called
+        directly, not by a triggerer) reports ``"no task instance"``: nothing can move it.
+        """
+        ti = self.task_instance
+        if ti is None:
+            return "no task instance"
+        try:
+            from airflow.sdk.execution_time import task_runner
+            from airflow.sdk.execution_time.comms import GetTaskStates, TaskStatesResult
+
+            comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
+            if comms is None:
+                return _UNREADABLE
+            map_index = getattr(ti, "map_index", -1)
+            map_index = -1 if map_index is None else int(map_index)
+            answer = await comms.asend(
+                GetTaskStates(
+                    dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=map_index
+                )
+            )
+        except Exception as exc:
+            self.log.warning("Cannot ask for the task instance's state: %s", type(exc).__name__)
+            return _UNREADABLE
+        if not isinstance(answer, TaskStatesResult):
+            self.log.warning("Cannot ask for the task instance's state: %s", type(answer).__name__)
+            return _UNREADABLE
+        key = ti.task_id if map_index < 0 else f"{ti.task_id}_{map_index}"
+        state = answer.task_states.get(ti.run_id, {}).get(key)
+        return None if state is None else str(getattr(state, "value", state))

@@ -140,10 +140,18 @@ def _spark_env(work_dir: Path) -> dict[str, str]:
 
 @contextlib.contextmanager
 def spark_standalone_cluster(
-    base_dir: Path, *, worker_cores: int = 2, worker_memory: str = "4g", start_timeout: float = 90.0
+    base_dir: Path,
+    *,
+    worker_cores: int = 2,
+    worker_memory: str = "4g",
+    start_timeout: float = 90.0,
+    retained_drivers: int = 1000,
 ) -> Iterator[SparkCluster]:
     """
     Start a master (REST on, JWS-protected) and one worker on free ports; stop both on exit.
+
+    ``retained_drivers`` is the master's ``spark.deploy.retainedDrivers``: how many completed
+    drivers it keeps answering for (the default keeps them for the whole session).
 
     Raises ``RuntimeError`` with the JVM's log tail if either does not come up: a cluster that
     cannot start fails the test, it never skips it.
@@ -166,8 +174,7 @@ def spark_standalone_cluster(
                 f"spark.master.rest.port={rest_port}",
                 "spark.master.rest.filters=org.apache.spark.ui.JWSFilter",
                 f"spark.org.apache.spark.ui.JWSFilter.param.secretKey={secret_key}",
-                # Completed drivers stay visible to the status API for the whole session.
-                "spark.deploy.retainedDrivers=1000",
+                f"spark.deploy.retainedDrivers={retained_drivers}",
                 "",
             ]
         )
@@ -256,6 +263,16 @@ def spark_client_env() -> dict[str, str]:
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYSPARK_PYTHON": sys.executable,
     }
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie answers ``kill(0)`` but has exited)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(") ", 1)[1][0] != "Z"
 
 
 class MemoryTaskStateStore:

@@ -3,7 +3,8 @@ A Dag file with one deferrable Spark task, run with ``python <file>`` to ``dag.t
 
 test_airflow_dag_test.py copies it into a fresh AIRFLOW_HOME's dags folder (``dag.test()``
 creates the run from the parsed, serialized Dag) and passes its settings in environment
-variables, so parsing and running see the same Dag.
+variables, so parsing and running see the same Dag. test_trigger_moves.py serves it from a full
+deployment (scheduler, two triggerers) the same way.
 """
 
 from __future__ import annotations

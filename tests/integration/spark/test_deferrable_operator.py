@@ -6,7 +6,6 @@ import asyncio
 import datetime as dt
 import importlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from airflow_shared_stream.spark.operators import DeferrableSparkSubmitOperator
 from airflow_shared_stream.spark.triggers import SparkApplicationTrigger
 from tests.integration.spark.conftest import APPS
 from tests.support.flaky_proxy import FlakyProxy
-from tests.support.spark import MemoryTaskStateStore, SparkCluster
+from tests.support.spark import MemoryTaskStateStore, SparkCluster, pid_alive
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -66,20 +65,10 @@ def _wait_for_file(path: Path, timeout: float) -> str:
     raise AssertionError(f"{path} did not appear within {timeout}s")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); it has exited all the same.
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split(") ", 1)[1][0] != "Z"
-
-
 def _wait_pid_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             return True
         time.sleep(0.2)
     return False
@@ -177,7 +166,7 @@ async def test_deadline_kills_the_driver_and_its_python_process(spark_cluster, s
     assert trigger.deadline is not None
     run = asyncio.ensure_future(_first_event(trigger))
     pid = int((await asyncio.to_thread(_wait_for_file, pid_file, 28)).split()[0])
-    assert _pid_alive(pid)
+    assert pid_alive(pid)
     assert not run.done(), "the trigger ended before its deadline"
 
     event = await asyncio.wait_for(run, 90)
@@ -442,3 +431,28 @@ async def test_triggers_on_one_master_share_one_poller(spark_cluster, spark_conn
     assert shared.status_requests >= 1
     assert shared.listings >= 1
     assert not poller._POLLERS
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"application": "hdfs://namenode:8020/jobs/hello.py"},
+        {"application": "s3a://jobs/hello.py"},
+        {"application": str(APPS / "hello.py"), "py_files": "s3a://jobs/deps.zip"},
+    ],
+    ids=["hdfs application", "s3a application", "s3a py_files"],
+)
+def test_python_files_the_cluster_cannot_read_are_refused_at_submit(spark_cluster, spark_conn_id, where):
+    """
+    PythonRunner reads only local files: a remote script would start a driver that fails.
+
+    Refused before anything reaches the master, with an error that says what to do.
+    """
+    before = set(_drivers(spark_cluster))
+    store = MemoryTaskStateStore()
+    op = _operator(spark_conn_id, application_args=["/dev/null"], **where)
+    with pytest.raises(ValueError, match="only local files") as refused:
+        op.execute({"task_state_store": store})
+    assert "same path on every" in str(refused.value)
+    assert set(_drivers(spark_cluster)) == before, "a driver was started for a file it cannot read"
+    assert not store.values

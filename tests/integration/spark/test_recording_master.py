@@ -18,6 +18,7 @@ import pytest
 from airflow_shared_stream.spark import poller
 from airflow_shared_stream.spark.triggers import SparkApplicationTrigger
 from tests.support.fake_spark_master import FakeDriver, FakeSparkMaster
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -166,3 +167,169 @@ async def test_unusable_listing_falls_back_to_rest_status(master: FakeSparkMaste
     assert _count(master, "/json/") >= 1
     assert _count(master, "/v1/submissions/status/") >= 3
     assert all(r.authorization is None for r in master.requests if r.path.startswith("/json/"))
+
+
+@pytest.mark.parametrize("first", ["slow", "fast"])
+async def test_the_shared_poller_runs_at_the_shortest_interval_among_its_watches(
+    master: FakeSparkMaster, first: str
+):
+    """
+    A 0.2 s trigger sharing the poller with a 600 s one is answered at 0.2 s, whichever came first.
+
+    The recording master, because the test needs drivers that end on a schedule and a count of
+    the listings the poller sent while both waited.
+    """
+    master.drivers["driver-slow"] = FakeDriver(state="RUNNING")
+    master.drivers["driver-fast"] = FakeDriver(state="RUNNING")
+    runs: dict[str, asyncio.Future[dict[str, Any]]] = {}
+
+    def start(name: str, interval: float) -> None:
+        runs[name] = asyncio.ensure_future(
+            _first_event(_trigger(f"driver-{name}", poll_interval=interval), 600)
+        )
+
+    intervals = {"slow": 600.0, "fast": 0.2}
+    order = [first, "fast" if first == "slow" else "slow"]
+    start(order[0], intervals[order[0]])
+    # The second trigger joins a poller that has already listed once (and, for the slow one
+    # first, gone to sleep for its 600 s).
+    await eventually(
+        lambda: _count(master, "/json/"), lambda n: n >= 1, timeout=30, what="the poller's first listing"
+    )
+    start(order[1], intervals[order[1]])
+    listed_before = _count(master, "/json/")
+    master.drivers["driver-fast"].finish_at = time.time() + 1
+    event = await asyncio.wait_for(runs["fast"], 60)
+    assert event["status"] == "success", event
+    # The listing that saw it finish came after the second trigger joined, not 600 s later.
+    assert _count(master, "/json/") > listed_before
+    assert not runs["slow"].done()
+    runs["slow"].cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await runs["slow"]
+    assert not poller._POLLERS
+
+
+class _TriggererComms:
+    """
+    Stands in for the triggerer's supervisor channel (``SUPERVISOR_COMMS``) that ``on_kill`` asks.
+
+    The real one is exercised by test_trigger_moves.py with two triggerers; this covers every
+    task state (a user marking the task failed or success, clearing it, deleting its run) and an
+    unanswerable channel, which that test cannot reach.
+    """
+
+    def __init__(self, state: str | None, *, fails: bool = False, delay: float = 0.0) -> None:
+        self.state, self.fails, self.delay = state, fails, delay
+        self.asked: list[Any] = []
+
+    async def asend(self, msg: Any) -> Any:
+        from airflow.sdk.execution_time.comms import GetTaskStates, TaskStatesResult
+
+        if not isinstance(msg, GetTaskStates):
+            # The connection lookup asks here first; the environment variable answers instead.
+            raise LookupError("only task states are answered here")
+        self.asked.append(msg)
+        await asyncio.sleep(self.delay)
+        if self.fails:
+            raise ConnectionResetError("supervisor gone")
+        states = {} if self.state is None else {"run-1": {"spark": self.state}}
+        return TaskStatesResult(task_states=states)
+
+
+@pytest.mark.parametrize(
+    ("task_state", "killed"),
+    [
+        ("deferred", False),  # the trigger moved: another triggerer waits on the driver
+        ("failed", True),  # marked failed
+        ("success", True),  # marked success
+        ("scheduled", True),  # cleared and already picked up again
+        (None, True),  # cleared, or the run deleted
+        ("<comms fail>", False),  # cannot tell: a move must never kill
+    ],
+)
+async def test_on_kill_kills_only_when_the_task_is_no_longer_deferred(
+    master: FakeSparkMaster, monkeypatch: pytest.MonkeyPatch, task_state: str | None, killed: bool
+):
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time import task_runner
+
+    master.drivers["driver-1"] = FakeDriver(state="RUNNING")
+    comms = _TriggererComms(task_state, fails=task_state == "<comms fail>")
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", comms, raising=False)
+    trigger = _trigger("driver-1")
+    trigger.task_instance = SimpleNamespace(dag_id="d", run_id="run-1", task_id="spark", map_index=-1)
+    await asyncio.wait_for(trigger.on_kill(), 60)
+    assert master.drivers["driver-1"].state == ("KILLED" if killed else "RUNNING")
+    (asked,) = comms.asked
+    assert (asked.dag_id, asked.run_ids, asked.task_ids, asked.map_index) == ("d", ["run-1"], ["spark"], -1)
+
+
+@pytest.mark.parametrize("choice", ["fail", "resubmit"])
+def test_an_unanswered_create_without_master_ui_is_resubmitted_only_by_choice(
+    master: FakeSparkMaster, monkeypatch: pytest.MonkeyPatch, choice: str
+):
+    """
+    Without master-ui-url an earlier attempt's unanswered create cannot be looked up.
+
+    The recording master, because the lost answer must be staged: the store holds the marker an
+    attempt writes before a create whose answer never came.
+    """
+    from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+
+    from airflow_shared_stream.spark.operators import DeferrableSparkSubmitOperator
+    from tests.support.spark import MemoryTaskStateStore
+
+    conn = master.connection()
+    conn["extra"].pop("master-ui-url")  # type: ignore[attr-defined]
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_REC_NO_UI", json.dumps(conn))
+    store = MemoryTaskStateStore()
+    store.set("spark_job_id_pending", {"tag": "lost-answer", "since": time.time()})
+    op = DeferrableSparkSubmitOperator(
+        task_id="spark",
+        conn_id="spark_rec_no_ui",
+        application="/jobs/app.py",
+        deferrable=True,
+        on_unknown_outcome=choice,
+    )
+    if choice == "fail":
+        with pytest.raises(AirflowFailException, match="whether the application started is unknown"):
+            op.execute({"task_state_store": store})
+        assert _count(master, "/v1/submissions/create") == 0
+        assert store.get("spark_job_id_pending"), "the marker must stay: every retry decides the same"
+    else:
+        with pytest.raises(TaskDeferred):
+            op.execute({"task_state_store": store})
+        assert _count(master, "/v1/submissions/create") == 1
+
+
+async def test_on_kill_finishes_the_kill_when_the_triggerer_cancels_it_again(
+    master: FakeSparkMaster, monkeypatch: pytest.MonkeyPatch
+):
+    """
+    Airflow 3.3.2 repeats the cancel with every state sync until the trigger has ended.
+
+    Seen with two real triggerers: a task marked failed, on_kill cut off after asking for the
+    state, the driver left running. Here the repeated cancel lands while on_kill waits for the
+    state (the stand-in answers after 0.5 s).
+    """
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time import task_runner
+
+    master.drivers["driver-1"] = FakeDriver(state="RUNNING")
+    comms = _TriggererComms("failed", delay=0.5)
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", comms, raising=False)
+    trigger = _trigger("driver-1")
+    trigger.task_instance = SimpleNamespace(dag_id="d", run_id="run-1", task_id="spark", map_index=-1)
+    on_kill = asyncio.ensure_future(trigger.on_kill())
+    await eventually(
+        lambda: len(comms.asked), lambda n: n == 1, timeout=30, what="on_kill to ask for the state"
+    )
+    on_kill.cancel("__airflow_user_action__")
+    with pytest.raises(asyncio.CancelledError):
+        await on_kill
+    await eventually(
+        lambda: master.drivers["driver-1"].state, lambda s: s == "KILLED", timeout=30, what="the kill"
+    )

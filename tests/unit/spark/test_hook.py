@@ -118,6 +118,29 @@ def test_python_create_request():
     assert body["environmentVariables"] == {"SPARK_ENV_LOADED": "1", "SPARK_X": "1"}
 
 
+@pytest.mark.parametrize(
+    ("application", "py_files", "refused"),
+    [
+        ("/jobs/app.py", "/jobs/lib.zip,local:/opt/dep.py", None),
+        ("file:/jobs/app.py", ["file:///jobs/lib.zip"], None),
+        ("hdfs://nn:8020/jobs/app.py", None, "hdfs://nn:8020/jobs/app.py"),
+        ("/jobs/app.py", "/jobs/lib.zip,S3A://bucket/dep.zip", "S3A://bucket/dep.zip"),
+        ("https://example.com/app.py", None, "https://example.com/app.py"),
+    ],
+)
+def test_python_files_must_be_local(application, py_files, refused):
+    """PythonRunner reads file: and local: paths only; a JVM jar may still come from anywhere."""
+    kwargs = {"master_url": "spark://m:7077", "spark_version": "4.3.0", "py_files": py_files}
+    if refused is None:
+        assert build_create_request(application=application, **kwargs)["mainClass"] == PYTHON_RUNNER
+    else:
+        with pytest.raises(ValueError, match="only local files") as error:
+            build_create_request(application=application, **kwargs)
+        assert repr(refused) in str(error.value)
+    jar = build_create_request(application="hdfs://nn/a.jar", java_class="x.Main", **kwargs)
+    assert jar["appResource"] == "hdfs://nn/a.jar"
+
+
 def test_jvm_create_request_needs_main_class():
     with pytest.raises(ValueError, match="java_class"):
         build_create_request(application="/a.jar", master_url="spark://m:7077", spark_version="4.3.0")

@@ -56,12 +56,21 @@ def test_default_deferrable_follows_airflow_config(monkeypatch):
     assert DeferrableSparkSubmitOperator(task_id="t", application="a.py", deferrable=True).deferrable
 
 
-def test_spark_submit_only_arguments_are_refused_on_the_rest_path(monkeypatch):
+@pytest.mark.parametrize(
+    ("argument", "value"),
+    [
+        ("packages", "g:a:1"),
+        ("post_submit_commands", ["curl -X POST http://127.0.0.1:15020/quitquitquit"]),
+        ("use_krb5ccache", True),
+    ],
+)
+def test_spark_submit_only_arguments_are_refused_on_the_rest_path(monkeypatch, argument, value):
+    """What only spark-submit can do (resolve packages, run commands after it, log in) is refused."""
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_UNIT", json.dumps(CONN))
     op = DeferrableSparkSubmitOperator(
-        task_id="t", conn_id="spark_unit", application="a.py", deferrable=True, packages="g:a:1"
+        task_id="t", conn_id="spark_unit", application="a.py", deferrable=True, **{argument: value}
     )
-    with pytest.raises(ValueError, match="packages cannot be honoured") as refused:
+    with pytest.raises(ValueError, match=f"{argument} cannot be honoured") as refused:
         op.execute({})
     assert CONN["password"] not in str(refused.value)
 
