@@ -44,7 +44,6 @@ class PubSubStream:
 
 class PubSubContractBroker(ContractBroker):
     lease_seconds_min = 10  # Pub/Sub's shortest ack deadline
-    holds_ordered_lanes = False
 
     def __init__(self, pubsub: PubSubEmulator) -> None:
         self.pubsub = pubsub

@@ -11,8 +11,8 @@ import pytest
 from airflow_shared_stream.servicebus.trigger import ServiceBusSharedStreamTrigger
 from tests.integration.contract.base import (
     ContractBroker,
-    DeliveryBudgetContract,
     LeasedQueueContract,
+    OrderedDeliveryBudgetContract,
     OrderedLanesContract,
     SharedStreamContract,
 )
@@ -82,7 +82,7 @@ class ServiceBusContractBroker(ContractBroker):
 
 
 class TestServiceBusContract(
-    SharedStreamContract, OrderedLanesContract, DeliveryBudgetContract, LeasedQueueContract
+    SharedStreamContract, OrderedLanesContract, OrderedDeliveryBudgetContract, LeasedQueueContract
 ):
     @pytest.fixture
     def contract_broker(self, servicebus, servicebus_connection) -> ServiceBusContractBroker:

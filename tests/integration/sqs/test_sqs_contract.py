@@ -12,8 +12,8 @@ import pytest
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
 from tests.integration.contract.base import (
     ContractBroker,
-    DeliveryBudgetContract,
     LeasedQueueContract,
+    OrderedDeliveryBudgetContract,
     OrderedLanesContract,
     SharedStreamContract,
 )
@@ -88,7 +88,7 @@ class SqsContractBroker(ContractBroker):
 
 
 class TestSqsContract(
-    SharedStreamContract, OrderedLanesContract, DeliveryBudgetContract, LeasedQueueContract
+    SharedStreamContract, OrderedLanesContract, OrderedDeliveryBudgetContract, LeasedQueueContract
 ):
     @pytest.fixture
     def contract_broker(self, sqs, aws_connection) -> SqsContractBroker:
