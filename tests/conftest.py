@@ -25,6 +25,12 @@ logging.getLogger("werkzeug").setLevel(logging.WARNING)
 AIRFLOW_AND_SPARK = ("tests/e2e/", "tests/integration/spark/")
 """Tests that run Airflow deployments or Spark JVMs: one xdist worker runs all of them, in order."""
 
+NO_JVM_IN_SPARK = (
+    "tests/integration/spark/test_recording_master.py",
+    "tests/integration/spark/test_bench_smoke.py",
+)
+"""Spark tests against the fake master only (no JVM): off the critical path, with the brokers."""
+
 
 def worker_group(nodeid: str) -> str:
     """
@@ -32,12 +38,14 @@ def worker_group(nodeid: str) -> str:
 
     Two groups, measured to take about as long as each other: the Airflow deployments and Spark
     clusters (e2e, Spark integration), and everything else (the brokers' integration and
-    reliability tests, unit tests). A group runs on one worker in collection order, so module-
-    and session-scoped fixtures (an Airflow deployment per e2e module, one Spark cluster) are
-    built once, and two Airflow deployments or Spark clusters never compete for the machine's
-    two cores at once.
+    reliability tests, unit tests, the Spark tests that only talk to a fake master). A group runs
+    on one worker in collection order, so module- and session-scoped fixtures (the e2e
+    deployments, one Spark cluster) are built once, and two Airflow deployments or Spark
+    clusters never compete for the machine's two cores at once.
     """
-    return "airflow-and-spark" if nodeid.startswith(AIRFLOW_AND_SPARK) else "brokers"
+    if nodeid.startswith(AIRFLOW_AND_SPARK) and not nodeid.startswith(NO_JVM_IN_SPARK):
+        return "airflow-and-spark"
+    return "brokers"
 
 
 @pytest.hookimpl(optionalhook=True)

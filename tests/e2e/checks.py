@@ -51,6 +51,13 @@ class Stream:
     def ids(self) -> set[str]:
         return {e["event_id"] for e in self.events}
 
+    def publish_at_once(self, events: list[dict[str, Any]]) -> None:
+        """All of ``events`` in one send (one broker request): a burst that lands together."""
+        self.events.extend(events)
+        sent_at = time.time()
+        self.published_at.update({event["event_id"]: sent_at for event in events})
+        self.send(events)
+
     def publish(self, events: list[dict[str, Any]], every: float = 0.0) -> None:
         for event in events:
             self.events.append(event)

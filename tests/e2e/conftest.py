@@ -8,9 +8,11 @@ that module's Dags, on the metadata database the module chooses.
 Which pipeline runs on which database (each pipeline once, to keep the suite's time): the Kafka
 pipeline and the Pub/Sub pipeline on PostgreSQL (production's database, row locks, ``ON
 CONFLICT``), the SQS and Service Bus pipelines on SQLite (the embedded default, ``merge``), all
-with ``[shared_stream] requeue_stranded_asset_events`` on. A new broker's pipeline picks one with
-``airflow_stack(..., database="postgresql")`` (see :func:`airflow_stack`). Module scope keeps one
-Airflow (~1 GB) alive at a time. Anything that cannot start fails loudly, never skips.
+with ``[shared_stream] requeue_stranded_asset_events`` on. The pipelines of one database share
+one deployment (:data:`SHARED_DEPLOYMENTS`, :func:`pipeline_stack`): their modules run one after
+the other, and a deployment costs half a minute to start. A module that needs a deployment of
+its own uses ``airflow_stack(..., database="postgresql")`` (see :func:`airflow_stack`). One
+Airflow (~1 GB) is alive at a time. Anything that cannot start fails loudly, never skips.
 """
 
 from __future__ import annotations
@@ -260,6 +262,79 @@ def airflow_stack(
             sqs_dead_letter_queue_url=dlq_url,
             servicebus=servicebus,
         )
+
+
+SHARED_DEPLOYMENTS = {"postgresql": ("kafka", "pubsub"), "sqlite": ("servicebus", "sqs")}
+"""Database -> the brokers whose example pipelines one deployment on it serves."""
+
+
+def shared_deployment_of(broker: str) -> str:
+    return next(database for database, brokers in SHARED_DEPLOYMENTS.items() if broker in brokers)
+
+
+class SharedStacks:
+    """
+    The deployment of :data:`SHARED_DEPLOYMENTS` the current pipeline module uses, if any.
+
+    Kept for the next module when that module's ``BROKER`` uses the same one (collection order:
+    the modules of one deployment are adjacent), stopped otherwise, so no other deployment of
+    the session ever runs beside it.
+    """
+
+    def __init__(self) -> None:
+        self.database: str | None = None
+        self.stack: Stack | None = None
+        self._exit: contextlib.ExitStack | None = None
+
+    def get(self, request: pytest.FixtureRequest, e2e_dir: Path, broker: str) -> Stack:
+        database = shared_deployment_of(broker)
+        if self.database != database:
+            self.close()
+            exits = contextlib.ExitStack()
+            stack = exits.enter_context(
+                airflow_stack(request, e2e_dir, SHARED_DEPLOYMENTS[database], database=database)
+            )
+            self.database, self.stack, self._exit = database, stack, exits
+        assert self.stack is not None
+        return self.stack
+
+    def release_after(self, request: pytest.FixtureRequest) -> None:
+        """At the end of a module: stop the deployment unless the next module uses it too."""
+        items = request.session.items
+        module = request.module
+        later = [i for i, item in enumerate(items) if getattr(item, "module", None) is module]
+        following = items[later[-1] + 1] if later and later[-1] + 1 < len(items) else None
+        next_broker = getattr(getattr(following, "module", None), "BROKER", None)
+        if next_broker is None or shared_deployment_of(next_broker) != self.database:
+            self.close()
+
+    def close(self) -> None:
+        if self._exit is not None:
+            self._exit.close()
+        self.database, self.stack, self._exit = None, None, None
+
+
+@pytest.fixture(scope="session")
+def shared_stacks() -> Iterator[SharedStacks]:
+    stacks = SharedStacks()
+    try:
+        yield stacks
+    finally:
+        stacks.close()
+
+
+@contextlib.contextmanager
+def pipeline_stack(
+    request: pytest.FixtureRequest, e2e_dir: Path, shared_stacks: SharedStacks, broker: str
+) -> Iterator[Stack]:
+    """
+    The deployment serving ``broker``'s pipeline, shared with the other pipelines of its database
+    (the module must set ``BROKER = broker``, which is how the next module's choice is read).
+    """
+    try:
+        yield shared_stacks.get(request, e2e_dir, broker)
+    finally:
+        shared_stacks.release_after(request)
 
 
 @pytest.fixture(scope="session")

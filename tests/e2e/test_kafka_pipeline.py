@@ -1,9 +1,10 @@
 """
 Kafka (noida-db) end to end on PostgreSQL: message in, Parquet out, every message consumed.
 
-The Airflow deployment of this module serves only the Kafka pipeline, on a fresh database of the
-session's PostgreSQL 15 cluster, with ``[shared_stream] requeue_stranded_asset_events`` on. The
-stream is published once and nothing follows it: every message must reach a Dag run by itself.
+The Airflow deployment serves the Kafka pipeline and the Pub/Sub one (whose module runs next: see
+``SHARED_DEPLOYMENTS`` in tests/e2e/conftest.py), on a fresh database of the session's PostgreSQL
+15 cluster, with ``[shared_stream] requeue_stranded_asset_events`` on. The stream is published
+once and nothing follows it: every message must reach a Dag run by itself.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from tests.e2e.conftest import (
     KAFKA_GROUP_ID,
     KAFKA_TOPIC,
     WATCHERS,
+    SharedStacks,
     Stack,
-    airflow_stack,
+    pipeline_stack,
 )
 from tests.support.order_events import expectation, order_stream
 from tests.support.pipeline import latencies, wait_for_pipeline
@@ -29,13 +31,14 @@ from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
+BROKER = "kafka"
 DAG_ID = "kafka_orders_pipeline"
 KAFKA_WATCHERS = {w for w in WATCHERS if w.startswith("kafka_")}
 
 
 @pytest.fixture(scope="module")
-def stack(request: pytest.FixtureRequest, e2e_dir: Path) -> Iterator[Stack]:
-    with airflow_stack(request, e2e_dir, ("kafka",), database="postgresql") as stack:
+def stack(request: pytest.FixtureRequest, e2e_dir: Path, shared_stacks: SharedStacks) -> Iterator[Stack]:
+    with pipeline_stack(request, e2e_dir, shared_stacks, BROKER) as stack:
         yield stack
 
 

@@ -4,13 +4,13 @@ Bus that the real azure-servicebus SDK talks to; tests/support/servicebus_server
 
 A small burst (one or two Dag runs, to keep Spark's share of the suite small) is completed only
 after persistence, every message is consumed by a Dag run without any follow-up message, and
-malformed messages are dead-lettered with the rejecting watcher named.
+malformed messages are dead-lettered with the rejecting watcher named. The deployment is shared
+with the SQS pipeline's module (``SHARED_DEPLOYMENTS`` in tests/e2e/conftest.py).
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,20 +18,21 @@ from typing import Any
 import pytest
 
 from tests.e2e.checks import Stream, assert_no_secret_in_airflow_logs, assert_outputs
-from tests.e2e.conftest import WATCHERS, Stack, airflow_stack
+from tests.e2e.conftest import WATCHERS, SharedStacks, Stack, pipeline_stack
 from tests.support.order_events import expectation, order_stream
 from tests.support.pipeline import latencies, wait_for_pipeline
 from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
+BROKER = "servicebus"
 DAG_ID = "servicebus_orders_pipeline"
 SERVICEBUS_WATCHERS = {w for w in WATCHERS if w.startswith("servicebus_")}
 
 
 @pytest.fixture(scope="module")
-def stack(request: pytest.FixtureRequest, e2e_dir: Path) -> Iterator[Stack]:
-    with airflow_stack(request, e2e_dir, ("servicebus",), database="sqlite") as stack:
+def stack(request: pytest.FixtureRequest, e2e_dir: Path, shared_stacks: SharedStacks) -> Iterator[Stack]:
+    with pipeline_stack(request, e2e_dir, shared_stacks, BROKER) as stack:
         yield stack
 
 
@@ -50,10 +51,7 @@ def test_servicebus_pipeline_end_to_end(stack: Stack, latency_log: dict[str, Any
     airflow.wait_for_watchers(SERVICEBUS_WATCHERS)
     stream = Stream("servicebus-e2e", lambda batch: servicebus.send(queue, batch))
     # One batch (one SDK client, one transfer): the burst lands in one or two Dag runs.
-    burst = order_stream(12, tag="servicebus-e2e", seed=13)
-    stream.events.extend(burst)
-    stream.published_at.update({event["event_id"]: time.time() for event in burst})
-    stream.send(burst)
+    stream.publish_at_once(order_stream(12, tag="servicebus-e2e", seed=13))
 
     # No follow-up message: every asset event must be consumed by a run by itself.
     want = expectation("servicebus", stream.events)

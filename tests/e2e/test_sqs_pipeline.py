@@ -2,8 +2,9 @@
 SQS (moto) end to end on SQLite, with the triggerer SIGKILLed mid-stream: nothing is lost, and
 every message is consumed by a Dag run without any follow-up message.
 
-The Airflow deployment of this module serves only the SQS pipeline, on SQLite (the embedded
-default), with ``[shared_stream] requeue_stranded_asset_events`` on.
+The Airflow deployment serves the SQS pipeline and the Service Bus one (whose module runs before
+this one: see ``SHARED_DEPLOYMENTS`` in tests/e2e/conftest.py), on SQLite (the embedded default),
+with ``[shared_stream] requeue_stranded_asset_events`` on.
 """
 
 from __future__ import annotations
@@ -18,20 +19,21 @@ from typing import Any
 import pytest
 
 from tests.e2e.checks import Stream, assert_no_secret_in_airflow_logs, assert_outputs, distinct_events
-from tests.e2e.conftest import WATCHERS, Stack, airflow_stack
+from tests.e2e.conftest import WATCHERS, SharedStacks, Stack, pipeline_stack
 from tests.support.order_events import expectation, order_stream
 from tests.support.pipeline import latencies, wait_for_pipeline
 from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
+BROKER = "sqs"
 DAG_ID = "sqs_orders_pipeline"
 SQS_WATCHERS = {w for w in WATCHERS if w.startswith("sqs_")}
 
 
 @pytest.fixture(scope="module")
-def stack(request: pytest.FixtureRequest, e2e_dir: Path) -> Iterator[Stack]:
-    with airflow_stack(request, e2e_dir, ("sqs",), database="sqlite") as stack:
+def stack(request: pytest.FixtureRequest, e2e_dir: Path, shared_stacks: SharedStacks) -> Iterator[Stack]:
+    with pipeline_stack(request, e2e_dir, shared_stacks, BROKER) as stack:
         yield stack
 
 
@@ -66,7 +68,15 @@ def test_sqs_pipeline_survives_triggerer_sigkill(stack: Stack, latency_log: dict
         # (nobody extends or settles them any more), so this counts what was in flight at the kill.
         in_flight_at_kill = stack.sqs.depth(stack.sqs_queue_url).in_flight
         before_kill = distinct_events(stack, "sqs", "body", stream.ids)
-        time.sleep(2)
+        # Restart once a message was sent while no triggerer ran: it must wait on the queue.
+        wait_until(
+            lambda: (
+                not publisher.is_alive() or any(t >= killed_at for t in list(stream.published_at.values()))
+            ),
+            60,
+            "a message sent after the kill",
+            interval=0.05,
+        )
         airflow.restart_triggerer()
     finally:
         publisher.join()

@@ -21,6 +21,14 @@ requests proceed while a receive waits, as before. Idempotent; called in every m
 here: the test suite's (``sqs_server_process``), the reliability rig's (``moto_process``) and the
 benchmarks' (``python -m tests.support.moto_sqs``, below). The two that only refuse credentials
 (the secret tests) run moto as it is.
+
+It also makes moto's receive linear in the queue's length. For every message it hands out,
+``ReceiveMessage`` checks the retention period through ``get_queue_attributes``, which computes
+every attribute of the queue, three of them by scanning every message (twice over, as it looks
+each name up in the freshly built dict): a receive from a queue of n messages costs O(n) scans
+per message, and draining 1,000 messages spent most of a core in moto, under the GIL of the
+process that runs the stream under test. The check reads the queue's retention period directly,
+with the same comparison.
 """
 
 from __future__ import annotations
@@ -50,9 +58,17 @@ def serialize_queue_mutations() -> None:
         with backend.get_queue(queue_name)._messages_lock:
             return receive_message(backend, queue_name, *args, **kwargs)
 
+    def retained(backend: Any, queue_name: str, message: Any) -> bool:
+        """moto's ``is_message_valid_based_on_retention_period`` without computing every attribute."""
+        from moto.core.utils import unix_time
+
+        retention_period = backend.get_queue(queue_name).message_retention_period
+        return bool(retention_period + message.sent_timestamp / 1000 > unix_time())
+
     setattr(locked_delete_message, _PATCHED, True)
     Queue.delete_message = locked_delete_message  # type: ignore[method-assign]
     SQSBackend.receive_message = locked_receive_message  # type: ignore[method-assign]
+    SQSBackend.is_message_valid_based_on_retention_period = retained  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":
