@@ -770,7 +770,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--short", action="store_true", help="only the quick subset")
     parser.add_argument("--name", help="only the mutants whose name contains this text")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
-    parser.add_argument("--name", help="only the mutants whose name contains this")
     args = parser.parse_args(argv)
     chosen = [
         m
