@@ -86,13 +86,25 @@ async def run_broker(broker: str, args: argparse.Namespace, workdir: Path) -> li
     return results
 
 
-def write_table(broker: str, results: list[Result], args: argparse.Namespace, seconds: float) -> Path:
+def write_table(
+    broker: str, results: list[Result], args: argparse.Namespace, seconds: float, load_at_start: str
+) -> Path:
     scenarios = {name: SCENARIOS[name] for name in args.scenario}
     described = "\n".join(f"- {name}: {title(broker, s)}" for name, s in scenarios.items())
     path = RESULTS / f"reliability_{broker}.md"
+    limit = RIGS[broker].delivery_limit
+    limit_line = (
+        f"- broker delivery limit: {limit} deliveries, to a dead-letter destination of the broker's own "
+        "(not the trigger's)\n"
+        if limit
+        else "- broker delivery limit: none (the broker has no per-message delivery count)\n"
+    )
+    note = f"- note: {args.note}\n" if args.note else ""
     path.write_text(
         f"Reliability scenarios on {broker}, written by scripts/reliability.py:\n\n"
         f"{describe(PACKAGES[broker])}\n"
+        f"- load average at the start: {load_at_start} (1/5/15 min)\n"
+        f"{limit_line}{note}"
         f"- load: {args.count} messages per run (1% poison), watchers all / even / all_2 (+ slow or hang), "
         f"{args.runs} run(s) per scenario ({args.kill_runs} of sigkill), seed {args.seed}; "
         f"{seconds:.0f} s in all\n"
@@ -120,6 +132,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1, help="seed of poison positions and kill points")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds a run may take to finish")
     parser.add_argument("--no-write", action="store_true", help="print the tables, do not write results")
+    parser.add_argument("--note", help="a line for the results file (what else ran on the machine, say)")
     args = parser.parse_args()
     args.broker = args.broker or list(BROKERS)
     args.scenario = args.scenario or list(SCENARIOS)
@@ -127,12 +140,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="reliability-") as tmp:
         for broker in args.broker:
             started = time.monotonic()
+            load_at_start = " / ".join(f"{x:.1f}" for x in os.getloadavg())
             results = asyncio.run(run_broker(broker, args, Path(tmp)))
             failed |= any(r.problems() for r in results)
             if args.no_write:
                 print(table(results))
             else:
-                print(f"wrote {write_table(broker, results, args, time.monotonic() - started)}")
+                path = write_table(broker, results, args, time.monotonic() - started, load_at_start)
+                print(f"wrote {path}")
     return 1 if failed else 0
 
 

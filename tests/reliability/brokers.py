@@ -49,6 +49,23 @@ REPO = Path(__file__).resolve().parents[2]
 
 BROKERS = ("sqs", "kafka", "pubsub", "servicebus")
 
+DELIVERY_LIMIT = 5
+"""The broker's own delivery limit on the leased queues' streams (SQS ``maxReceiveCount``, a Pub/Sub
+dead-letter policy's ``max_delivery_attempts``, Service Bus ``MaxDeliveryCount``). Low, so that a
+lease lost again and again or a redelivery loop makes the broker dead-letter a message, which the
+run counts (it must stay 0); 5 is Pub/Sub's minimum. A fault of the scenarios redelivers a message
+at most a few times (one per kill, one for the hung watcher, one for an outage)."""
+
+
+@dataclass
+class DeadLetters:
+    """What one read of a stream's dead-letter destinations took (bodies, in arrival order)."""
+
+    rejected: list[Any]
+    """Dead-lettered by the provider's reject (the trigger's dead-letter destination)."""
+    over_limit: list[Any]
+    """Dead-lettered by the broker itself, past its delivery limit."""
+
 
 class _Environment:
     """Environment variables a rig sets (connections, emulator host), restored when it closes."""
@@ -84,9 +101,24 @@ class BrokerRig(abc.ABC):
     outage_title: str = "broker stopped mid-stream for 2 s, started again"
     """What ``broker_restart`` does to this broker, for the long form's table."""
 
+    delivery_limit: int | None = None
+    """The broker-side delivery limit each stream is created with (None: the broker has none)."""
+
     def __init__(self) -> None:
         self.env = _Environment()
         self.contract: ContractBroker
+
+    def create_stream(self, contract: ContractBroker, *, lease_seconds: int) -> Any:
+        """A fresh stream for one run, with the rig's :attr:`delivery_limit` at the broker."""
+        return contract.create_stream(lease_seconds=lease_seconds)
+
+    def take_dead_letters(self, contract: ContractBroker, stream: Any) -> DeadLetters:
+        """Take what reached the stream's dead-letter destinations since the last take."""
+        return DeadLetters(rejected=contract.dead_letters(stream), over_limit=[])
+
+    def configured_limit(self, stream: Any) -> int | None:
+        """The delivery limit as the broker reports it for ``stream`` (read back, not assumed)."""
+        return None
 
     @abc.abstractmethod
     def trigger_kwargs(self) -> dict[str, Any]:
@@ -118,6 +150,7 @@ class BrokerRig(abc.ABC):
 class SqsRig(BrokerRig):
     name = "sqs"
     lease_seconds_min = 2
+    delivery_limit = DELIVERY_LIMIT
 
     def __init__(self) -> None:
         super().__init__()
@@ -140,10 +173,37 @@ class SqsRig(BrokerRig):
         wait_for_port(self.port, 30, self._server, what="moto server")
         server = SqsServer(port=self.port, access_key="AKIDRELIABILITY", secret_key="reliability-secret")
         self.conn_id = self.env.connection("aws_reliability", server.connection())
+        self.server = server
         self.contract = SqsContractBroker(server)
+        self._over_limit_queues: dict[str, str] = {}
 
     def trigger_kwargs(self) -> dict[str, Any]:
         return {"aws_conn_id": self.conn_id}
+
+    def create_stream(self, contract: ContractBroker, *, lease_seconds: int) -> Any:
+        """
+        The queue's RedrivePolicy targets a queue of its own, not the trigger's dead-letter queue,
+        so what SQS moved past ``maxReceiveCount`` is told apart from what the reject sent.
+        """
+        from tests.integration.sqs.test_sqs_contract import SqsStream
+
+        rejected = self.server.create_queue()
+        over_limit = self.server.create_queue()
+        url = self.server.create_queue(
+            visibility_timeout=lease_seconds, dead_letter_queue_url=over_limit, max_receives=DELIVERY_LIMIT
+        )
+        self._over_limit_queues[url] = over_limit
+        return SqsStream(url=url, dead_letter_url=rejected, fifo=False)
+
+    def take_dead_letters(self, contract: ContractBroker, stream: Any) -> DeadLetters:
+        over_limit = self.server.drain(self._over_limit_queues[stream.url])
+        return DeadLetters(contract.dead_letters(stream), [json.loads(m["Body"]) for m in over_limit])
+
+    def configured_limit(self, stream: Any) -> int | None:
+        attributes = self.server.client.get_queue_attributes(
+            QueueUrl=stream.url, AttributeNames=["RedrivePolicy"]
+        )
+        return int(json.loads(attributes["Attributes"]["RedrivePolicy"])["maxReceiveCount"])
 
     def _command(self, command: str) -> None:
         assert self._server.stdin is not None
@@ -294,6 +354,7 @@ class KafkaRig(BrokerRig):
 class PubSubRig(BrokerRig):
     name = "pubsub"
     lease_seconds_min = 10
+    delivery_limit = DELIVERY_LIMIT
     outage_seconds = 15.0
     """Longer than a pull's deadline (``PULL_WAIT_SECONDS``, 10 s) and the ack deadline (10 s here):
     the pulls in flight time out and are made again, and the ACKs and lease renewals sent before
@@ -319,9 +380,39 @@ class PubSubRig(BrokerRig):
         self.env.set("PUBSUB_EMULATOR_HOST", emulator.host)
         self.conn_id = self.env.connection("gcp_reliability", emulator.connection())
         self.contract = PubSubContractBroker(emulator)
+        self._over_limit_readers: dict[str, str] = {}
 
     def trigger_kwargs(self) -> dict[str, Any]:
         return {"gcp_conn_id": self.conn_id}
+
+    def create_stream(self, contract: ContractBroker, *, lease_seconds: int) -> Any:
+        """
+        The subscription's dead-letter policy targets a topic of its own, not the trigger's
+        ``dead_letter_topic``, so what the emulator forwarded past ``max_delivery_attempts`` is
+        told apart from what the reject published.
+        """
+        from tests.integration.pubsub.recording import LEDGERS, Ledger
+        from tests.integration.pubsub.test_pubsub_contract import PubSubStream
+
+        rejected_topic, rejected_reader = self.emulator.topic_with_subscription()
+        over_limit_topic, over_limit_reader = self.emulator.topic_with_subscription()
+        deadline = max(self.lease_seconds_min, lease_seconds)
+        topic, subscription = self.emulator.topic_with_subscription(
+            ack_deadline_seconds=deadline,
+            dead_letter_topic=over_limit_topic,
+            max_delivery_attempts=DELIVERY_LIMIT,
+        )
+        LEDGERS[subscription] = Ledger(ack_deadline=deadline)  # what the contract adapter reads
+        self._over_limit_readers[subscription] = over_limit_reader
+        return PubSubStream(topic, subscription, rejected_topic, rejected_reader)
+
+    def take_dead_letters(self, contract: ContractBroker, stream: Any) -> DeadLetters:
+        over_limit = self.emulator.pull(self._over_limit_readers[stream.subscription])
+        return DeadLetters(contract.dead_letters(stream), [json.loads(m.message.data) for m in over_limit])
+
+    def configured_limit(self, stream: Any) -> int | None:
+        subscription = self.emulator.subscriber.get_subscription(subscription=stream.subscription)
+        return int(subscription.dead_letter_policy.max_delivery_attempts)
 
     def stop_broker(self) -> None:
         # The emulator keeps topics, subscriptions and messages in memory only: a restarted one
@@ -340,9 +431,14 @@ class PubSubRig(BrokerRig):
 # -- Service Bus -------------------------------------------------------------------------------
 
 
+OVER_LIMIT_REASON = "MaxDeliveryCountExceeded"
+"""The reason Service Bus gives a message it dead-letters past ``MaxDeliveryCount``."""
+
+
 class ServiceBusRig(BrokerRig):
     name = "servicebus"
     lease_seconds_min = 5
+    delivery_limit = DELIVERY_LIMIT
 
     def __init__(self) -> None:
         super().__init__()
@@ -359,6 +455,23 @@ class ServiceBusRig(BrokerRig):
 
     def trigger_kwargs(self) -> dict[str, Any]:
         return {"azure_service_bus_conn_id": self.conn_id}
+
+    def create_stream(self, contract: ContractBroker, *, lease_seconds: int) -> Any:
+        return contract.create_stream(lease_seconds=lease_seconds, max_deliveries=DELIVERY_LIMIT)
+
+    def take_dead_letters(self, contract: ContractBroker, stream: Any) -> DeadLetters:
+        """
+        An entity has one dead-letter sub-queue: what the broker moved past ``MaxDeliveryCount``
+        is told apart from the reject's by the reason the broker gives it.
+        """
+        letters = DeadLetters(rejected=[], over_limit=[])
+        for message in self.server.take_dead_letters(stream.queue):
+            over = message.application_properties.get("DeadLetterReason") == OVER_LIMIT_REASON
+            (letters.over_limit if over else letters.rejected).append(json.loads(message.body))
+        return letters
+
+    def configured_limit(self, stream: Any) -> int | None:
+        return self.server.max_delivery_count(stream.queue)
 
     def stop_broker(self) -> None:
         self.server.stop()

@@ -9,7 +9,10 @@ several, confirmations every 2.5 s instead of 5 s for the slow database, a 3 s a
 the hung watcher, and no ``slow_watcher`` (the credit window it exercises is in the contract
 suite; the long form runs it). The scenarios and assertions are the long form's: nothing lost,
 exactly the poison messages dead-lettered, something in flight at each kill and at the broker
-outage, nothing left on the broker.
+outage, nothing left on the broker. The leased queues' streams carry a broker-side delivery limit
+(``DELIVERY_LIMIT``, 5) with a dead-letter destination of its own: it must stay empty, since the
+reject dead-letters poison itself and only a lease lost again and again, or a redelivery loop,
+would spend five deliveries on one message.
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ from dataclasses import replace
 
 import pytest
 
-from tests.reliability.brokers import BROKERS, broker_rig
+from tests.reliability.brokers import BROKERS, DELIVERY_LIMIT, broker_rig
 from tests.reliability.scenarios import SCENARIOS, Result, run_scenario, table
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 COUNT = 100
+LEASED_QUEUES = ("sqs", "pubsub", "servicebus")
 SHORT_FORM = [
     replace(SCENARIOS["sigkill"], kills=1, max_in_flight=25),
     replace(SCENARIOS["hung_watcher"], ack_timeout=3.0),
@@ -54,6 +58,12 @@ async def test_no_message_is_lost_under_faults(broker, tmp_path):
             problems += [f"{scenario.name}: {p}" for p in result.problems()]
             if scenario.extra_watcher == "hang":
                 problems += check_hung_watcher_surfaced(result)
+            if broker in LEASED_QUEUES and result.delivery_limit != DELIVERY_LIMIT:
+                problems.append(f"{scenario.name}: the broker reports delivery limit {result.delivery_limit}")
+            if result.over_limit:  # in problems() too; named: it is this check
+                problems.append(
+                    f"{scenario.name}: the broker dead-lettered {result.over_limit} past its limit"
+                )
     print(table(results))  # shown with -s, and in the report of a failure
     for result in results:  # what the broker saw: received beyond produced were redelivered
         print(f"{result.scenario}: {result.metrics}")

@@ -423,6 +423,14 @@ class ServiceBusServer:
                 "expired_session_locks": self.expired_session_locks,
             }
 
+    def max_delivery_count(self, path: str) -> int:
+        """The entity's ``MaxDeliveryCount``, as the server enforces it."""
+        with self._lock:
+            entity = self._receivable(path)
+            if entity is None:
+                raise KeyError(path)
+            return entity.max_delivery_count
+
     def locked_count(self, path: str) -> int:
         with self._lock:
             entity = self._receivable(path)
