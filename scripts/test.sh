@@ -12,9 +12,9 @@ bash scripts/bootstrap.sh
 docs_out=$(mktemp -d)
 trap 'rm -rf "$docs_out"' EXIT
 .venv/bin/python -m sphinx -E -W --keep-going -q -b html docs "$docs_out"
-# Two xdist workers, one per group of tests/conftest.py (Airflow and Spark on one, the brokers on the
-# other): about half the wall time of one process. PYTEST_WORKERS=0 runs everything in this process.
-workers=${PYTEST_WORKERS:-2}
+# Three xdist workers, one per group of tests/conftest.py (Airflow and Spark; the leased queues; the
+# rest). PYTEST_WORKERS=0 runs everything in this process.
+workers=${PYTEST_WORKERS:-3}
 xdist=()
 if [ "$workers" != 0 ]; then xdist=(-n "$workers"); fi
 .venv/bin/python -m pytest "${xdist[@]}" "$@"

@@ -32,19 +32,27 @@ NO_JVM_IN_SPARK = (
 """Spark tests against the fake master only (no JVM): off the critical path, with the brokers."""
 
 
+LEASED_QUEUES = ("tests/integration/sqs/", "tests/integration/pubsub/", "tests/integration/servicebus/")
+"""The leased queues' integration tests: a group of their own, mostly waiting on leases and locks."""
+
+
 def worker_group(nodeid: str) -> str:
     """
-    Which of the two xdist workers runs a test (``scripts/test.sh`` runs ``-n 2``).
+    Which of the three xdist workers runs a test (``scripts/test.sh`` runs ``-n 3``).
 
-    Two groups, measured to take about as long as each other: the Airflow deployments and Spark
-    clusters (e2e, Spark integration), and everything else (the brokers' integration and
-    reliability tests, unit tests, the Spark tests that only talk to a fake master). A group runs
-    on one worker in collection order, so module- and session-scoped fixtures (the e2e
-    deployments, one Spark cluster) are built once, and two Airflow deployments or Spark
-    clusters never compete for the machine's two cores at once.
+    Three groups, measured to take about as long as each other: the Airflow deployments and Spark
+    clusters (e2e, Spark integration); the leased queues' integration tests (SQS, Pub/Sub,
+    Service Bus), which spend most of their time waiting for leases, locks and redeliveries
+    rather than on a core; and everything else (Kafka, the contract mutants, reliability, unit
+    tests, the Spark tests that only talk to a fake master). A group runs on one worker in
+    collection order, so module- and session-scoped fixtures (the e2e deployments, one Spark
+    cluster, one emulator) are built once, and two Airflow deployments or Spark clusters never
+    compete for the machine's two cores at once.
     """
     if nodeid.startswith(AIRFLOW_AND_SPARK) and not nodeid.startswith(NO_JVM_IN_SPARK):
         return "airflow-and-spark"
+    if nodeid.startswith(LEASED_QUEUES):
+        return "leased-queues"
     return "brokers"
 
 
