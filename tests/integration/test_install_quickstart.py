@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from tests.support.brokers import SqsServer, sqs_server_process
-from tests.support.deployment_venv import ROOT, run
+from tests.support.deployment_venv import ROOT, pinned_constraints, run
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -62,15 +62,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     [wheel] = (work / "dist").glob("*.whl")
     # .venv's versions, so the suite's Airflow and SDKs are the ones under test; not the boto trio,
     # which the deployment and then pip choose.
-    frozen = run(*uv, "pip", "freeze", "--python", sys.executable)
-    constraints = work / "constraints.txt"
-    constraints.write_text(
-        "".join(
-            line + "\n"
-            for line in frozen.splitlines()
-            if not line.startswith("-e ") and line.split("==")[0].lower() not in BOTO
-        )
-    )
+    constraints = pinned_constraints(work, BOTO)
     venv = work / "venv"
     run(*uv, "venv", "--quiet", "--seed", "--python", sys.executable, str(venv))
     python = venv / "bin" / "python"

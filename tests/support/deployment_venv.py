@@ -24,6 +24,24 @@ def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> 
     return result.stdout
 
 
+def pinned_constraints(work: Path, unpinned: Collection[str] = ()) -> Path:
+    """
+    A constraints file in ``work`` pinning every distribution to .venv's version, so a throwaway
+    venv runs the Airflow and SDKs under test; but ``unpinned`` and this checkout (editable lines
+    are not constraints).
+    """
+    frozen = run(sys.executable, "-m", "uv", "pip", "freeze", "--python", sys.executable)
+    constraints = work / "constraints.txt"
+    constraints.write_text(
+        "".join(
+            line + "\n"
+            for line in frozen.splitlines()
+            if not line.startswith("-e ") and line.split("==")[0].lower() not in unpinned
+        )
+    )
+    return constraints
+
+
 def deployment_venv(
     work: Path, extras: str, packages: Sequence[str], *, unpinned: Collection[str] = ()
 ) -> Path:
@@ -34,16 +52,7 @@ def deployment_venv(
     resolver picks another); every other distribution keeps .venv's version. Returns its python.
     """
     uv = [sys.executable, "-m", "uv"]
-    frozen = run(*uv, "pip", "freeze", "--python", sys.executable)
-    constraints = work / "constraints.txt"
-    # Editable lines (this checkout) are not constraints.
-    constraints.write_text(
-        "".join(
-            line + "\n"
-            for line in frozen.splitlines()
-            if not line.startswith("-e ") and line.split("==")[0].lower() not in unpinned
-        )
-    )
+    constraints = pinned_constraints(work, unpinned)
     venv = work / "venv"
     run(*uv, "venv", "--quiet", "--python", sys.executable, str(venv))
     python = venv / "bin" / "python"
