@@ -12,6 +12,19 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 
+# The docs rendering check and the UI tests drive a real headless Chromium: Debian's package
+# (Playwright is pointed at it; it downloads no browser). Installed once per machine.
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "==> installing Debian's chromium (headless browser for the docs and UI tests)"
+  sudo_cmd=""
+  if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo_cmd="sudo -n"; fi
+  if ! $sudo_cmd apt-get install -y --no-install-recommends chromium >/dev/null 2>&1; then
+    $sudo_cmd apt-get update >/dev/null 2>&1 || true
+    $sudo_cmd apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 \
+      || echo "bootstrap: could not install chromium; the browser tests will fail (apt-get install chromium)" >&2
+  fi
+fi
+
 stamp=.venv/.airflow-shared-stream.stamp
 want=$(sha256sum pyproject.toml scripts/bootstrap.sh scripts/uv-excludes.txt | sha256sum | cut -d' ' -f1)
 if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then .venv/bin/python -m ensurepip --upgrade >/dev/null; fi
