@@ -15,7 +15,8 @@ ports and in a fresh work directory:
 then publishes a realistic stream of order events (and nothing after it), shows the pipeline's
 progress, prints a summary (events, asset events, Dag runs, Spark applications, rows written,
 latencies) and where to open the Airflow UI, and stops every process it started, also on Ctrl-C
-or failure (``--keep`` leaves everything running until Ctrl-C).
+or failure (``--keep`` leaves everything running until Ctrl-C). A run that succeeded removes its
+work directory; one that failed or was interrupted keeps it, with every log, and prints where.
 
 It checks its own result: the exit status is 1, with what is missing, when the rows written
 differ from the rows expected, a Dag run failed, a message was consumed by no run, or the broker
@@ -75,6 +76,8 @@ BROKER_NAMES = {
     "servicebus": "the Service Bus test server: a protocol-level AMQP fake",
 }
 SHARED_DAG_FILES = ("order_pipeline.py", ".airflowignore", "spark_jobs")
+LOGS_LISTED = 30
+"""Log files named one per line when a failed run keeps its work directory (the rest counted)."""
 
 
 def say(message: str) -> None:
@@ -167,12 +170,44 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, _interrupt)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request access log
-    _, dag_id, body_key = BROKERS[args.broker]
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="airflow-shared-stream-demo-"))
     work.mkdir(parents=True, exist_ok=True)
-    data_dir = work / "data"
     say(f"work directory: {work}")
+    problems: list[str] = ["the demo stopped before its summary"]
+    try:
+        problems = _run(args, work)
+    finally:
+        _clean_up_or_keep(work, succeeded=not problems, temporary=not args.keep and args.work_dir is None)
+    if problems:
+        say("FAILED: " + " | ".join(problems))
+        return 1
+    say("OK: every message reached its rows, every Dag run succeeded, the broker is at its end")
+    return 0
 
+
+def _clean_up_or_keep(work: Path, *, succeeded: bool, temporary: bool) -> None:
+    """
+    Remove the demo's own temporary directory after a run that succeeded; keep it otherwise.
+
+    A failed or interrupted run is the one whose logs (Airflow's components and tasks, Spark's
+    master, worker and drivers, the broker's) say why, so they stay and the paths are printed.
+    """
+    if succeeded:
+        if temporary:
+            shutil.rmtree(work, ignore_errors=True)
+        return
+    logs = sorted(p.relative_to(work) for p in work.rglob("*.log") if p.is_file())
+    say(f"the work directory is kept, with every log of this run: {work}")
+    for path in logs[:LOGS_LISTED]:
+        print(f"    {work / path}", flush=True)
+    if len(logs) > LOGS_LISTED:
+        print(f"    ... and {len(logs) - LOGS_LISTED} more *.log files under {work}", flush=True)
+
+
+def _run(args: argparse.Namespace, work: Path) -> list[str]:
+    """Start everything, publish the stream, wait for the pipeline; what went wrong, in words."""
+    _, dag_id, body_key = BROKERS[args.broker]
+    data_dir = work / "data"
     with contextlib.ExitStack() as stack:
         env: dict[str, str] = {"SHARED_STREAM_DATA_DIR": str(data_dir)}
         say(f"starting the broker ({BROKER_NAMES[args.broker]})")
@@ -311,13 +346,7 @@ def main(argv: list[str] | None = None) -> int:
                 while True:
                     time.sleep(3600)
         say("stopping every process the demo started")
-    if not args.keep and args.work_dir is None:
-        shutil.rmtree(work, ignore_errors=True)
-    if problems:
-        say("FAILED: " + " | ".join(problems))
-        return 1
-    say("OK: every message reached its rows, every Dag run succeeded, the broker is at its end")
-    return 0
+    return problems
 
 
 def _broker_settled(broker_state: Any, timeout: float = 60.0) -> tuple[str, bool]:

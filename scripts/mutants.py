@@ -849,6 +849,15 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_the_shared_poller_runs_at_the_shortest_interval_among_its_watches",),
         module=SPARK_RECORDING,
     ),
+    Mutant(
+        name="a failed demo run deletes its work directory and its logs",
+        broker="scripts",
+        path="scripts/demo.py",
+        original="    if succeeded:\n",
+        mutated="    if True:\n",
+        caught_by=("test_a_failed_run_keeps_its_work_directory_and_names_its_logs",),
+        module="tests/unit/test_demo_work_dir.py",
+    ),
 )
 
 
@@ -877,6 +886,7 @@ def run(mutant: Mutant, python: str, timeout: float) -> tuple[bool, str]:
             "README.md",
             "LICENSE",
             "NOTICE",
+            "scripts",
         )
 
         for item in copied:
