@@ -858,6 +858,24 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_a_failed_run_keeps_its_work_directory_and_names_its_logs",),
         module="tests/unit/test_demo_work_dir.py",
     ),
+    Mutant(
+        name="the package loads on an Airflow older than it needs",
+        broker="package",
+        path="airflow_shared_stream/__init__.py",
+        original="    if Version(Version(version).base_version) < Version(MIN_AIRFLOW_VERSION):\n",
+        mutated="    if False:\n",
+        caught_by=("test_importing_the_package_on_an_older_airflow_raises_naming_both_versions",),
+        module="tests/unit/test_airflow_version_guard.py",
+    ),
+    Mutant(
+        name="a deprecation raised as a plain DeprecationWarning",
+        broker="package",
+        path="airflow_shared_stream/common/trigger.py",
+        original="        AirflowProviderDeprecationWarning,\n",
+        mutated="        DeprecationWarning,\n",
+        caught_by=("test_the_package_names_no_plain_deprecation_warning_class",),
+        module="tests/unit/test_deprecation_warnings.py",
+    ),
 )
 
 

@@ -40,6 +40,7 @@ from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
+from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 from airflow.triggers.shared_stream import SharedStreamProducer, reject_shared_stream_event
 
@@ -364,7 +365,7 @@ def warn_renamed(old: str, new: str, trigger_class: str) -> None:
     """Warn once per call site that a trigger argument was renamed (the old spelling still works)."""
     warnings.warn(
         f"{trigger_class}({old}=...) is deprecated; use {new}=... instead",
-        DeprecationWarning,
+        AirflowProviderDeprecationWarning,
         stacklevel=3,
     )
 

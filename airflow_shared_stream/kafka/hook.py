@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk import BaseHook
 
 from airflow_shared_stream.common.errors import SecretScrubber
@@ -346,7 +347,7 @@ class KafkaHook(BaseHook):
             warnings.warn(
                 "KafkaHook(kafka_conn_id=...) is deprecated; use kafka_config_id=... "
                 "(the name Airflow's Kafka provider uses)",
-                DeprecationWarning,
+                AirflowProviderDeprecationWarning,
                 stacklevel=2,
             )
             kafka_config_id = kafka_conn_id

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
+from airflow.exceptions import AirflowProviderDeprecationWarning
+
 from airflow_shared_stream.common.matching import RawMessage
 from airflow_shared_stream.common.trigger import (
     DEFAULT_MAX_IN_FLIGHT,
@@ -153,7 +155,7 @@ def _former_positional(args: tuple[Any, ...]) -> dict[str, Any]:
     warnings.warn(
         f"KafkaSharedStreamTrigger(topics, <{len(args)} more positional>) is deprecated; pass "
         f"everything after the topics by keyword: KafkaSharedStreamTrigger(topics, {spelled})",
-        DeprecationWarning,
+        AirflowProviderDeprecationWarning,
         stacklevel=3,
     )
     return dict(zip(names, args, strict=True))

@@ -6,6 +6,8 @@ import warnings
 from collections.abc import Hashable
 from typing import Any, ClassVar
 
+from airflow.exceptions import AirflowProviderDeprecationWarning
+
 from airflow_shared_stream.common.trigger import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -101,7 +103,7 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
             warnings.warn(
                 f"{type(self).__name__}(lock_duration_seconds=...) is deprecated and ignored: locks "
                 "are renewed from the expiry Service Bus gives each message and session",
-                DeprecationWarning,
+                AirflowProviderDeprecationWarning,
                 stacklevel=2,
             )
         if isinstance(max_wait_time, bool) or not 0 < float(max_wait_time) <= 60:

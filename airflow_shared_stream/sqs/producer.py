@@ -511,12 +511,14 @@ def __getattr__(name: str) -> Any:
     if name == "ack_timeout_seconds":
         import warnings
 
+        from airflow.exceptions import AirflowProviderDeprecationWarning
+
         from airflow_shared_stream.common.flow_control import ack_timeout_seconds
 
         warnings.warn(
             "airflow_shared_stream.sqs.producer.ack_timeout_seconds is deprecated; use "
             "airflow_shared_stream.common.flow_control.ack_timeout_seconds instead",
-            DeprecationWarning,
+            AirflowProviderDeprecationWarning,
             stacklevel=2,
         )
         return ack_timeout_seconds

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 
 import pytest
+from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_shared_stream.common.errors import StreamShapeConflictError
 from airflow_shared_stream.kafka.identity import GroupClaims, consumer_group_id
@@ -101,10 +102,10 @@ def test_a_watcher_disagreeing_on_tuning_is_refused_naming_the_argument():
 
 
 def test_old_spellings_still_work_with_a_warning_naming_the_new_one():
-    with pytest.warns(DeprecationWarning, match=r"kafka_config_id=\.\.\."):
+    with pytest.warns(AirflowProviderDeprecationWarning, match=r"kafka_config_id=\.\.\."):
         positional = KafkaSharedStreamTrigger(["x"], "conn", "grp")
     assert (positional.kafka_config_id, positional.group_id) == ("conn", "grp")
-    with pytest.warns(DeprecationWarning, match=r"use kafka_config_id=\.\.\. instead"):
+    with pytest.warns(AirflowProviderDeprecationWarning, match=r"use kafka_config_id=\.\.\. instead"):
         renamed = KafkaSharedStreamTrigger(["x"], kafka_conn_id="conn")
     assert renamed.kafka_config_id == "conn"
     assert (

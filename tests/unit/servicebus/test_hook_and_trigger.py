@@ -8,6 +8,7 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
+from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_shared_stream.servicebus import (
     ServiceBusConfigurationError,
@@ -126,7 +127,7 @@ def test_lock_duration_seconds_is_deprecated_ignored_and_old_serializations_stil
     # A Dag serialized before locks were read from the broker carries the old argument.
     _, kwargs = ServiceBusSharedStreamTrigger("q").serialize()
     old = {**kwargs, "lock_duration_seconds": 60.0}
-    with pytest.warns(DeprecationWarning, match="lock_duration_seconds"):
+    with pytest.warns(AirflowProviderDeprecationWarning, match="lock_duration_seconds"):
         rebuilt = ServiceBusSharedStreamTrigger(**old)
     assert "lock_duration_seconds" not in rebuilt.serialize()[1]
     assert "lock_duration_seconds" not in rebuilt.producer_kwargs()
