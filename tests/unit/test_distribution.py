@@ -89,3 +89,21 @@ def test_the_bootstrap_installs_every_extra_and_the_groups_it_names() -> None:
     assert any(req.startswith("pyspark[connect]") for req in project["dependency-groups"]["spark-cluster"])
     excludes = (ROOT / "scripts" / "uv-excludes.txt").read_text().splitlines()
     assert [line for line in excludes if line and not line.startswith("#")] == ["pyspark-client"]
+
+
+def test_the_wheel_names_documentation_source_changelog_and_issue_tracker(built: tuple[Path, Path]) -> None:
+    """Project URLs: relative references into the repository until it has a public home; each resolves."""
+    _, wheel = built
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = HeaderParser().parsestr(archive.read(f"{DIST}.dist-info/METADATA").decode())
+    urls = dict(entry.split(", ", 1) for entry in metadata.get_all("Project-URL") or [])
+    assert urls.keys() == {"Documentation", "Source", "Changelog", "Issue tracker"}
+    for label, url in urls.items():
+        if url.startswith("https://"):
+            continue
+        path, _, anchor = url.partition("#")
+        assert (ROOT / path).exists(), f"{label}: {url} is not in the repository"
+        if anchor:
+            headings = [line.lstrip("#").strip() for line in (ROOT / path).read_text().splitlines()]
+            slugs = {heading.lower().replace(" ", "-") for heading in headings if heading}
+            assert anchor in slugs, f"{label}: {path} has no heading #{anchor}"
