@@ -25,6 +25,7 @@ DEAD_LETTER_TOPIC = setting("ORDERS_KAFKA_DEAD_LETTER_TOPIC", "orders.dlq")
 GROUP_ID = setting("ORDERS_KAFKA_GROUP_ID", "airflow-orders-pipeline")
 
 
+# [START howto_trigger_kafka_shared_stream]
 def _trigger(match: str) -> KafkaSharedStreamTrigger:
     return KafkaSharedStreamTrigger(
         topics=[TOPIC],
@@ -34,6 +35,9 @@ def _trigger(match: str) -> KafkaSharedStreamTrigger:
         reject=reject_expression("value"),
         dead_letter_topic=DEAD_LETTER_TOPIC,
     )
+
+
+# [END howto_trigger_kafka_shared_stream]
 
 
 def _position(payload: dict[str, Any]) -> str:

@@ -27,6 +27,7 @@ QUEUE_URL = os.environ.get("ORDERS_SQS_QUEUE_URL", "https://sqs.us-east-1.amazon
 # Dead-letter messages that can never become an order (the queue's RedrivePolicy target).
 MALFORMED = "body.order_id == null"
 
+# [START howto_trigger_message_queue]
 orders_created = Asset(
     "message_queue_orders_created",
     watchers=[
@@ -55,6 +56,7 @@ orders_cancelled = Asset(
         )
     ],
 )
+# [END howto_trigger_message_queue]
 
 with DAG(
     dag_id="message_queue_orders",

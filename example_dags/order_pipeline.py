@@ -212,6 +212,7 @@ def build_pipeline(source: str, body_key: str, position: Any) -> None:
             },
         },
     )
+    # [START howto_operator_deferrable_spark_submit]
     deferrable = DeferrableSparkSubmitOperator(
         task_id="spark_submit_deferrable",
         conn_id=setting("SHARED_STREAM_SPARK_DEFERRABLE_CONN_ID", "spark_default"),
@@ -219,5 +220,6 @@ def build_pipeline(source: str, body_key: str, position: Any) -> None:
         deferrable=True,
         **spark_args,
     )
+    # [END howto_operator_deferrable_spark_submit]
     # One after the other: on a small machine the two jobs would only compete for cores.
     collect_events() >> classic >> deferrable

@@ -29,6 +29,7 @@ PROJECT_ID = setting("ORDERS_PUBSUB_PROJECT", "") or None
 DEAD_LETTER_TOPIC = setting("ORDERS_PUBSUB_DEAD_LETTER_TOPIC", "orders-dlq") or None
 
 
+# [START howto_trigger_pubsub_shared_stream]
 def _trigger(match: str) -> PubSubSharedStreamTrigger:
     return PubSubSharedStreamTrigger(
         SUBSCRIPTION,
@@ -38,6 +39,9 @@ def _trigger(match: str) -> PubSubSharedStreamTrigger:
         reject=reject_expression("body"),
         dead_letter_topic=DEAD_LETTER_TOPIC,
     )
+
+
+# [END howto_trigger_pubsub_shared_stream]
 
 
 def _position(payload: dict[str, Any]) -> str:

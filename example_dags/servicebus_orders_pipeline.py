@@ -25,6 +25,7 @@ QUEUE = setting("ORDERS_SERVICEBUS_QUEUE", "orders")
 CONN_ID = setting("ORDERS_SERVICEBUS_CONN_ID", "azure_service_bus_default")
 
 
+# [START howto_trigger_servicebus_shared_stream]
 def _trigger(match: str) -> ServiceBusSharedStreamTrigger:
     return ServiceBusSharedStreamTrigger(
         queue_name=QUEUE,
@@ -32,6 +33,9 @@ def _trigger(match: str) -> ServiceBusSharedStreamTrigger:
         match=match,
         reject=reject_expression("body"),
     )
+
+
+# [END howto_trigger_servicebus_shared_stream]
 
 
 def _position(payload: dict[str, Any]) -> str:

@@ -23,6 +23,7 @@ QUEUE_URL = setting("ORDERS_SQS_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com
 DEAD_LETTER_QUEUE_URL = setting("ORDERS_SQS_DEAD_LETTER_QUEUE_URL", "") or None
 
 
+# [START howto_trigger_sqs_shared_stream]
 def _trigger(match: str) -> SqsSharedStreamTrigger:
     return SqsSharedStreamTrigger(
         queue_url=QUEUE_URL,
@@ -31,6 +32,9 @@ def _trigger(match: str) -> SqsSharedStreamTrigger:
         reject=reject_expression("body"),
         dead_letter_queue_url=DEAD_LETTER_QUEUE_URL,
     )
+
+
+# [END howto_trigger_sqs_shared_stream]
 
 
 def _position(payload: dict[str, Any]) -> str:

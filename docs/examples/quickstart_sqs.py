@@ -1,5 +1,5 @@
 """
-Quickstart: one SQS queue, one watcher, one Dag (docs/installation.rst).
+Quickstart: one SQS queue, one watcher, one Dag (docs/quickstart.rst).
 
 Each message on the queue whose body has ``"type": "order_created"`` becomes an asset event,
 and each asset event a run of ``orders_quickstart``; the queue's other messages are deleted
