@@ -47,4 +47,5 @@ html_theme = "alabaster"
 html_title = f"airflow-shared-stream {release}"
 html_static_path = ["_static"]
 html_css_files = ["responsive.css"]
-html_theme_options = {"page_width": "auto", "sidebar_width": "240px", "fixed_sidebar": False}
+# page_width is also where alabaster switches to its narrow layout (the sidebar under the page).
+html_theme_options = {"page_width": "1100px", "sidebar_width": "240px", "fixed_sidebar": False}

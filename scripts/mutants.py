@@ -876,6 +876,24 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_the_package_names_no_plain_deprecation_warning_class",),
         module="tests/unit/test_deprecation_warnings.py",
     ),
+    Mutant(
+        name="a Markdown result table included as a literal block",
+        broker="docs",
+        path="docs/benchmarks.rst",
+        original=".. include:: ../bench/results/sqs_lanes.md\n   :parser: myst_parser.sphinx_\n",
+        mutated=".. literalinclude:: ../bench/results/sqs_lanes.md\n   :language: markdown\n",
+        caught_by=("test_every_page_fits_the_window_shows_no_raw_markdown_and_loads_its_images",),
+        module="tests/docs/test_rendering.py",
+    ),
+    Mutant(
+        name="inline literals that cannot wrap widen the page",
+        broker="docs",
+        path="docs/_static/responsive.css",
+        original="div.body code span.pre {\n  white-space: pre-wrap;\n",
+        mutated="div.body code span.pre {\n  white-space: nowrap;\n",
+        caught_by=("test_every_page_fits_the_window_shows_no_raw_markdown_and_loads_its_images",),
+        module="tests/docs/test_rendering.py",
+    ),
 )
 
 
@@ -905,6 +923,12 @@ def run(mutant: Mutant, python: str, timeout: float) -> tuple[bool, str]:
             "LICENSE",
             "NOTICE",
             "scripts",
+            # The docs build includes the result tables, the example Dags, provider.yaml's
+            # settings and the changelog.
+            "bench",
+            "example_dags",
+            "provider.yaml",
+            "CHANGELOG.rst",
         )
 
         for item in copied:
@@ -915,6 +939,7 @@ def run(mutant: Mutant, python: str, timeout: float) -> tuple[bool, str]:
                 shutil.copy2(source, copy / item)
         apply(mutant, copy)
         env = {**os.environ, "PYTHONPATH": str(copy)}
+        env.pop("SHARED_STREAM_DOCS_HTML", None)  # scripts/test.sh's build is of the unmutated docs
         probe = subprocess.run(
             [python, "-c", "import airflow_shared_stream; print(airflow_shared_stream.__file__)"],
             cwd=copy,
