@@ -196,12 +196,17 @@ def _clean_up_or_keep(work: Path, *, succeeded: bool, temporary: bool) -> None:
         if temporary:
             shutil.rmtree(work, ignore_errors=True)
         return
-    logs = sorted(p.relative_to(work) for p in work.rglob("*.log") if p.is_file())
+    logs = sorted(p.relative_to(work) for p in work.rglob("*") if p.is_file() and _is_log(p))
     say(f"the work directory is kept, with every log of this run: {work}")
     for path in logs[:LOGS_LISTED]:
         print(f"    {work / path}", flush=True)
     if len(logs) > LOGS_LISTED:
-        print(f"    ... and {len(logs) - LOGS_LISTED} more *.log files under {work}", flush=True)
+        print(f"    ... and {len(logs) - LOGS_LISTED} more logs under {work}", flush=True)
+
+
+def _is_log(path: Path) -> bool:
+    """Airflow's and the brokers' ``*.log`` files, and Spark drivers' ``stdout`` and ``stderr``."""
+    return path.suffix == ".log" or path.name in ("stdout", "stderr")
 
 
 def _run(args: argparse.Namespace, work: Path) -> list[str]:

@@ -50,6 +50,8 @@ def _pipeline_writing_logs(outcome: list[str] | BaseException) -> Any:
         (work / "airflow" / "process-logs" / "triggerer.log").write_text("triggerer said why\n")
         (work / "spark" / "logs").mkdir(parents=True)
         (work / "spark" / "logs" / "master.log").write_text("master said why\n")
+        (work / "spark" / "work" / "driver-1").mkdir(parents=True)
+        (work / "spark" / "work" / "driver-1" / "stderr").write_text("the driver said why\n")
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
@@ -70,6 +72,7 @@ def test_a_failed_run_keeps_its_work_directory_and_names_its_logs(
     assert f"kept, with every log of this run: {work}" in out
     assert str(work / "airflow" / "process-logs" / "triggerer.log") in out
     assert str(work / "spark" / "logs" / "master.log") in out
+    assert str(work / "spark" / "work" / "driver-1" / "stderr") in out
     assert "FAILED: spark_submit wrote 0 rows for 23 expected" in out
 
 
