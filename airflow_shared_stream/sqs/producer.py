@@ -211,7 +211,7 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
             self._queue.url,
             self._queue.is_fifo,
             self._dead_letter_queue.url if self._dead_letter_queue else None,
-            self._window.max_in_flight,
+            self.credits.max_in_flight,
         )
         if self._dead_letter_queue is None:
             log.warning(
