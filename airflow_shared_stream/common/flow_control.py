@@ -21,6 +21,8 @@ import asyncio
 
 from airflow.triggers.shared_stream import DEFAULT_ACK_TIMEOUT, DEFAULT_SUBSCRIBER_QUEUE_MAX
 
+from airflow_shared_stream.common.errors import SharedStreamConfigurationError
+
 
 def subscriber_queue_size() -> int:
     """The triggerer's per-subscriber queue bound, as configured for this deployment."""
@@ -57,10 +59,12 @@ def validate_max_in_flight(max_in_flight: int) -> int:
     message rather than failing watchers at run time.
     """
     if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
-        raise TypeError(f"max_in_flight must be an int, got {type(max_in_flight).__name__}")
+        raise SharedStreamConfigurationError(
+            f"max_in_flight must be an int, got {type(max_in_flight).__name__}"
+        )
     limit = subscriber_queue_size()
     if not 1 <= max_in_flight <= limit:
-        raise ValueError(
+        raise SharedStreamConfigurationError(
             f"max_in_flight must be between 1 and {limit} "
             "([triggerer] shared_stream_subscriber_queue_size); "
             f"got {max_in_flight}. A larger window could overflow subscriber queues."
