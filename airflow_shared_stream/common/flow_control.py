@@ -4,7 +4,7 @@ Flow control for producers: a credit window bounding the messages in flight.
 Airflow's manager never waits for subscribers before fanning out the next raw event, and a
 subscriber whose queue fills up (``[triggerer] shared_stream_subscriber_queue_size``, 1024) is
 force-failed. Persistence confirmations arrive at the pace of the triggerer's state sync (about
-once a second, a few dozen events per second on SQLite). A producer that yields whatever the
+once a second). A producer that yields whatever the
 broker hands it therefore overflows subscriber queues on a burst and piles up messages that will
 time out and be redelivered.
 
