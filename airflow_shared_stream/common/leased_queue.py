@@ -2,11 +2,11 @@
 The producer template of every leased-queue broker: SQS, Pub/Sub, Service Bus.
 
 A leased queue hands out a message under a lease (SQS visibility timeout, Pub/Sub ack deadline,
-Service Bus peek-lock) and expects a settlement before it runs out. The template does, once for
-all of them: the receive loop (credits, leases, read-ahead), ``advance`` (one decision table,
-:mod:`.settlement`; ordered lanes, :mod:`.lanes`; ACKs coalesced, :mod:`.ack_batcher`), holding
-messages no watcher has seen instead of spending a delivery attempt on them (:mod:`.unseen`),
-lag sampling, metrics and ``aclose``. A broker subclass supplies only its calls:
+Service Bus peek-lock) and expects a settlement before it runs out. The template does the rest
+once for all of them, in layers: :mod:`.leased_broker` declares what a broker supplies,
+:mod:`.leased_advance` settles what the manager advanced, and this module is the stream: the
+receive loop (credits, leases, read-ahead, ordered lanes), offering again the messages no watcher
+has seen (:mod:`.unseen`), lag sampling and ``aclose``. A broker subclass supplies only its calls:
 
 =====================  ===================  =====================  ===========================
 hook                   SQS                  Pub/Sub                Service Bus
@@ -85,7 +85,6 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
         self._reads: ReadAhead[ReceivedBatch[Handle]] = ReadAhead(
             self.credits,
             self._receive_batch,
-            limit=self.receive_limit,
             name=f"shared-stream-receive[{self.broker}]",
         )
 
@@ -167,7 +166,7 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
     def _start_receives(self) -> None:
         """Read ahead for the credits free now, unless messages no watcher has seen are held."""
         if not self._unseen:
-            self._reads.start(self.receives_in_flight)
+            self._reads.start(self.receives_in_flight, self.receive_limit)
 
     async def _receive_batch(self, reserved: int) -> ReceivedBatch[Handle]:
         """

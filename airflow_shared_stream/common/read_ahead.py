@@ -26,31 +26,29 @@ class ReadAhead(Generic[Batch]):
         credits: CreditWindow,
         receive: Callable[[int], Coroutine[Any, Any, Batch]],
         *,
-        limit: int | None,
         name: str,
     ) -> None:
         self._credits = credits
         self._receive = receive
-        self._limit = limit
         self._name = name
         self._tasks: collections.deque[asyncio.Task[Batch]] = collections.deque()
 
     def __bool__(self) -> bool:
         return bool(self._tasks)
 
-    def start(self, in_flight: int) -> None:
-        """Start receives, up to ``in_flight`` of them, for the credits free right now."""
+    def start(self, in_flight: int, limit: int | None) -> None:
+        """Start receives, up to ``in_flight`` of them, each for at most ``limit`` credits free now."""
         while len(self._tasks) < in_flight:
-            credits = min(self._credits.available, self.size(in_flight))
+            credits = min(self._credits.available, self.size(in_flight, limit))
             if credits <= 0:
                 return
             self._credits.reserve(credits)
             self._tasks.append(asyncio.create_task(self._receive(credits), name=self._name))
 
-    def size(self, in_flight: int) -> int:
-        """Most messages one receive asks for: the broker's limit and its share of the window."""
+    def size(self, in_flight: int, limit: int | None) -> int:
+        """Most messages one receive asks for: the broker's ``limit`` and its share of the window."""
         share = max(1, self._credits.max_in_flight // in_flight)
-        return min(share, self._limit) if self._limit else share
+        return min(share, limit) if limit else share
 
     def any_done(self) -> bool:
         """Some receive returned and its batch was not taken yet."""
