@@ -9,14 +9,9 @@ from typing import Any
 import pytest
 from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 
-from airflow_shared_stream.common.leased_queue import (
-    ACK_QUEUED,
-    DeadLetter,
-    Delivery,
-    LeasedQueueProducer,
-    NoSubscriberBackoff,
-    chunked,
-)
+from airflow_shared_stream.common.backoff import NoSubscriberBackoff
+from airflow_shared_stream.common.delivery import ACK_QUEUED, DeadLetter, Delivery, chunked
+from airflow_shared_stream.common.leased_queue import LeasedQueueProducer
 from airflow_shared_stream.common.matching import build_message
 
 ACKED = AdvanceOutcome(acked=1, failed=0, rejected=0)
