@@ -170,9 +170,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="a lane's received messages not held back behind its redelivery",
         broker="sqs",
-        path="airflow_shared_stream/common/leased_queue.py",
-        original="                elif self._redelivered_lanes.get(delivery.lane, -1) > stamp:\n",
-        mutated="                elif False:  # mutant: only what was handed out is held back\n",
+        path="airflow_shared_stream/common/lanes.py",
+        original="        return self._redelivered.get(lane, -1) > stamp\n",
+        mutated="        return False  # mutant: only what was handed out is held back\n",
         caught_by=("test_a_message_received_but_not_yet_handed_out_is_held_back_behind_a_redelivery",),
     ),
     Mutant(
@@ -189,7 +189,7 @@ MUTANTS: tuple[Mutant, ...] = (
         Mutant(
             name="a message nobody saw is given back at once",
             broker=broker,
-            path="airflow_shared_stream/common/leased_queue.py",
+            path="airflow_shared_stream/common/leased_advance.py",
             original="                and _nobody(item)\n",
             mutated="                and False  # mutant: redelivered, spending a delivery attempt\n",
             caught_by=("test_a_stuck_watcher_spends_no_delivery_attempt_of_messages_nobody_saw",),
@@ -208,7 +208,7 @@ MUTANTS: tuple[Mutant, ...] = (
         Mutant(
             name="a queued ACK's lease forgotten on the general advance path",
             broker=broker,
-            path="airflow_shared_stream/common/leased_queue.py",
+            path="airflow_shared_stream/common/leased_advance.py",
             original="            kept = {d.lease for d in later}\n",
             mutated="            kept = set()  # mutant: the lease keeper no longer finds the queued ACKs\n",
             caught_by=("test_a_queued_ack_keeps_its_lease_when_its_batch_also_settles_a_reject",),

@@ -100,11 +100,6 @@ class SecretScrubber:
         return True
 
 
-def scrub_secrets(text: str, secrets: Iterable[str | None]) -> str:
-    """One-off form of :meth:`SecretScrubber.scrub`."""
-    return SecretScrubber(secrets).scrub(text)
-
-
 def require_sdk(module: str, extra: str) -> None:
     """
     Import a broker SDK's top module, or fail naming the pip extra that installs it.

@@ -4,7 +4,7 @@ Flow control for producers: a credit window bounding the messages in flight.
 Airflow's manager never waits for subscribers before fanning out the next raw event, and a
 subscriber whose queue fills up (``[triggerer] shared_stream_subscriber_queue_size``, 1024) is
 force-failed. Persistence confirmations arrive at the pace of the triggerer's state sync (about
-once a second, a few dozen events per second on SQLite). A producer that yields whatever the
+once a second). A producer that yields whatever the
 broker hands it therefore overflows subscriber queues on a burst and piles up messages that will
 time out and be redelivered.
 
@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 
 from airflow.triggers.shared_stream import DEFAULT_ACK_TIMEOUT, DEFAULT_SUBSCRIBER_QUEUE_MAX
+
+from airflow_shared_stream.common.errors import SharedStreamConfigurationError
 
 
 def subscriber_queue_size() -> int:
@@ -57,10 +59,12 @@ def validate_max_in_flight(max_in_flight: int) -> int:
     message rather than failing watchers at run time.
     """
     if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
-        raise TypeError(f"max_in_flight must be an int, got {type(max_in_flight).__name__}")
+        raise SharedStreamConfigurationError(
+            f"max_in_flight must be an int, got {type(max_in_flight).__name__}"
+        )
     limit = subscriber_queue_size()
     if not 1 <= max_in_flight <= limit:
-        raise ValueError(
+        raise SharedStreamConfigurationError(
             f"max_in_flight must be between 1 and {limit} "
             "([triggerer] shared_stream_subscriber_queue_size); "
             f"got {max_in_flight}. A larger window could overflow subscriber queues."

@@ -41,9 +41,8 @@ class LeaseKeeper(Generic[LeaseHandle]):
     Passes start every ``renew_every`` seconds, counted from the start of the previous pass, and
     a pass sends its chunks of ``batch_size`` leases together (at most ``calls_in_flight`` at
     once): a lease goes at most ``renew_every`` plus one round trip without renewal, however many
-    messages are in flight. (Paced by a sleep after each pass, with its chunks sent one after
-    another, a pass of 200 SQS messages was 20 round trips on top of the pause, and under load a
-    2 s visibility ran out between two renewals.)
+    messages are in flight (chunks sent one after another would add a round trip per chunk to
+    every pass, and a short lease could run out between two renewals).
 
     No lock spans a renewal pass or a settlement. A settlement only waits for the in-flight
     renewal call that includes one of its own messages (so no renewal can land after the

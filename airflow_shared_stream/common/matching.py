@@ -19,6 +19,8 @@ from typing import Any
 import jmespath
 from jmespath.exceptions import JMESPathError
 
+from airflow_shared_stream.common.errors import SharedStreamConfigurationError
+
 
 class Verdict(enum.Enum):
     MATCH = "match"
@@ -148,11 +150,15 @@ def _compile(name: str, expression: str | None) -> jmespath.parser.ParsedResult 
     if expression is None:
         return None
     if not isinstance(expression, str) or not expression.strip():
-        raise ValueError(f"{name} must be a non-empty JMESPath expression string, got {expression!r}")
+        raise SharedStreamConfigurationError(
+            f"{name} must be a non-empty JMESPath expression string, got {expression!r}"
+        )
     try:
         return jmespath.compile(expression)
     except JMESPathError as exc:
-        raise ValueError(f"{name} is not a valid JMESPath expression: {expression!r}: {exc}") from None
+        raise SharedStreamConfigurationError(
+            f"{name} is not a valid JMESPath expression: {expression!r}: {exc}"
+        ) from None
 
 
 def is_truthy(value: Any) -> bool:
@@ -168,9 +174,9 @@ class EnvelopeMatcher:
     """
     The compiled ``match``/``reject`` pair of one trigger.
 
-    Construction raises :class:`ValueError` for a bad expression, so a typo fails the Dag
-    file's parse. Evaluation never raises: an expression that fails on a particular message
-    (a function given the wrong type, say) rejects that message with the reason.
+    Construction raises :class:`~.errors.SharedStreamConfigurationError` for a bad expression,
+    so a typo fails the Dag file's parse. Evaluation never raises: an expression that fails on a
+    particular message (a function given the wrong type, say) rejects that message with the reason.
     """
 
     def __init__(self, match: str | None = None, reject: str | None = None) -> None:

@@ -58,8 +58,8 @@ BROKER_LAG = "broker_lag"
 ADVANCE_LATENCY = "advance_latency"
 """Milliseconds the broker calls one ``advance`` made inline took (Kafka: a dead-letter send;
 leased queues: dead letters, redeliveries, ordered ACKs). Advances that only hand work on (a
-commit target to the committer, an ACK to the ACK batcher) take microseconds and are not timed:
-one timer per message would be most of a stream's StatsD traffic and say nothing."""
+commit target to the committer, an ACK to the ACK batcher) are not timed: one timer per message
+would be most of a stream's StatsD traffic and say nothing."""
 
 ALL_METRICS = (
     RECEIVED,
@@ -80,10 +80,10 @@ ALL_METRICS = (
 FLUSH_INTERVAL_SECONDS = 1.0
 """Counters and gauges of a stream are sent at most this often (timers are sent as they come).
 
-A stream counts several things per message; one ``Stats`` call each cost the template a third of
-its time per message at one watcher (bench/results/watchers_*.md). StatsD aggregates counters
-over its own flush interval (10 s by default) and keeps only a gauge's last value, so sending a
-second's sum, and the last gauge value, shows the same graphs for a fraction of the calls."""
+A stream counts several things per message, and a ``Stats`` call per count is a large part of
+its cost per message. StatsD aggregates counters over its own flush interval (10 s by default)
+and keeps only a gauge's last value, so sending a second's sum, and the last gauge value, shows
+the same graphs for a fraction of the calls."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
@@ -101,7 +101,7 @@ def _stats() -> Any:
     # The triggerer initialises core's stats module (airflow.observability.stats) from
     # [metrics]; the SDK's copy is only initialised in task processes. Producers run in the
     # triggerer, so they must send through core's. Looked up once: a stream sends several
-    # metrics per message (bench/results/watchers_kafka*.md measured the lookup per send).
+    # metrics per message.
     global _stats_module
     if _stats_module is None:
         import importlib
@@ -207,9 +207,9 @@ class StreamMetrics:
         """
         Surface watchers that did not finish ``messages`` messages (``failed`` deliveries in all).
 
-        Core limit 4: Airflow's ack timeout fails such a watcher but cannot cancel it, and
-        nothing else tells the deployment why messages come back, so count the failed
-        deliveries and log one warning per advance.
+        Airflow's ack timeout fails such a watcher but cannot cancel it, and nothing else tells
+        the deployment why messages come back, so count the failed deliveries and log one
+        warning per advance.
         """
         if failed <= 0:
             return

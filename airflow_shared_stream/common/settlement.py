@@ -56,8 +56,8 @@ def split_by_settlement(batch: Iterable[AdvanceItem]) -> dict[Settlement, list[A
     """
     Group a batch's broker payloads by settlement, keeping fan-out order inside each group.
 
-    Producers whose broker has batch calls (SQS, Pub/Sub) settle each group with one call per
-    group instead of one per message.
+    For a producer of its own (outside the leased-queue template) whose broker has batch calls:
+    one call per group instead of one per message.
     """
     groups: dict[Settlement, list[Any]] = {settlement: [] for settlement in Settlement}
     for item in batch:

@@ -296,7 +296,7 @@ class SharedStreamTrigger(BaseEventTrigger):
     # -- the subscriber half ----------------------------------------------------------------
 
     def _common_kwargs(self) -> dict[str, Any]:
-        """Deprecated helper for triggers that build ``serialize()`` by hand (Kafka, until it moves)."""
+        """The watcher fields and ``max_in_flight``, for a trigger that builds ``serialize()`` by hand."""
         return {"match": self.match, "reject": self.reject, "max_in_flight": self.max_in_flight}
 
     async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:

@@ -358,18 +358,6 @@ class KafkaHook(BaseHook):
         """Deprecated alias of :attr:`kafka_config_id`."""
         return self.kafka_config_id
 
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["schema", "port", "host"],
-            "relabeling": {"login": "SASL username", "password": "SASL password"},
-            "placeholders": {
-                "extra": '{"bootstrap.servers": "broker1:9092,broker2:9092", '
-                '"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", '
-                '"enable.auto.commit": "false"}'
-            },
-        }
-
     async def aget_client_config(self) -> KafkaClientConfig:
         """Fetch the connection and translate it; raises :class:`KafkaConfigError` on bad settings."""
         connection = await BaseHook.aget_connection(self.kafka_config_id)

@@ -153,14 +153,6 @@ class PubSubHook(BaseHook):
         super().__init__()
         self.gcp_conn_id = gcp_conn_id
 
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["host", "schema", "port", "login", "password"],
-            "relabeling": {},
-            "placeholders": {"extra": '{"project": "my-project", "key_path": "/secrets/pubsub-reader.json"}'},
-        }
-
     # -- reading the connection -------------------------------------------------------------
 
     def connection_project(self) -> str | None:

@@ -212,7 +212,7 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
             lease_seconds,
             self.dead_letter_topic,
             policy_topic,
-            self._window.max_in_flight,
+            self.credits.max_in_flight,
         )
         if self.dead_letter_topic is None:
             log.warning(

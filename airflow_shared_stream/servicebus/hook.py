@@ -167,20 +167,6 @@ class ServiceBusSharedStreamHook(BaseHook):
         super().__init__()
         self.conn_id = azure_service_bus_conn_id
 
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["port", "host", "login", "password"],
-            "relabeling": {"schema": "Connection String"},
-            "placeholders": {
-                "schema": (
-                    "Endpoint=sb://<namespace>.servicebus.windows.net/;"
-                    "SharedAccessKeyName=<key name>;SharedAccessKey=<key>"
-                ),
-                "extra": '{"fully_qualified_namespace": "<namespace>.servicebus.windows.net"}',
-            },
-        }
-
     def namespace(self) -> str:
         """
         The namespace the connection resolves to, normalised (:func:`normalise_namespace`).

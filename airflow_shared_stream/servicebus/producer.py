@@ -352,7 +352,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             self._config.namespace,
             self._entity.path,
             self._session_enabled,
-            self._window.max_in_flight,
+            self.credits.max_in_flight,
         )
         return ASSUMED_LOCK_SECONDS
 
@@ -491,7 +491,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             receiver = self._new_receiver(
                 session_id=NEXT_AVAILABLE_SESSION,
                 max_wait_time=1,
-                prefetch_count=max(1, self._window.max_in_flight // self._max_sessions),
+                prefetch_count=max(1, self.credits.max_in_flight // self._max_sessions),
             )
             try:
                 await receiver.__aenter__()

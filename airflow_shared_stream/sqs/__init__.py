@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from airflow_shared_stream.sqs.errors import (
     SqsAccessError,
     SqsConfigurationError,
@@ -9,7 +11,7 @@ from airflow_shared_stream.sqs.errors import (
     SqsQueueNotFoundError,
     SqsSharedStreamError,
 )
-from airflow_shared_stream.sqs.hook import QueueUrl, SqsClientConfig, SqsHook
+from airflow_shared_stream.sqs.hook import QueueUrl, SqsClientConfig, SqsSharedStreamHook, renamed_hook
 from airflow_shared_stream.sqs.producer import SqsSharedStreamProducer
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
 
@@ -19,9 +21,15 @@ __all__ = [
     "SqsClientConfig",
     "SqsConfigurationError",
     "SqsEndpointError",
-    "SqsHook",
     "SqsQueueNotFoundError",
     "SqsSharedStreamError",
+    "SqsSharedStreamHook",
     "SqsSharedStreamProducer",
     "SqsSharedStreamTrigger",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SqsHook":
+        return renamed_hook()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,12 @@
-"""SQS errors: the common kinds, named for SQS. Messages name the queue and never a credential."""
+"""SQS errors: the common kinds, named for SQS, and botocore's errors translated to them.
+
+Messages name the queue and the connection id, never a credential: botocore's error text can quote
+the signed request, so only the service's own message reaches one, through the secret scrubber.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from airflow_shared_stream.common.errors import (
     SharedStreamAccessError,
@@ -29,3 +35,50 @@ class SqsAccessError(SqsSharedStreamError, SharedStreamAccessError):
 
 class SqsEndpointError(SqsSharedStreamError, SharedStreamEndpointError):
     """The endpoint did not answer as SQS (wrong URL, unreachable, not an SQS API)."""
+
+
+MISSING_QUEUE_CODES = frozenset(
+    {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NonExistentQueue"}
+)
+ACCESS_CODES = frozenset(
+    {
+        "AccessDenied",
+        "AccessDeniedException",
+        "ExpiredToken",
+        "InvalidAccessKeyId",
+        "InvalidClientTokenId",
+        "InvalidSecurity",
+        "MissingAuthenticationToken",
+        "SignatureDoesNotMatch",
+        "UnrecognizedClientException",
+    }
+)
+
+
+def explain_client_error(
+    exc: Exception, *, operation: str, queue_url: str, aws_conn_id: str, scrub: Callable[[str], str]
+) -> SqsSharedStreamError:
+    """The error a botocore ``ClientError`` stands for, naming the queue and the connection id."""
+    response = getattr(exc, "response", {})
+    error = response.get("Error", {})
+    code = error.get("Code", "Unknown")
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if code in MISSING_QUEUE_CODES:
+        return SqsQueueNotFoundError(
+            f"SQS queue {queue_url} does not exist, or connection {aws_conn_id!r} cannot see it"
+        )
+    if code in ACCESS_CODES or status in (401, 403):
+        # The service's own message can quote the signed request: leave it out.
+        return SqsAccessError(
+            f"SQS refused connection {aws_conn_id!r} on {operation} for {queue_url} ({code})"
+        )
+    return SqsSharedStreamError(
+        f"SQS {operation} on {queue_url} failed: {code}: {scrub(error.get('Message', ''))}"
+    )
+
+
+def explain_transport_error(exc: Exception, *, operation: str, queue_url: str) -> SqsEndpointError:
+    """The error a botocore ``BotoCoreError`` stands for: only its type, never its text."""
+    return SqsEndpointError(
+        f"SQS {operation} on {queue_url} failed: the endpoint did not answer as SQS ({type(exc).__name__})"
+    )

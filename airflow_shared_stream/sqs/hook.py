@@ -15,10 +15,12 @@ change who the stream runs as.
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
@@ -148,7 +150,7 @@ class SqsClientConfig:
         return {k: v for k, v in kwargs.items() if v is not None}
 
 
-class SqsHook(BaseHook):
+class SqsSharedStreamHook(BaseHook):
     """
     Resolve an ``aws`` Airflow Connection into SQS client settings for the shared stream.
 
@@ -163,16 +165,6 @@ class SqsHook(BaseHook):
     def __init__(self, aws_conn_id: str = default_conn_name) -> None:
         super().__init__()
         self.aws_conn_id = aws_conn_id
-
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["host", "schema", "port"],
-            "relabeling": {"login": "AWS Access Key ID", "password": "AWS Secret Access Key"},
-            "placeholders": {
-                "extra": '{"region_name": "eu-west-1", "endpoint_url": "https://sqs.eu-west-1.amazonaws.com"}'
-            },
-        }
 
     async def aget_client_config(self, *, region_name: str | None, queue: QueueUrl) -> SqsClientConfig:
         """Read the connection (through the triggerer's secrets backends) and build the config."""
@@ -247,3 +239,19 @@ class SqsHook(BaseHook):
                 "in extra: set it in one place"
             )
         return (pairs[0][1], pairs[0][2]) if pairs else (None, None)
+
+
+def renamed_hook(stacklevel: int = 3) -> type[SqsSharedStreamHook]:
+    """The hook under its old name ``SqsHook``, with a deprecation warning for the caller."""
+    warnings.warn(
+        "SqsHook is deprecated; use SqsSharedStreamHook (the same class)",
+        AirflowProviderDeprecationWarning,
+        stacklevel=stacklevel,
+    )
+    return SqsSharedStreamHook
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SqsHook":
+        return renamed_hook()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,19 +5,15 @@ The SQS half of a shared stream: one long-polling receiver per queue, on the lea
 ACK       ``DeleteMessageBatch`` (10 per call)
 REDELIVER ``ChangeMessageVisibilityBatch`` to 0: the message is visible again at once
 DEAD      ``SendMessageBatch`` to the dead-letter queue (given, or the queue's RedrivePolicy
-LETTER    target), then delete what SQS accepted; without a dead-letter queue the message is
-          left to the queue (it comes back after each visibility timeout)
+LETTER    target), then delete what SQS accepted (:mod:`.dead_letter`); without a dead-letter
+          queue the message is left to the queue (it comes back after each visibility timeout)
 ========  ================================================================================
 
-Dead-letter batches are bounded by count (10) and by bytes (the dead-letter queue's
-``MaximumMessageSize``, which SQS also applies to a whole batch). A message too large for the
-dead-letter queue at all (its body plus the reason attributes) still leaves the stream: its body
-is truncated to fit, on a UTF-8 boundary, and ``dead_letter_truncated_from`` carries the original
-size, so nothing loops forever on the source queue.
+Dead-letter batches are bounded by count (10) and by the dead-letter queue's
+``MaximumMessageSize``, which SQS also applies to a whole batch.
 
-Lanes: a FIFO queue keeps order per ``MessageGroupId``, so each group is an ordered lane (a
-redelivered message holds back the later messages of its group). A standard queue has no order
-to keep; the messages of one receive call share an advance lane (bench/sqs_lanes.py).
+Lanes: a FIFO queue keeps order per ``MessageGroupId``, so each group is an ordered lane. A
+standard queue has no order to keep; the messages of one receive call share an advance lane.
 """
 
 from __future__ import annotations
@@ -35,13 +31,14 @@ from airflow_shared_stream.common.leased_queue import DeadLetter, Delivery, Leas
 from airflow_shared_stream.common.matching import build_message
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.sqs.credentials import open_sqs_client
-from airflow_shared_stream.sqs.errors import (
-    SqsAccessError,
-    SqsEndpointError,
-    SqsQueueNotFoundError,
-    SqsSharedStreamError,
+from airflow_shared_stream.sqs.dead_letter import (
+    SQS_BATCH_LIMIT,
+    SQS_MAX_MESSAGE_BYTES,
+    dead_letter_entry,
+    entry_size,
 )
-from airflow_shared_stream.sqs.hook import QueueUrl, SqsHook
+from airflow_shared_stream.sqs.errors import SqsEndpointError, explain_client_error, explain_transport_error
+from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook
 
 require_sdk("aiobotocore", "sqs")
 
@@ -78,38 +75,6 @@ def sdk_logger_names() -> list[str]:
 
 
 log = logging.getLogger(__name__)
-
-SQS_BATCH_LIMIT = 10
-"""Most entries SQS accepts in one receive, delete, visibility or send batch call."""
-
-SQS_MAX_MESSAGE_BYTES = 262_144
-"""SQS's historical message and batch size limit; the DLQ's own MaximumMessageSize is used when known."""
-
-SQS_MAX_MESSAGE_ATTRIBUTES = 10
-"""Most message attributes SQS accepts on one message."""
-
-DEAD_LETTER_REASON = "dead_letter_reason"
-DEAD_LETTER_DESCRIPTION = "dead_letter_description"
-DEAD_LETTER_TRUNCATED_FROM = "dead_letter_truncated_from"
-_DESCRIPTION_LIMIT = 1024
-_TRUNCATION_MARGIN = 512
-
-_MISSING_QUEUE_CODES = frozenset(
-    {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NonExistentQueue"}
-)
-_ACCESS_CODES = frozenset(
-    {
-        "AccessDenied",
-        "AccessDeniedException",
-        "ExpiredToken",
-        "InvalidAccessKeyId",
-        "InvalidClientTokenId",
-        "InvalidSecurity",
-        "MissingAuthenticationToken",
-        "SignatureDoesNotMatch",
-        "UnrecognizedClientException",
-    }
-)
 
 
 @dataclass(slots=True)
@@ -173,7 +138,7 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
     async def connect(self) -> float:
         from aiobotocore.config import AioConfig
 
-        config = await SqsHook(self._aws_conn_id).aget_client_config(
+        config = await SqsSharedStreamHook(self._aws_conn_id).aget_client_config(
             region_name=self._region_name, queue=self._queue
         )
         client_config = AioConfig(
@@ -211,7 +176,7 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
             self._queue.url,
             self._queue.is_fifo,
             self._dead_letter_queue.url if self._dead_letter_queue else None,
-            self._window.max_in_flight,
+            self.credits.max_in_flight,
         )
         if self._dead_letter_queue is None:
             log.warning(
@@ -326,7 +291,7 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
         return [int(failure["Id"]) for failure in response.get("Failed", ())]
 
     def dead_letter_size(self, letter: DeadLetter[SqsMessageHandle]) -> int:
-        return _entry_size(self._dead_letter_entry(0, letter))
+        return entry_size(self._dead_letter_entry(0, letter))
 
     async def dead_letter(self, letters: Sequence[DeadLetter[SqsMessageHandle]]) -> None:
         if self._dead_letter_queue is None:
@@ -354,60 +319,15 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
             log.info("Dead-lettered %d message(s) to %s", len(moved), dead_letter_queue.name)
 
     def _dead_letter_entry(self, index: int, letter: DeadLetter[SqsMessageHandle]) -> dict[str, Any]:
-        """The SendMessageBatch entry for one letter: body, original attributes, the reason."""
-        handle = letter.delivery.handle
-        attributes = _sendable_attributes(handle.message_attributes)
-        reason = {
-            DEAD_LETTER_REASON: {"DataType": "String", "StringValue": letter.reason},
-            DEAD_LETTER_DESCRIPTION: {
-                "DataType": "String",
-                "StringValue": letter.description[:_DESCRIPTION_LIMIT] or "-",
-            },
-        }
-        if len(attributes) + len(reason) + 1 <= SQS_MAX_MESSAGE_ATTRIBUTES:
-            attributes.update(reason)
-        entry: dict[str, Any] = {"Id": str(index), "MessageBody": handle.body}
-        if attributes:
-            entry["MessageAttributes"] = attributes
-        limit = self._dead_letter_max_bytes
-        if _entry_size(entry) > limit:
-            entry = self._truncated(entry, limit)
-        dead_letter_queue = self._dead_letter_queue
-        if dead_letter_queue is not None and dead_letter_queue.is_fifo:
-            entry["MessageGroupId"] = handle.group_id or handle.message_id
-            entry["MessageDeduplicationId"] = handle.message_id
-        return entry
-
-    def _truncated(self, entry: dict[str, Any], limit: int) -> dict[str, Any]:
-        """An entry cut to fit the dead-letter queue: truncated body, original size recorded."""
-        body: str = entry["MessageBody"]
-        original = len(body.encode("utf-8"))
-        attributes = dict(entry.get("MessageAttributes", {}))
-        marker = {DEAD_LETTER_TRUNCATED_FROM: {"DataType": "Number", "StringValue": str(original)}}
-        if len(attributes) >= SQS_MAX_MESSAGE_ATTRIBUTES:
-            ours = (DEAD_LETTER_REASON, DEAD_LETTER_DESCRIPTION)
-            attributes = {k: v for k, v in attributes.items() if k in ours}
-        attributes.update(marker)
-        room = limit - _attributes_size(attributes) - _TRUNCATION_MARGIN
-        if room < 0:  # the original attributes alone are too large: keep only ours
-            attributes = {k: v for k, v in attributes.items() if k.startswith("dead_letter_")}
-            room = limit - _attributes_size(attributes) - _TRUNCATION_MARGIN
-        cut = body.encode("utf-8")[: max(0, room)].decode("utf-8", errors="ignore")
-        log.warning(
-            "Message of %d bytes is too large for dead-letter queue %s (%d bytes): "
-            "dead-lettering its first %d bytes",
-            original,
-            self._dead_letter_queue.url if self._dead_letter_queue else "?",
-            limit,
-            len(cut.encode("utf-8")),
+        return dead_letter_entry(
+            index, letter, queue=self._dead_letter_queue, max_bytes=self._dead_letter_max_bytes
         )
-        return {**entry, "MessageBody": cut or "-", "MessageAttributes": attributes}
 
     # -- errors -------------------------------------------------------------------------------
 
     async def _call(self, operation: str, *, queue: QueueUrl | None = None, **params: Any) -> dict[str, Any]:
         """
-        Call one SQS operation, turning botocore's errors into ones that name the problem.
+        Call one SQS operation, its botocore errors translated (:mod:`.errors`).
 
         ``queue`` is the queue the call is about (the source queue unless given): errors name it.
         """
@@ -418,46 +338,15 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
         try:
             return await method(**params)
         except ClientError as exc:
-            raise self._explain(operation, target, exc) from None
-        except BotoCoreError as exc:
-            raise SqsEndpointError(
-                f"SQS {operation} on {target.url} failed: the endpoint did not answer as SQS "
-                f"({type(exc).__name__})"
+            raise explain_client_error(
+                exc,
+                operation=operation,
+                queue_url=target.url,
+                aws_conn_id=self._aws_conn_id,
+                scrub=self._scrubber.scrub,
             ) from None
-
-    def _explain(self, operation: str, queue: QueueUrl, exc: Exception) -> SqsSharedStreamError:
-        response = getattr(exc, "response", {})
-        error = response.get("Error", {})
-        code = error.get("Code", "Unknown")
-        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        if code in _MISSING_QUEUE_CODES:
-            return SqsQueueNotFoundError(
-                f"SQS queue {queue.url} does not exist, or connection {self._aws_conn_id!r} cannot see it"
-            )
-        if code in _ACCESS_CODES or status in (401, 403):
-            # The service's own message can quote the signed request: leave it out.
-            return SqsAccessError(
-                f"SQS refused connection {self._aws_conn_id!r} on {operation} for {queue.url} ({code})"
-            )
-        return SqsSharedStreamError(
-            f"SQS {operation} on {queue.url} failed: {code}: {self._scrubber.scrub(error.get('Message', ''))}"
-        )
-
-
-def _entry_size(entry: dict[str, Any]) -> int:
-    """Bytes SQS counts for a send entry: the body plus every attribute's name, type and value."""
-    return len(entry["MessageBody"].encode("utf-8")) + _attributes_size(entry.get("MessageAttributes", {}))
-
-
-def _attributes_size(attributes: dict[str, Any]) -> int:
-    size = 0
-    for name, attribute in attributes.items():
-        size += len(name.encode("utf-8")) + len(attribute.get("DataType", "").encode("utf-8"))
-        if "StringValue" in attribute:
-            size += len(attribute["StringValue"].encode("utf-8"))
-        if "BinaryValue" in attribute:
-            size += len(attribute["BinaryValue"])
-    return size
+        except BotoCoreError as exc:
+            raise explain_transport_error(exc, operation=operation, queue_url=target.url) from None
 
 
 def _snake(operation: str) -> str:
@@ -483,14 +372,6 @@ def _simplify_attributes(attributes: dict[str, Any]) -> dict[str, Any]:
         else:
             simple[name] = attribute.get("StringValue")
     return simple
-
-
-def _sendable_attributes(attributes: dict[str, Any]) -> dict[str, Any]:
-    """Received message attributes in the shape SendMessage accepts (no empty list fields)."""
-    return {
-        name: {k: v for k, v in attribute.items() if k in ("DataType", "StringValue", "BinaryValue")}
-        for name, attribute in attributes.items()
-    }
 
 
 def _log_failed(action: str, response: dict[str, Any], chunk: Sequence[Any], consequence: str) -> None:

@@ -11,7 +11,7 @@ from airflow_shared_stream.common.trigger import (
     SharedStreamTrigger,
 )
 from airflow_shared_stream.sqs.errors import SqsConfigurationError
-from airflow_shared_stream.sqs.hook import QueueUrl, SqsHook
+from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook
 from airflow_shared_stream.sqs.producer import SqsSharedStreamProducer
 
 
@@ -59,7 +59,7 @@ class SqsSharedStreamTrigger(SharedStreamTrigger):
         self,
         queue_url: str,
         *,
-        aws_conn_id: str = SqsHook.default_conn_name,
+        aws_conn_id: str = SqsSharedStreamHook.default_conn_name,
         region_name: str | None = None,
         match: str | None = None,
         reject: str | None = None,

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
+from airflow_shared_stream.common.errors import SharedStreamConfigurationError
 from airflow_shared_stream.sqs.errors import (
     SqsAccessError,
     SqsConfigurationError,
@@ -55,9 +56,9 @@ def test_a_url_that_is_not_sqs_is_refused_at_construction(url):
 
 def test_bad_expressions_are_refused_at_construction():
     url = "https://sqs.us-east-1.amazonaws.com/123456789012/orders"
-    with pytest.raises(ValueError, match="match is not a valid JMESPath expression"):
+    with pytest.raises(SharedStreamConfigurationError, match="match is not a valid JMESPath expression"):
         SqsSharedStreamTrigger(url, match="body.[")
-    with pytest.raises(ValueError, match="max_in_flight must be between 1 and"):
+    with pytest.raises(SharedStreamConfigurationError, match="max_in_flight must be between 1 and"):
         SqsSharedStreamTrigger(url, max_in_flight=100_000)
 
 

@@ -21,7 +21,7 @@ import boto3
 import pytest
 
 from airflow_shared_stream.sqs.errors import SqsConfigurationError
-from airflow_shared_stream.sqs.hook import QueueUrl, SqsHook
+from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
 from tests.integration.sqs.conftest import ACCESS_KEY, REGION, SECRET_KEY
 from tests.support.request_log import RecordingProxy
@@ -145,7 +145,8 @@ async def test_the_role_is_assumed_again_before_its_keys_expire_on_a_stream_idle
 
     url = _role_queue(sqs)
     conn_id = _role_connection(proxy, monkeypatch, "aws_role_idle")
-    config = await SqsHook(conn_id).aget_client_config(region_name=None, queue=QueueUrl.parse(url))
+    hook = SqsSharedStreamHook(conn_id)
+    config = await hook.aget_client_config(region_name=None, queue=QueueUrl.parse(url))
     clock = _Clock(monkeypatch)
     seen: list[str] = []
     async with open_sqs_client(config, AioConfig(), on_secrets=seen.extend, clock=clock) as client:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from airflow_shared_stream.common.leased_queue import AckBatcher
+from airflow_shared_stream.common.ack_batcher import AckBatcher
 
 
 class Broker:

@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 
+from airflow_shared_stream.common.errors import SharedStreamConfigurationError
 from airflow_shared_stream.common.flow_control import CreditWindow, validate_max_in_flight
 
 
@@ -38,13 +39,13 @@ def test_release_never_goes_negative():
 
 @pytest.mark.parametrize("bad", [0, -1, 10**6])
 def test_max_in_flight_must_fit_the_subscriber_queue(bad):
-    with pytest.raises(ValueError, match="max_in_flight must be between 1 and 1024"):
+    with pytest.raises(SharedStreamConfigurationError, match="max_in_flight must be between 1 and 1024"):
         validate_max_in_flight(bad)
 
 
 @pytest.mark.parametrize("bad", ["10", 1.5, True])
 def test_max_in_flight_must_be_an_int(bad):
-    with pytest.raises(TypeError):
+    with pytest.raises(SharedStreamConfigurationError, match="max_in_flight must be an int"):
         validate_max_in_flight(bad)
 
 

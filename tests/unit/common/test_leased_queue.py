@@ -9,14 +9,9 @@ from typing import Any
 import pytest
 from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 
-from airflow_shared_stream.common.leased_queue import (
-    ACK_QUEUED,
-    DeadLetter,
-    Delivery,
-    LeasedQueueProducer,
-    NoSubscriberBackoff,
-    chunked,
-)
+from airflow_shared_stream.common.backoff import NoSubscriberBackoff
+from airflow_shared_stream.common.delivery import ACK_QUEUED, DeadLetter, Delivery, chunked
+from airflow_shared_stream.common.leased_queue import LeasedQueueProducer
 from airflow_shared_stream.common.matching import build_message
 
 ACKED = AdvanceOutcome(acked=1, failed=0, rejected=0)
@@ -148,7 +143,7 @@ async def test_a_batch_received_after_the_redelivery_is_handed_out_and_the_recor
     producer.waiting = [("a3", "A", "x")]
     raw, _ = await anext(stream)  # a batch fully handed out with none waiting behind it clears the record
     assert raw.label == "a3"
-    assert producer._redelivered_lanes == {}
+    assert not producer._lanes.stamped
     await stream.aclose()
     await producer.aclose()
 
@@ -269,7 +264,7 @@ async def test_acks_go_out_once_a_credit_window_of_them_is_queued():
     await producer.advance(items([m0], ACKED))
     m2 = (await anext(stream))[1]  # the credit m0 freed is taken again: something stays in flight
     await producer.advance(items([m1], ACKED))
-    assert producer._window.in_flight == 1
+    assert producer.credits.in_flight == 1
     await asyncio.wait_for(acks_sent(producer), timeout=0.5)  # not the 2 s linger
     assert producer.calls == [("ack", ["m0", "m1"])]
     await producer.advance(items([m2], ACKED))
@@ -299,7 +294,7 @@ async def test_a_batch_of_unordered_acks_is_queued_counted_and_frees_its_credits
     producer = RecordedBroker([("m0", None, "x"), ("m1", None, "x"), ("m2", None, "x")])
     m0, m1, _m2 = await take(producer, 3)
     await producer.advance(items([m0, m1], ACKED, AdvanceOutcome(acked=2, failed=0, rejected=0)))
-    assert producer._window.in_flight == 1
+    assert producer.credits.in_flight == 1
     assert producer.metrics._counts == {"received": 3, "acked": 2, "fanned_out": 3}
     assert [d.lease for d in producer._acks.queued] == ["m0", "m1"]
     assert producer._leases is not None
@@ -315,14 +310,14 @@ async def test_only_a_batch_of_unordered_acks_takes_the_ack_only_path():
     for outcome in (FAILED, REJECTED, NOBODY, AdvanceOutcome(acked=1, failed=1, rejected=0)):
         assert producer._queue_plain_acks(items([m0, m1], ACKED, outcome)) is None
     assert producer._queue_plain_acks(items([m0, f0], ACKED, ACKED)) is None, "ordered lanes ack inline"
-    assert producer._window.in_flight == 3, "a refused batch changes nothing"
+    assert producer.credits.in_flight == 3, "a refused batch changes nothing"
     assert not producer._acks.queued
     assert m0.delivery.message is not ACK_QUEUED
     twice = AdvanceOutcome(acked=2, failed=0, rejected=0)
     assert producer._queue_plain_acks(items([m0, m1], ACKED, twice)) is True, "a full batch (of 2)"
     assert producer.metrics._counts["fanned_out"] == 3
     assert [d.lease for d in producer._acks.queued] == ["m0", "m1"]
-    assert producer._window.in_flight == 1
+    assert producer.credits.in_flight == 1
     await producer.aclose()
 
 
@@ -355,7 +350,7 @@ async def test_two_receives_overlap_each_ask_for_a_share_and_every_message_comes
     for _ in range(40):
         _message, payload = await anext(stream)
         seen.append(payload.delivery.message_id)
-        assert producer._window.in_flight + producer._window._reserved <= 20
+        assert producer.credits.in_flight + producer.credits._reserved <= 20
         await producer.advance(items([payload], ACKED))
     assert sorted(seen) == [f"m{i:02d}" for i in range(40)]
     assert producer.most_concurrent == 2
@@ -390,7 +385,7 @@ async def test_receives_read_ahead_never_hold_more_than_the_window():
     stream = producer.open_stream()
     held = [(await anext(stream))[1] for _ in range(3)]
     await asyncio.sleep(0.1)  # every receive that could start has finished
-    assert producer._window.in_flight + producer._window._reserved <= 6
+    assert producer.credits.in_flight + producer.credits._reserved <= 6
     assert len(producer.held_deliveries()) <= 6, "received past the window"
     await producer.advance(items(held, ACKED, ACKED, ACKED))
     await stream.aclose()
@@ -405,8 +400,8 @@ async def test_a_window_of_one_with_two_receives_does_not_deadlock():
         await producer.advance(items([payload], ACKED))
     await stream.aclose()
     await producer.aclose()
-    assert producer._window.in_flight == 0
-    assert producer._window._reserved == 0
+    assert producer.credits.in_flight == 0
+    assert producer.credits._reserved == 0
 
 
 async def test_a_failed_receive_frees_its_reserved_credits():
@@ -419,6 +414,6 @@ async def test_a_failed_receive_frees_its_reserved_credits():
     stream = producer.open_stream()
     with pytest.raises(ConnectionError):
         await anext(stream)
-    assert producer._window._reserved == 0
-    assert producer._window.in_flight == 0
+    assert producer.credits._reserved == 0
+    assert producer.credits.in_flight == 0
     await producer.aclose()

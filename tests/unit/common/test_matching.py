@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_shared_stream.common.errors import SharedStreamConfigurationError
 from airflow_shared_stream.common.matching import EnvelopeMatcher, Verdict, decode_body, is_truthy
 
 
@@ -81,5 +82,5 @@ def test_an_expression_failing_on_one_message_rejects_it_with_the_reason():
 
 @pytest.mark.parametrize("bad", ["body.[", "", "   ", 5])
 def test_bad_expressions_fail_at_construction(bad):
-    with pytest.raises(ValueError, match="match"):
+    with pytest.raises(SharedStreamConfigurationError, match="match"):
         EnvelopeMatcher(match=bad)

@@ -9,7 +9,7 @@ import pytest
 
 from airflow_shared_stream.sqs.credentials import _StsSecretFilter, role_session_name
 from airflow_shared_stream.sqs.errors import SqsConfigurationError
-from airflow_shared_stream.sqs.hook import QueueUrl, SqsHook
+from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook
 
 QUEUE = QueueUrl.parse("https://sqs.eu-west-1.amazonaws.com/123456789012/orders")
 SECRET = "wJalrXUtnFEMI-never-in-an-error"
@@ -22,7 +22,7 @@ def _set_conn(monkeypatch, conn_id: str, **conn):
 
 async def _config(monkeypatch, **conn):
     _set_conn(monkeypatch, "aws_settings", login="AKID", password=SECRET, **conn)
-    return await SqsHook("aws_settings").aget_client_config(region_name=None, queue=QUEUE)
+    return await SqsSharedStreamHook("aws_settings").aget_client_config(region_name=None, queue=QUEUE)
 
 
 @pytest.mark.parametrize(
@@ -109,20 +109,20 @@ async def test_keys_may_be_in_the_extra_but_not_in_two_places(monkeypatch):
         "aws_extra_keys",
         extra={"region_name": "eu-west-1", "aws_access_key_id": "AKX", "aws_secret_access_key": SECRET},
     )
-    config = await SqsHook("aws_extra_keys").aget_client_config(region_name=None, queue=QUEUE)
+    config = await SqsSharedStreamHook("aws_extra_keys").aget_client_config(region_name=None, queue=QUEUE)
     assert (config.aws_access_key_id, config.aws_secret_access_key) == ("AKX", SECRET)
     with pytest.raises(SqsConfigurationError, match="set it in one place") as exc_info:
         await _config(monkeypatch, extra={"aws_access_key_id": "AKX", "aws_secret_access_key": SECRET})
     assert SECRET not in str(exc_info.value)
     _set_conn(monkeypatch, "aws_half_extra", extra={"aws_access_key_id": "AKX"})
     with pytest.raises(SqsConfigurationError, match=r"only one of extra\.aws_access_key_id"):
-        await SqsHook("aws_half_extra").aget_client_config(region_name=None, queue=QUEUE)
+        await SqsSharedStreamHook("aws_half_extra").aget_client_config(region_name=None, queue=QUEUE)
 
 
 async def test_a_session_token_without_its_key_is_refused(monkeypatch):
     _set_conn(monkeypatch, "aws_token_only", extra={"region_name": "eu-west-1", "aws_session_token": SECRET})
     with pytest.raises(SqsConfigurationError, match="without the access key") as exc_info:
-        await SqsHook("aws_token_only").aget_client_config(region_name=None, queue=QUEUE)
+        await SqsSharedStreamHook("aws_token_only").aget_client_config(region_name=None, queue=QUEUE)
     assert SECRET not in str(exc_info.value)
 
 

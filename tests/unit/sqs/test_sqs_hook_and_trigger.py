@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
 
 from airflow_shared_stream.common.errors import StreamShapeConflictError
 from airflow_shared_stream.sqs.errors import SqsConfigurationError
-from airflow_shared_stream.sqs.hook import QueueUrl, SqsHook
+from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
 
 AWS_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
@@ -40,7 +41,9 @@ async def test_client_config_reads_the_amazon_provider_conventions(monkeypatch):
         password="top-secret",
         extra={"region_name": "eu-west-2", "endpoint_url": "http://x:1", "aws_session_token": "tok"},
     )
-    config = await SqsHook("aws_unit").aget_client_config(region_name=None, queue=QueueUrl.parse(AWS_URL))
+    config = await SqsSharedStreamHook("aws_unit").aget_client_config(
+        region_name=None, queue=QueueUrl.parse(AWS_URL)
+    )
     assert config.client_kwargs() == {
         "region_name": "eu-west-2",
         "endpoint_url": "http://x:1",
@@ -54,7 +57,9 @@ async def test_client_config_reads_the_amazon_provider_conventions(monkeypatch):
 
 async def test_region_falls_back_to_the_queue_url_and_keys_to_the_default_chain(monkeypatch):
     _set_conn(monkeypatch, "aws_bare", extra={"service_config": {"sqs": {"endpoint_url": "http://y:2"}}})
-    config = await SqsHook("aws_bare").aget_client_config(region_name=None, queue=QueueUrl.parse(AWS_URL))
+    config = await SqsSharedStreamHook("aws_bare").aget_client_config(
+        region_name=None, queue=QueueUrl.parse(AWS_URL)
+    )
     assert config.client_kwargs() == {"region_name": "eu-west-1", "endpoint_url": "http://y:2"}
 
 
@@ -62,13 +67,15 @@ async def test_no_region_anywhere_is_a_clear_error(monkeypatch):
     _set_conn(monkeypatch, "aws_noregion")
     queue = QueueUrl.parse("http://127.0.0.1:4566/000000000000/q")
     with pytest.raises(SqsConfigurationError, match="no AWS region"):
-        await SqsHook("aws_noregion").aget_client_config(region_name=None, queue=queue)
+        await SqsSharedStreamHook("aws_noregion").aget_client_config(region_name=None, queue=queue)
 
 
 async def test_half_a_key_pair_is_refused_without_echoing_it(monkeypatch):
     _set_conn(monkeypatch, "aws_half", password="lonely-secret", extra={"region_name": "eu-west-1"})
     with pytest.raises(SqsConfigurationError, match="only one of login") as exc_info:
-        await SqsHook("aws_half").aget_client_config(region_name=None, queue=QueueUrl.parse(AWS_URL))
+        await SqsSharedStreamHook("aws_half").aget_client_config(
+            region_name=None, queue=QueueUrl.parse(AWS_URL)
+        )
     assert "lonely-secret" not in str(exc_info.value)
 
 
@@ -125,3 +132,14 @@ def test_producer_is_built_from_key_fields_without_connecting():
 def test_bad_arguments_are_refused_at_construction(kwargs, message):
     with pytest.raises(SqsConfigurationError, match=message):
         SqsSharedStreamTrigger(AWS_URL, **kwargs)
+
+
+@pytest.mark.parametrize("module", ["airflow_shared_stream.sqs", "airflow_shared_stream.sqs.hook"])
+def test_the_old_hook_name_is_the_same_class_with_a_deprecation_warning(module):
+    from airflow.exceptions import AirflowProviderDeprecationWarning
+
+    package = importlib.import_module(module)
+    with pytest.warns(AirflowProviderDeprecationWarning, match="SqsSharedStreamHook") as warned:
+        old = package.SqsHook
+    assert old is SqsSharedStreamHook
+    assert warned[0].filename == __file__, "the warning points at the caller"
