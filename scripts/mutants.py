@@ -233,7 +233,7 @@ MUTANTS: tuple[Mutant, ...] = (
         original="                    credits.take()\n",
         mutated=(
             "                    credits.take()\n"
-            "                    self.committer.queue(tp, record.offset + 1, epoch)\n"
+            "                    self.committer.queue(tp, record.offset + 1)\n"
         ),
         caught_by=("test_advance_only_after_persistence",),
     ),
@@ -241,7 +241,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="no credit window",
         broker="kafka",
         path="airflow_shared_stream/kafka/producer.py",
-        original="            available = credits.available or await self._wait_for_credit(consumer)\n",
+        original="            available = credits.available or await self._wait_for_credit()\n",
         mutated="            available = 500\n            credits.max_in_flight = 10**9\n",
         caught_by=("test_credit_window_bounds_what_is_received_from_the_broker",),
     ),
@@ -259,7 +259,7 @@ MUTANTS: tuple[Mutant, ...] = (
         path="airflow_shared_stream/kafka/producer.py",
         original=DEAD_LETTER_SEND,
         mutated=(
-            TIMED_DEAD_LETTER + "                self.committer.queue(tp, dead[-1].offset + 1, epoch)\n"
+            TIMED_DEAD_LETTER + "                self.committer.queue(tp, dead[-1].offset + 1)\n"
             "                await self.committer.flush()\n"
             "                await self._dead_letter(dead)\n"
         ),
@@ -559,8 +559,8 @@ MUTANTS: tuple[Mutant, ...] = (
         name="a refresh sends an older target than one in flight",
         broker="kafka",
         path="airflow_shared_stream/kafka/committer.py",
-        original="        self._pending[tp] = self._known[tp] = (offset, epoch)\n",
-        mutated="        self._pending[tp] = (offset, epoch)\n",
+        original="        self._pending[tp] = self._known[tp] = offset\n",
+        mutated="        self._pending[tp] = offset\n",
         caught_by=("test_a_refresh_while_a_newer_target_is_in_flight_never_sends_an_older_one",),
         module="tests/unit/kafka/test_marks.py",
     ),

@@ -184,7 +184,7 @@ async def test_a_member_of_another_stream_in_the_group_takes_nothing_from_the_st
             bootstrap_servers=kafka.bootstrap,
             group_id=group,
             enable_auto_commit=False,
-            partition_assignment_strategy=(RangePartitionAssignor,),  # the connection's default
+            partition_assignment_strategy=(RangePartitionAssignor,),  # aiokafka's default
         )
         await stranger.start()
         polling = asyncio.create_task(_poll_forever(stranger))
