@@ -323,7 +323,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self.credits.release(len(batch))  # every advanced message returns its credit, whatever happens
         if self.committer.error is not None:
             raise self.committer.error
-        plan = [decide(item.outcome) for item in batch]
+        # One decision per message, made here (the manager often advances one message at a time).
+        plan = [decide(batch[0].outcome)] if len(batch) == 1 else [decide(item.outcome) for item in batch]
         if plan.count(Settlement.ACK) == len(plan):
             self.settler.keep_acks(batch)
             return
