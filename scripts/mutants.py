@@ -6,7 +6,8 @@ Each mutant is one deliberate bug (delete on receipt, no credit window, dead-let
 delete, dead-letter skipped when the send fails, one lane per message on an ordered queue, a
 lane's received messages not held back behind its redelivery, leases not renewed; for Kafka:
 commit on receipt, no credit window, dead-letter fire-and-forget or after the commit,
-dead-letter skipped when the send fails; for the MessageQueueTrigger schemes, ``--broker queues``:
+dead-letter skipped when the send fails, stale records handed out after a seek, the
+no-subscriber pause skipped or never lifted; for the MessageQueueTrigger schemes, ``--broker queues``:
 a scheme that collides or matches loosely, a URI claimed, our trigger wrapped, unknown arguments
 dropped, each naming its own tests; for Spark: the deferrable operator's guarantees, each
 caught by its own module's tests). For each, this script copies the
@@ -63,6 +64,9 @@ REFRESH_IF_AGREED = (
     "            if not self._refused(cursor, committed):\n                committer.refresh()\n"
 )
 """Kafka's position refresh: a watcher's position is committed again unless another shape writes it."""
+
+KAFKA_ADVANCE = "tests/unit/kafka/test_producer_advance.py"
+"""Kafka's advance against a recording consumer (pure settlement logic)."""
 
 KAFKA_POSITIONS = "tests/integration/kafka/test_kafka_positions.py"
 """Kafka watchers' own positions across triggerers (guarantees no other broker has)."""
@@ -277,6 +281,35 @@ MUTANTS: tuple[Mutant, ...] = (
             "                    pass\n"
         ),
         caught_by=("test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream",),
+    ),
+    Mutant(
+        name="records fetched before a redelivery's seek still handed out",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/producer.py",
+        original=(
+            "                    if fetch_epochs.get(tp, 0) != fetch_epoch:\n"
+            "                        break  # sought back meanwhile: the rest is stale\n"
+        ),
+        mutated="",
+        caught_by=("test_a_message_received_but_not_yet_handed_out_is_held_back_behind_a_redelivery",),
+    ),
+    Mutant(
+        name="a record nobody saw read again without a pause",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/settler.py",
+        original="            self.backoff.nobody_subscribed()  # no spinning on it until somebody is\n",
+        mutated="            pass  # mutant: read again at once\n",
+        caught_by=("test_nobody_subscribed_redelivers_after_a_pause_that_ends_once_someone_is",),
+        module=KAFKA_ADVANCE,
+    ),
+    Mutant(
+        name="the no-subscriber pause kept after a watcher took a record",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/settler.py",
+        original="        if backoff.delay:\n            backoff.someone_subscribed()\n",
+        mutated="",
+        caught_by=("test_nobody_subscribed_redelivers_after_a_pause_that_ends_once_someone_is",),
+        module=KAFKA_ADVANCE,
     ),
     Mutant(
         name="role_arn ignored: the stream runs as the keys that should only assume the role",

@@ -125,7 +125,7 @@ class LaneSettler:
         )
         metrics.gauge(m.IN_FLIGHT, self.credits.in_flight)
         if nobody == len(batch):
-            self.backoff.nobody_subscribed()  # do not spin re-reading it until somebody is
+            self.backoff.nobody_subscribed()  # no spinning on it until somebody is
         else:
             self.backoff.someone_subscribed()
 
