@@ -1,4 +1,4 @@
-"""Per-watcher positions (issue 13): identity, the skip rule, and the committer's final flush."""
+"""Per-watcher positions: identity, the skip rule, and the committer's final flush."""
 
 from __future__ import annotations
 
