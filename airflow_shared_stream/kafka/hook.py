@@ -42,7 +42,7 @@ _OFFSET_RESET = {
     "none": "none",
 }
 
-# librdkafka setting -> (aiokafka consumer argument, converter). Settings the shared consumer
+# Integer librdkafka setting -> aiokafka argument. Settings the shared consumer
 # cannot honour are refused or ignored explicitly below rather than passed through blindly.
 _CONSUMER_INT_SETTINGS = {
     "session.timeout.ms": "session_timeout_ms",
