@@ -6,7 +6,8 @@ Each mutant is one deliberate bug (delete on receipt, no credit window, dead-let
 delete, dead-letter skipped when the send fails, one lane per message on an ordered queue, a
 lane's received messages not held back behind its redelivery, leases not renewed; for Kafka:
 commit on receipt, no credit window, dead-letter fire-and-forget or after the commit,
-dead-letter skipped when the send fails; for the MessageQueueTrigger schemes, ``--broker queues``:
+dead-letter skipped when the send fails, stale records handed out after a seek, the
+no-subscriber pause skipped or never lifted; for the MessageQueueTrigger schemes, ``--broker queues``:
 a scheme that collides or matches loosely, a URI claimed, our trigger wrapped, unknown arguments
 dropped, each naming its own tests; for Spark: the deferrable operator's guarantees, each
 caught by its own module's tests). For each, this script copies the
@@ -63,6 +64,9 @@ REFRESH_IF_AGREED = (
     "            if not self._refused(cursor, committed):\n                committer.refresh()\n"
 )
 """Kafka's position refresh: a watcher's position is committed again unless another shape writes it."""
+
+KAFKA_ADVANCE = "tests/unit/kafka/test_producer_advance.py"
+"""Kafka's advance against a recording consumer (pure settlement logic)."""
 
 KAFKA_POSITIONS = "tests/integration/kafka/test_kafka_positions.py"
 """Kafka watchers' own positions across triggerers (guarantees no other broker has)."""
@@ -233,7 +237,7 @@ MUTANTS: tuple[Mutant, ...] = (
         original="                    credits.take()\n",
         mutated=(
             "                    credits.take()\n"
-            "                    self.committer.queue(tp, record.offset + 1, epoch)\n"
+            "                    self.committer.queue(tp, record.offset + 1)\n"
         ),
         caught_by=("test_advance_only_after_persistence",),
     ),
@@ -241,7 +245,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="no credit window",
         broker="kafka",
         path="airflow_shared_stream/kafka/producer.py",
-        original="            available = credits.available or await self._wait_for_credit(consumer)\n",
+        original="            available = credits.available or await self._wait_for_credit()\n",
         mutated="            available = 500\n            credits.max_in_flight = 10**9\n",
         caught_by=("test_credit_window_bounds_what_is_received_from_the_broker",),
     ),
@@ -259,7 +263,7 @@ MUTANTS: tuple[Mutant, ...] = (
         path="airflow_shared_stream/kafka/producer.py",
         original=DEAD_LETTER_SEND,
         mutated=(
-            TIMED_DEAD_LETTER + "                self.committer.queue(tp, dead[-1].offset + 1, epoch)\n"
+            TIMED_DEAD_LETTER + "                self.committer.queue(tp, dead[-1].offset + 1)\n"
             "                await self.committer.flush()\n"
             "                await self._dead_letter(dead)\n"
         ),
@@ -277,6 +281,35 @@ MUTANTS: tuple[Mutant, ...] = (
             "                    pass\n"
         ),
         caught_by=("test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream",),
+    ),
+    Mutant(
+        name="records fetched before a redelivery's seek still handed out",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/producer.py",
+        original=(
+            "                    if fetch_epochs.get(tp, 0) != fetch_epoch:\n"
+            "                        break  # sought back meanwhile: the rest is stale\n"
+        ),
+        mutated="",
+        caught_by=("test_a_message_received_but_not_yet_handed_out_is_held_back_behind_a_redelivery",),
+    ),
+    Mutant(
+        name="a record nobody saw read again without a pause",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/settler.py",
+        original="            self.backoff.nobody_subscribed()  # no spinning on it until somebody is\n",
+        mutated="            pass  # mutant: read again at once\n",
+        caught_by=("test_nobody_subscribed_redelivers_after_a_pause_that_ends_once_someone_is",),
+        module=KAFKA_ADVANCE,
+    ),
+    Mutant(
+        name="the no-subscriber pause kept after a watcher took a record",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/settler.py",
+        original="        if backoff.delay:\n            backoff.someone_subscribed()\n",
+        mutated="",
+        caught_by=("test_nobody_subscribed_redelivers_after_a_pause_that_ends_once_someone_is",),
+        module=KAFKA_ADVANCE,
     ),
     Mutant(
         name="role_arn ignored: the stream runs as the keys that should only assume the role",
@@ -559,8 +592,8 @@ MUTANTS: tuple[Mutant, ...] = (
         name="a refresh sends an older target than one in flight",
         broker="kafka",
         path="airflow_shared_stream/kafka/committer.py",
-        original="        self._pending[tp] = self._known[tp] = (offset, epoch)\n",
-        mutated="        self._pending[tp] = (offset, epoch)\n",
+        original="        self._pending[tp] = self._known[tp] = offset\n",
+        mutated="        self._pending[tp] = offset\n",
         caught_by=("test_a_refresh_while_a_newer_target_is_in_flight_never_sends_an_older_one",),
         module="tests/unit/kafka/test_marks.py",
     ),

@@ -18,8 +18,11 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow.triggers.shared_stream import AdvanceItem
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +173,31 @@ class StreamMetrics:
         self._gauges[IN_FLIGHT] = in_flight
         if self._flush_timer is None:
             self._schedule_flush()
+
+    def settled(
+        self, batch: Sequence[AdvanceItem], *, acked: int, redelivered: int, dead_lettered: int
+    ) -> int:
+        """
+        Count one advance that is not all ACKs: its settlements, its fan-out, the messages nobody
+        was subscribed to and the failed deliveries. Returns how many messages nobody saw.
+        """
+        fanned_out = nobody = failed = failed_messages = 0
+        for item in batch:  # one pass: this runs once per message at one watcher
+            outcome = item.outcome
+            resolved = outcome.acked + outcome.failed + outcome.rejected
+            fanned_out += resolved
+            if resolved == 0:
+                nobody += 1
+            elif outcome.failed:
+                failed += outcome.failed
+                failed_messages += 1
+        self.incr(ACKED, acked)
+        self.incr(REDELIVERED, redelivered)
+        self.incr(DEAD_LETTERED, dead_lettered)
+        self.incr(NO_SUBSCRIBER, nobody)
+        self.incr(FANNED_OUT, fanned_out)
+        self.failed_deliveries(failed, failed_messages)
+        return nobody
 
     def timing_ms(self, metric: str, milliseconds: float) -> None:
         try:

@@ -5,8 +5,7 @@ The manager awaits one ``advance`` at a time across all lanes. Awaiting a commit
 would cap the stream at one broker round trip per message, so ``advance`` only records a target
 here and this task sends the targets of every partition together, at most every
 ``COMMIT_INTERVAL``. A target that has not reached the broker when the triggerer dies only means
-redelivery, which at-least-once allows. A target is sent only while its partition is still owned
-under the epoch it was settled in (:class:`~airflow_shared_stream.kafka.ownership.PartitionOwnership`).
+redelivery, which at-least-once allows.
 
 It also remembers the newest target of each partition, so :meth:`OffsetCommitter.refresh` can
 commit it again: a broker expires the offsets of a group without members
@@ -18,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 
 from aiokafka import TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError, RebalanceInProgressError
@@ -31,7 +30,8 @@ COMMIT_INTERVAL = 0.2
 """Least time between two commit requests; targets settled meanwhile go in the next one."""
 
 LOST_TO_REBALANCE = (CommitFailedError, IllegalStateError, RebalanceInProgressError)
-"""Commit failures that mean "the partition moved": its next owner redelivers, nothing is lost."""
+"""Commit failures that mean the group is someone else's now (a consumer subscribed to it):
+whoever reads from the last commit redelivers, nothing is lost."""
 
 
 class OffsetCommitter:
@@ -40,10 +40,9 @@ class OffsetCommitter:
 
     :param commit: sends ``{partition: offset}`` to the group coordinator
         (``AIOKafkaConsumer.commit``).
-    :param owns: whether a partition is still owned under an assignment epoch.
     :param describe_error: turns a client error into the stream's error (scrubbed of secrets).
-    :param before_round: called first in every flush (a round, a revoke's flush, the final
-        one): the producer folds the ACKs it was advanced since the last round into targets.
+    :param before_round: called first in every flush (a round, the final one): the producer
+        folds the ACKs it was advanced since the last round into targets.
     :param after_round: called after every round that sent something (metrics).
     """
 
@@ -51,21 +50,19 @@ class OffsetCommitter:
         self,
         *,
         commit: Callable[[dict[TopicPartition, int]], Awaitable[object]],
-        owns: Callable[[TopicPartition, int], bool],
         describe_error: Callable[[str, BaseException], KafkaSharedStreamError],
         before_round: Callable[[], None] | None = None,
         after_round: Callable[[], Awaitable[None]] | None = None,
         interval: float = COMMIT_INTERVAL,
     ) -> None:
         self._commit = commit
-        self._owns = owns
         self._describe_error = describe_error
         self._before_round = before_round
         self._after_round = after_round
         self.interval = interval
-        self._pending: dict[TopicPartition, tuple[int, int]] = {}
-        self._known: dict[TopicPartition, tuple[int, int]] = {}
-        """The newest target (and epoch) per partition, sent or not: what :meth:`refresh` resends.
+        self._pending: dict[TopicPartition, int] = {}
+        self._known: dict[TopicPartition, int] = {}
+        """The newest target per partition, sent or not: what :meth:`refresh` resends.
         Never an older one: a refresh while a newer target is in flight must not move it back."""
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -75,17 +72,17 @@ class OffsetCommitter:
     @property
     def pending(self) -> dict[TopicPartition, int]:
         """Targets not sent yet (a copy)."""
-        return {tp: offset for tp, (offset, _) in self._pending.items()}
+        return dict(self._pending)
 
-    def queue(self, tp: TopicPartition, offset: int, epoch: int) -> None:
-        """Commit ``offset`` for ``tp`` in the next round, if ``tp`` is still owned under ``epoch``."""
-        self._pending[tp] = self._known[tp] = (offset, epoch)
+    def queue(self, tp: TopicPartition, offset: int) -> None:
+        """Commit ``offset`` for ``tp`` in the next round."""
+        self._pending[tp] = self._known[tp] = offset
         self._wakeup.set()
 
-    def seed(self, offsets: dict[TopicPartition, int], epoch: int) -> None:
+    def seed(self, offsets: dict[TopicPartition, int]) -> None:
         """Offsets committed (or found so) before any target was queued: :meth:`refresh` resends them."""
         for tp, offset in offsets.items():
-            self._known.setdefault(tp, (offset, epoch))
+            self._known.setdefault(tp, offset)
 
     def refresh(self) -> None:
         """
@@ -110,14 +107,11 @@ class OffsetCommitter:
         """Have a round run soon: ``before_round`` has something to fold into targets."""
         self._wakeup.set()
 
-    async def flush(self, only: Iterable[TopicPartition] | None = None) -> None:
-        """Send the pending targets (of ``only`` these partitions) in one request, now."""
+    async def flush(self) -> None:
+        """Send the pending targets in one request, now."""
         if self._before_round is not None:
             self._before_round()
-        chosen = set(only) if only is not None else None
-        taken = [tp for tp in self._pending if chosen is None or tp in chosen]
-        pending = {tp: self._pending.pop(tp) for tp in taken}
-        offsets = {tp: offset for tp, (offset, epoch) in pending.items() if self._owns(tp, epoch)}
+        offsets, self._pending = self._pending, {}
         if not offsets:
             return
         try:
@@ -126,11 +120,13 @@ class OffsetCommitter:
             # Stopped mid-request (stop() cancels the task, then flushes): put the targets back,
             # unless newer ones came meanwhile, so the final flush sends them. Sending one twice
             # is harmless; losing one would leave the position behind what was persisted.
-            for tp, target in pending.items():
+            for tp, target in offsets.items():
                 self._pending.setdefault(tp, target)
             raise
         except LOST_TO_REBALANCE as exc:
-            log.info("Commit dropped by a rebalance (%s); the next owner redelivers", type(exc).__name__)
+            log.info(
+                "Commit refused by the group (%s); those messages will be redelivered", type(exc).__name__
+            )
         except KafkaError as exc:
             self.error = self._describe_error("committing offsets failed", exc)
             log.error("%s", self.error)

@@ -19,16 +19,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordListTooLargeError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+from airflow_shared_stream.kafka.envelope import KafkaBrokerPayload
 from airflow_shared_stream.kafka.errors import KafkaSharedStreamError
-
-if TYPE_CHECKING:
-    from airflow_shared_stream.kafka.producer import KafkaBrokerPayload
 
 log = logging.getLogger(__name__)
 

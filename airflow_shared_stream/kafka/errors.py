@@ -1,8 +1,19 @@
-"""Kafka errors: the common kinds, named for Kafka. Messages name topics and servers, never a secret."""
+"""
+Kafka errors: the common kinds, named for Kafka, and the translation of aiokafka's errors to them.
+
+Messages name topics, servers and the connection id, never a secret: the cause is scrubbed of
+the connection's secrets before it becomes part of one.
+"""
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
+from airflow.exceptions import AirflowProviderDeprecationWarning
+
 from airflow_shared_stream.common.errors import (
+    SecretScrubber,
     SharedStreamAccessError,
     SharedStreamConfigurationError,
     SharedStreamEndpointError,
@@ -12,19 +23,14 @@ from airflow_shared_stream.common.errors import (
 
 
 class KafkaSharedStreamError(SharedStreamError, RuntimeError):
-    """
-    Base of the errors the Kafka shared stream raises.
-
-    Also a :class:`RuntimeError`, as it was before the common kinds existed, so code that caught
-    that keeps working.
-    """
+    """Base of the errors the Kafka shared stream raises (a ``RuntimeError`` too, as it always was)."""
 
 
-class KafkaConfigError(KafkaSharedStreamError, SharedStreamConfigurationError):
+class KafkaConfigurationError(KafkaSharedStreamError, SharedStreamConfigurationError):
     """The connection's settings or the trigger's arguments cannot drive a safe shared consumer."""
 
 
-class KafkaGroupConflictError(KafkaConfigError):
+class KafkaGroupConflictError(KafkaConfigurationError):
     """Two different streams asked for one consumer group, which would split their partitions."""
 
 
@@ -38,3 +44,57 @@ class KafkaAccessError(KafkaSharedStreamError, SharedStreamAccessError):
 
 class KafkaEndpointError(KafkaSharedStreamError, SharedStreamEndpointError):
     """The bootstrap servers did not answer as Kafka (unreachable, another protocol, TLS mismatch)."""
+
+
+def _access_refused() -> tuple[type[BaseException], ...]:
+    """aiokafka's errors meaning the cluster refused the credentials or their permissions."""
+    from aiokafka import errors  # not at import: the hook (and so this module) loads without aiokafka
+
+    return (
+        errors.AuthenticationFailedError,
+        errors.AuthenticationMethodNotSupported,
+        errors.ClusterAuthorizationFailedError,
+        errors.GroupAuthorizationFailedError,
+        errors.IllegalSaslStateError,
+        errors.SaslAuthenticationFailed,
+        errors.TopicAuthorizationFailedError,
+        errors.UnsupportedSaslMechanismError,
+    )
+
+
+class KafkaErrorTranslator:
+    """
+    Turn a client error into the stream's error: what failed, the connection id, the cause.
+
+    :attr:`scrubber` holds the connection's secrets once it is read (the producer sets it), so
+    the cause's text never carries one.
+    """
+
+    def __init__(self, kafka_config_id: str) -> None:
+        self.kafka_config_id = kafka_config_id
+        self.scrubber = SecretScrubber()
+
+    def __call__(
+        self, what: str, exc: BaseException, *, kind: type[KafkaSharedStreamError] = KafkaSharedStreamError
+    ) -> KafkaSharedStreamError:
+        return kind(f"{what} (connection {self.kafka_config_id!r}): {self.scrubber.describe(exc)}")
+
+    def connect_failed(self, servers: str, exc: BaseException) -> KafkaSharedStreamError:
+        """A refused login is an access error; anything else, an endpoint that did not answer."""
+        kind = KafkaAccessError if isinstance(exc, _access_refused()) else KafkaEndpointError
+        return self(f"cannot connect to Kafka at {servers}", exc, kind=kind)
+
+
+_RENAMED = {"KafkaConfigError": "KafkaConfigurationError"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(
+            f"{__name__}.{name} is deprecated; use {new}",
+            AirflowProviderDeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

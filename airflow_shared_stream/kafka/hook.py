@@ -25,7 +25,7 @@ from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk import BaseHook
 
 from airflow_shared_stream.common.errors import SecretScrubber
-from airflow_shared_stream.kafka.errors import KafkaConfigError
+from airflow_shared_stream.kafka.errors import KafkaConfigurationError
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -42,7 +42,7 @@ _OFFSET_RESET = {
     "none": "none",
 }
 
-# librdkafka setting -> (aiokafka consumer argument, converter). Settings the shared consumer
+# Integer librdkafka setting -> aiokafka argument. Settings the shared consumer
 # cannot honour are refused or ignored explicitly below rather than passed through blindly.
 _CONSUMER_INT_SETTINGS = {
     "session.timeout.ms": "session_timeout_ms",
@@ -67,6 +67,7 @@ _COMMON_INT_SETTINGS = {
 # Settings that are understood and deliberately not forwarded: the shared consumer owns them.
 _OWNED_SETTINGS = {
     "enable.auto.commit",  # always off: the ack channel commits (checked below)
+    "partition.assignment.strategy",  # no group membership: the stream assigns every partition
     "auto.commit.interval.ms",
     "enable.auto.offset.store",
     "enable.partition.eof",
@@ -86,14 +87,14 @@ def _flag(name: str, value: Any) -> bool:
         return True
     if text in _FALSE:
         return False
-    raise KafkaConfigError(f"Kafka setting {name!r} must be true or false")
+    raise KafkaConfigurationError(f"Kafka setting {name!r} must be true or false")
 
 
 def _int(name: str, value: Any) -> int:
     try:
         return int(str(value).strip())
     except ValueError:
-        raise KafkaConfigError(f"Kafka setting {name!r} must be an integer") from None
+        raise KafkaConfigurationError(f"Kafka setting {name!r} must be an integer") from None
 
 
 @dataclass(frozen=True)
@@ -185,18 +186,18 @@ def client_config_from_extra(
     when the extra does not set them, so the secret can live in the connection's password
     field (masked in the UI) instead of the extra.
 
-    Raises :class:`KafkaConfigError` for settings the shared consumer cannot run with safely:
-    no bootstrap servers, auto-commit turned on, an unknown security protocol or SASL
-    mechanism, cooperative rebalancing (aiokafka implements eager rebalancing only).
+    Raises :class:`KafkaConfigurationError` for settings the shared consumer cannot run with
+    safely: no bootstrap servers, auto-commit turned on, an unknown security protocol, SASL
+    mechanism or isolation level.
     """
     extra = dict(extra)
     servers = extra.get("bootstrap.servers") or extra.get("metadata.broker.list")
     if not servers:
-        raise KafkaConfigError("the Kafka connection's extra must set 'bootstrap.servers'")
+        raise KafkaConfigurationError("the Kafka connection's extra must set 'bootstrap.servers'")
     if isinstance(servers, str):
         servers = [s.strip() for s in servers.split(",") if s.strip()]
     if "enable.auto.commit" in extra and _flag("enable.auto.commit", extra["enable.auto.commit"]):
-        raise KafkaConfigError(
+        raise KafkaConfigurationError(
             "the Kafka connection sets enable.auto.commit=true; the shared stream commits offsets "
             "itself, only after trigger events are persisted, and auto-commit would commit "
             "messages that were never handled. Set enable.auto.commit=false (or remove it)."
@@ -204,7 +205,7 @@ def client_config_from_extra(
 
     protocol = str(extra.get("security.protocol", "PLAINTEXT")).strip().upper()
     if protocol not in SECURITY_PROTOCOLS:
-        raise KafkaConfigError(
+        raise KafkaConfigurationError(
             f"unsupported security.protocol {protocol!r}; expected one of {', '.join(SECURITY_PROTOCOLS)}"
         )
     common: dict[str, Any] = {"bootstrap_servers": list(servers), "security_protocol": protocol}
@@ -216,13 +217,13 @@ def client_config_from_extra(
             str(extra.get("sasl.mechanism") or extra.get("sasl.mechanisms") or "PLAIN").strip().upper()
         )
         if mechanism not in SASL_MECHANISMS:
-            raise KafkaConfigError(
+            raise KafkaConfigurationError(
                 f"unsupported sasl.mechanism {mechanism!r}; expected one of {', '.join(SASL_MECHANISMS)}"
             )
         username = extra.get("sasl.username") or login
         secret = extra.get("sasl.password") or password
         if not username or not secret:
-            raise KafkaConfigError(
+            raise KafkaConfigurationError(
                 f"security.protocol {protocol} needs sasl.username and sasl.password "
                 "(in the extra, or the connection's login and password)"
             )
@@ -238,7 +239,7 @@ def client_config_from_extra(
     consumer: dict[str, Any] = {}
     reset = str(extra.get("auto.offset.reset", "latest")).strip().lower()
     if reset not in _OFFSET_RESET:
-        raise KafkaConfigError(f"unsupported auto.offset.reset {reset!r}")
+        raise KafkaConfigurationError(f"unsupported auto.offset.reset {reset!r}")
     consumer["auto_offset_reset"] = _OFFSET_RESET[reset]
     # librdkafka's default (and so the official provider's): batch CRCs are not verified; TCP and
     # the broker already checksum the data, and verifying costs a pass over every record.
@@ -247,12 +248,10 @@ def client_config_from_extra(
     # records of aborted transactions never fire an asset event. aiokafka's is read_uncommitted.
     isolation = str(extra.get("isolation.level", "read_committed")).strip().lower()
     if isolation not in ISOLATION_LEVELS:
-        raise KafkaConfigError(
+        raise KafkaConfigurationError(
             f"unsupported isolation.level {isolation!r}; expected one of {', '.join(ISOLATION_LEVELS)}"
         )
     consumer["isolation_level"] = isolation
-    strategy = str(extra.get("partition.assignment.strategy", "range")).strip().lower()
-    consumer["partition_assignment_strategy"] = _assignors(strategy)
     for name, argument in _CONSUMER_INT_SETTINGS.items():
         if name in extra:
             target = common if name in _COMMON_INT_SETTINGS else consumer
@@ -266,7 +265,6 @@ def client_config_from_extra(
         "group.id",
         "auto.offset.reset",
         "isolation.level",
-        "partition.assignment.strategy",
         "check.crcs",
         "sasl.mechanism",
         "sasl.mechanisms",
@@ -278,27 +276,6 @@ def client_config_from_extra(
     ignored = tuple(sorted(k for k in extra if k not in handled and not k.startswith("ssl.")))
     group_id = str(extra["group.id"]) if extra.get("group.id") else None
     return KafkaClientConfig(common=common, consumer=consumer, group_id=group_id, ignored=ignored)
-
-
-def _assignors(strategy: str) -> tuple[Any, ...]:
-    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
-    from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
-
-    known = {
-        "range": RangePartitionAssignor,
-        "roundrobin": RoundRobinPartitionAssignor,
-        "sticky": StickyPartitionAssignor,
-    }
-    chosen = []
-    for name in (s.strip() for s in strategy.split(",") if s.strip()):
-        if name not in known:
-            raise KafkaConfigError(
-                f"unsupported partition.assignment.strategy {name!r}; aiokafka rebalances eagerly: "
-                f"use one of {', '.join(known)}"
-            )
-        chosen.append(known[name])
-    return tuple(chosen) or (RangePartitionAssignor,)
 
 
 AIOKAFKA_LOGGERS = (
@@ -328,7 +305,7 @@ def protect_secrets(config: KafkaClientConfig) -> SecretScrubber:
     return scrubber
 
 
-class KafkaHook(BaseHook):
+class KafkaSharedStreamHook(BaseHook):
     """
     Read a ``kafka`` connection (Airflow's Kafka provider's format) for aiokafka clients.
 
@@ -345,7 +322,7 @@ class KafkaHook(BaseHook):
         super().__init__()
         if kafka_conn_id is not None:
             warnings.warn(
-                "KafkaHook(kafka_conn_id=...) is deprecated; use kafka_config_id=... "
+                "KafkaSharedStreamHook(kafka_conn_id=...) is deprecated; use kafka_config_id=... "
                 "(the name Airflow's Kafka provider uses)",
                 AirflowProviderDeprecationWarning,
                 stacklevel=2,
@@ -359,7 +336,7 @@ class KafkaHook(BaseHook):
         return self.kafka_config_id
 
     async def aget_client_config(self) -> KafkaClientConfig:
-        """Fetch the connection and translate it; raises :class:`KafkaConfigError` on bad settings."""
+        """Fetch the connection and translate it; raises :class:`KafkaConfigurationError` on bad settings."""
         connection = await BaseHook.aget_connection(self.kafka_config_id)
         config = client_config_from_extra(
             connection.extra_dejson, login=connection.login, password=connection.password
@@ -372,3 +349,18 @@ class KafkaHook(BaseHook):
                 ", ".join(config.ignored),
             )
         return config
+
+
+_RENAMED = {"KafkaHook": "KafkaSharedStreamHook", "KafkaConfigError": "KafkaConfigurationError"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(
+            f"{__name__}.{name} is deprecated; use {new}",
+            AirflowProviderDeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,33 +1,17 @@
 """
-Which Kafka stream a watcher reads, and which consumer group holds its position.
+Which Kafka stream a watcher reads, and which consumer group keys the stream's positions.
 
-The rule (docs/concepts.rst, DESIGN.md 5a): a stream key names the upstream and nothing else.
-For Kafka that is the set of topics (sorted, deduplicated), the connection that resolves the
-cluster, and an explicit ``group_id`` when the watcher names one. The group id is in the key
-because it *is* the consumer's durable identity: the committed offsets live under it, so two
-watchers naming two groups ask for two independent positions on the topics, and each reads every
-record (nothing is split). Tuning arguments (``max_in_flight``, ``max_payload_bytes``,
-``dead_letter_topic``) are not in the key: they shape the one consumer the watchers share, so
-they must agree (``common/trigger.py`` checks it), and changing them on a redeploy resumes the same
-group where it stopped.
+A stream key names the upstream and nothing else: the topics (sorted, deduplicated), the
+connection, and an explicit ``group_id`` when the watcher names one (the group keys the committed
+offsets, so two groups are two independent positions). Tuning arguments shape the one consumer
+the watchers share, so they must agree (``common/trigger.py``) and stay out of the key.
 
-The consumer group of a stream is:
-
-* the trigger's ``group_id``, verbatim, when it names one;
-* otherwise ``<prefix>-<digest of the stream's upstream identity>``, where ``<prefix>`` is the
-  connection's ``group.id`` (so a deployment can still recognise, own and authorise its groups by
-  prefix) or ``airflow-shared-stream``. The digest keeps two different streams out of one group:
-  Kafka would split their partitions between the two consumers, and each watcher would silently
-  see part of its topic.
-
-A group that is named explicitly can still be given to two different streams by mistake; within
-one triggerer :class:`GroupClaims` refuses the second one with an error naming both. Across
-triggerers nothing can be split any more: no stream consumer joins its group (every triggerer
-reads every partition, docs/ha.rst); the group only keys the stream's committed start positions,
-and each watcher's own position lives under a group derived from it
-(:mod:`~airflow_shared_stream.kafka.watchers`). Two different connection ids that reach
-the same cluster, with the same topics and ``group_id``, cannot be told from a second triggerer of
-the same stream (DESIGN.md 5.3) and are not detected.
+The group is the trigger's ``group_id`` verbatim, or ``<prefix>-<digest of topics and
+connection>`` with the connection's ``group.id`` (or ``airflow-shared-stream``) as the prefix, so
+two streams never share a derived group. :class:`GroupClaims` refuses one explicit group given to
+two streams of one triggerer. No stream consumer joins its group (every triggerer reads every
+partition, docs/ha.rst), so nothing is split across triggerers; two connection ids that reach one
+cluster with the same topics and ``group_id`` look like a second triggerer and are not detected.
 """
 
 from __future__ import annotations
@@ -72,10 +56,9 @@ class GroupClaims:
     """
     The consumer groups the Kafka streams of this process use, so no two streams share one.
 
-    Two consumers of one group with different subscriptions split the partitions of the topics
-    they have in common: the silent loss issue 7 item 3 describes. Several consumers of the same
-    stream in one group is a different matter (a second triggerer of the same Dags, DESIGN.md 5.3)
-    and is not refused here.
+    Two consumers of one group with different subscriptions would split the partitions of the
+    topics they have in common, so each would silently miss part of them. Several consumers of
+    the same stream in one group (a second triggerer of the same Dags) are not refused here.
     """
 
     def __init__(self) -> None:

@@ -104,8 +104,3 @@ class OffsetLedger:
             return None
         self._committed[lane] = target
         return target
-
-    def forget(self, lane: Hashable) -> None:
-        """Drop a lane whose partition was revoked: its next owner starts from the broker's commit."""
-        self._floors.pop(lane, None)
-        self._committed.pop(lane, None)

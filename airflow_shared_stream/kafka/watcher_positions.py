@@ -13,28 +13,20 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError, OffsetMetadataTooLargeError
 
 from airflow_shared_stream.common.errors import StreamShapeConflictError
 from airflow_shared_stream.kafka.committer import OffsetCommitter
+from airflow_shared_stream.kafka.envelope import KafkaBrokerPayload
 from airflow_shared_stream.kafka.errors import KafkaSharedStreamError
 from airflow_shared_stream.kafka.marks import LIVE_FOR, PositionMark, disagreements, newest_mark
-from airflow_shared_stream.kafka.ownership import PartitionOwnership
 from airflow_shared_stream.kafka.positions import Committed, PositionStore
 from airflow_shared_stream.kafka.watchers import StreamWatchers, WatcherCursor, watcher_group_id
 
-if TYPE_CHECKING:
-    from airflow_shared_stream.kafka.producer import KafkaBrokerPayload
-
 log = logging.getLogger(__name__)
-
-
-def _always(tp: TopicPartition, epoch: int) -> bool:
-    """Manually assigned partitions are never revoked: a watcher's position is always ours to send."""
-    return True
 
 
 class WatcherPositions:
@@ -74,7 +66,7 @@ class WatcherPositions:
     async def admit(
         self,
         consumer: AIOKafkaConsumer,
-        ownership: PartitionOwnership,
+        seek: Callable[[TopicPartition, int], None],
         next_seq: int,
         *,
         starting: bool = False,
@@ -112,8 +104,7 @@ class WatcherPositions:
                 continue
             lowest = min(wanted)
             if (starting and len(wanted) == len(loaded)) or lowest < await consumer.position(tp):
-                ownership.rewound(tp)
-                consumer.seek(tp, lowest)
+                seek(tp, lowest)
                 log.info("Kafka %s/%d: reading from %d, its watchers' lowest", tp.topic, tp.partition, lowest)
         for cursor, group, found in loaded:
             anchors: dict[TopicPartition, int] = {}
@@ -128,10 +119,9 @@ class WatcherPositions:
                 raise self._error(f"anchoring the position of watcher {cursor.label}", exc) from None
             committer = OffsetCommitter(
                 commit=functools.partial(self._write, cursor, group),
-                owns=_always,
                 describe_error=self._error,
             )
-            committer.seed(cursor.next, 0)
+            committer.seed(cursor.next)
             committer.start()
             cursor.committer = committer
             cursor.since_seq = next_seq
@@ -161,7 +151,7 @@ class WatcherPositions:
                     position += 1
             if position != start and committer is not None:
                 cursor.next[tp] = position
-                committer.queue(tp, position, 0)
+                committer.queue(tp, position)
 
     async def refresh(self) -> None:
         """

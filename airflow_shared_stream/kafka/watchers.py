@@ -1,13 +1,11 @@
 """
 The watchers a Kafka stream serves in this triggerer process, and how far each one has got.
 
-Why per watcher (issue 13, docs/ha.rst): with several triggerers, Airflow spreads the watchers of
-one topic over them, and each triggerer runs its own consumer for the stream. Positions kept per
-*stream* (one consumer group) would make Kafka split the partitions between those consumers, so
-each watcher would see part of the topic. Instead every triggerer reads every partition (manual
-assignment, no membership) and every watcher keeps its own durable position, under its own group
-id in Kafka's offset store (:mod:`~airflow_shared_stream.kafka.positions`). A watcher that moves
-to another triggerer resumes from its own position there.
+Why per watcher (docs/ha.rst): Airflow spreads the watchers of one topic over the triggerers, and
+each triggerer runs its own consumer. One consumer group per stream would have Kafka split the
+partitions between them, so each watcher would see part of the topic. Instead every triggerer
+reads every partition and every watcher keeps its own durable position under its own group id
+(:mod:`~airflow_shared_stream.kafka.positions`), and resumes from it on whichever triggerer runs it.
 
 How a position stays safe (loss never, duplicates allowed):
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_shared_stream.kafka.producer import KafkaSharedStreamError
+from airflow_shared_stream.kafka.errors import KafkaSharedStreamError
 from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger
 from airflow_shared_stream.testing import SharedStreamHarness
 from tests.support.kafka_brokers import kafka_broker_argv

@@ -1,5 +1,5 @@
 """
-Several triggerers on one Kafka stream (issue 13): every watcher sees every record, and a watcher
+Several triggerers on one Kafka stream: every watcher sees every record, and a watcher
 that moves to another triggerer resumes from its own durable position.
 
 Each :class:`SharedStreamHarness` plays one triggerer process (its own manager, its own consumer,
@@ -125,7 +125,7 @@ async def test_a_watcher_moved_to_another_triggerer_resumes_from_its_own_positio
 
 async def test_a_brand_new_watcher_starts_at_the_streams_read_position_and_anchors_it(kafka):
     """
-    Issue 7's rule for a new watcher of a running stream: it starts "now" (where the stream
+    The rule for a new watcher of a running stream: it starts "now" (where the stream
     reads), not at the topic's beginning, and that start is committed as its own position before
     its first record, so a move to another triggerer before then resumes there.
     """

@@ -1,5 +1,5 @@
 """
-Regression tests for the Kafka message-loss paths of issue 7, against noida-db and Tansu.
+Regression tests for the Kafka message-loss paths, against noida-db and Tansu.
 
 Each test names the item it guards. They are written as a user meets the problem: real
 brokers, the real manager (through the harness), the connection settings a deployment uses
@@ -49,11 +49,11 @@ async def settle(watcher, count: int, quiet: float = 1.5) -> list:
     return [p["value"] for p in watcher.payloads]
 
 
-# -- item 1: tuning arguments never change the consumer group --------------------------------
+# -- tuning arguments never change the consumer group --------------------------------
 
 
 async def test_changing_tuning_arguments_keeps_the_group_and_its_position(kafka):
-    """Issue 7 item 1: a redeploy with other tuning resumes the same group, nothing skipped."""
+    """a redeploy with other tuning resumes the same group, nothing skipped."""
     topic, dlq = kafka.name("t"), kafka.name("dlq")
     await kafka.create_topics(topic, dlq)
     conn = kafka.connection("latest", **LATEST)
@@ -74,11 +74,11 @@ async def test_changing_tuning_arguments_keeps_the_group_and_its_position(kafka)
         assert await settle(w, 5) == [f"down-{i}" for i in range(5)]
 
 
-# -- item 2: a group that never committed starts where it first started --------------------
+# -- a group that never committed starts where it first started --------------------
 
 
 async def test_first_start_position_is_committed_and_survives_a_restart(kafka):
-    """Issue 7 item 2: nothing produced after a stream first started is skipped by a restart."""
+    """nothing produced after a stream first started is skipped by a restart."""
     topic = kafka.name("t")
     await kafka.create_topics(topic)
     conn = kafka.connection("latest", **LATEST)
@@ -101,11 +101,11 @@ async def test_first_start_position_is_committed_and_survives_a_restart(kafka):
         assert await kafka.wait_committed(group, topic, {0: 4}) == {0: 4}
 
 
-# -- item 3: no two different streams share a consumer group ---------------------------------
+# -- no two different streams share a consumer group ---------------------------------
 
 
 async def test_connection_group_id_never_splits_one_topic_between_streams(kafka):
-    """Issue 7 item 3: a connection ``group.id`` does not put two streams into one group."""
+    """a connection ``group.id`` does not put two streams into one group."""
     topic, other = kafka.name("t"), kafka.name("other")
     await kafka.create_topics(topic, partitions=4)
     await kafka.create_topics(other)
@@ -126,7 +126,7 @@ async def test_connection_group_id_never_splits_one_topic_between_streams(kafka)
 
 
 async def test_watchers_disagreeing_on_tuning_share_nothing_silently(kafka):
-    """Issue 7 item 3 / stream identity: the same upstream is never split between consumers."""
+    """the same upstream is never split between consumers."""
     topic = kafka.name("t")
     await kafka.create_topics(topic, partitions=4)
     conn = kafka.connection(
@@ -146,7 +146,7 @@ async def test_watchers_disagreeing_on_tuning_share_nothing_silently(kafka):
 
 
 async def test_one_explicit_group_id_for_two_streams_fails_loudly(kafka):
-    """Issue 7 item 3: an explicit group_id shared by two different streams is refused."""
+    """an explicit group_id shared by two different streams is refused."""
     topic, other = kafka.name("t"), kafka.name("other")
     await kafka.create_topics(topic, other)
     group = kafka.name("g")
@@ -167,7 +167,7 @@ async def test_one_explicit_group_id_for_two_streams_fails_loudly(kafka):
 @pytest.mark.parametrize("kafka_broker", ["tansu"], indirect=True)
 async def test_a_member_of_another_stream_in_the_group_takes_nothing_from_the_stream(kafka):
     """
-    Issue 7 item 3 across triggerers, issue 13: a consumer of another stream that joins the
+    Across triggerers: a consumer of another stream that joins the
     stream's group by mistake (another triggerer, another tool) cannot take partitions away: the
     stream reads every partition by assignment and never joins its group.
     """
@@ -184,7 +184,7 @@ async def test_a_member_of_another_stream_in_the_group_takes_nothing_from_the_st
             bootstrap_servers=kafka.bootstrap,
             group_id=group,
             enable_auto_commit=False,
-            partition_assignment_strategy=(RangePartitionAssignor,),  # the connection's default
+            partition_assignment_strategy=(RangePartitionAssignor,),  # aiokafka's default
         )
         await stranger.start()
         polling = asyncio.create_task(_poll_forever(stranger))
@@ -214,7 +214,7 @@ async def _poll_forever(consumer) -> None:
         await consumer.getmany(timeout_ms=200)
 
 
-# -- item 6: a record too large for the dead-letter topic still leaves the stream -------------
+# -- a record too large for the dead-letter topic still leaves the stream -------------
 
 
 ORIGIN = (("x-shared-stream-topic", b"t" * 40), ("x-shared-stream-partition", b"0"),
@@ -234,7 +234,7 @@ def value_that_fits_only_without_origin_headers(headers: list[tuple[str, bytes]]
 
 
 async def test_record_too_large_for_the_dead_letter_topic_still_leaves_the_stream(kafka):
-    """Issue 7 item 6: a dead letter over the size limit becomes a pointer; the stream goes on."""
+    """a dead letter over the size limit becomes a pointer; the stream goes on."""
     topic, dlq = kafka.name("t"), kafka.name("dlq")
     await kafka.create_topics(topic, dlq)
     group = kafka.name("g")
@@ -266,11 +266,11 @@ async def test_record_too_large_for_the_dead_letter_topic_still_leaves_the_strea
     assert int(fields["x-shared-stream-original-size"]) > len(big)
 
 
-# -- item 7: a full credit window does not cost the consumer its group membership ------------
+# -- a full credit window does not cost the consumer its group membership ------------
 
 
 async def test_full_credit_window_keeps_the_consumer_in_its_group(kafka):
-    """Issue 7 item 7: waiting for credit longer than max.poll.interval.ms loses nothing."""
+    """waiting for credit longer than max.poll.interval.ms loses nothing."""
     topic = kafka.name("t")
     await kafka.create_topics(topic)
     group = kafka.name("g")
@@ -295,12 +295,12 @@ async def test_full_credit_window_keeps_the_consumer_in_its_group(kafka):
         assert [p["offset"] for p in w.payloads] == list(range(6))
 
 
-# -- item 9: records of aborted transactions never fire ---------------------------------------
+# -- records of aborted transactions never fire ---------------------------------------
 
 
 @pytest.mark.parametrize("kafka_broker", ["noida-db"], indirect=True)  # Tansu has no transactions
 async def test_aborted_transactions_are_not_read_by_default(kafka):
-    """Issue 7 item 9: isolation.level defaults to read_committed (librdkafka's default)."""
+    """isolation.level defaults to read_committed (librdkafka's default)."""
     topic = kafka.name("t")
     await kafka.create_topics(topic)
     producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, transactional_id=kafka.name("tx"))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import ssl
 
 import pytest
-from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from airflow.exceptions import AirflowProviderDeprecationWarning
 
-from airflow_shared_stream.kafka.hook import KafkaConfigError, KafkaHook, client_config_from_extra
+from airflow_shared_stream.kafka.errors import KafkaConfigurationError
+from airflow_shared_stream.kafka.hook import KafkaSharedStreamHook, client_config_from_extra
 
 SECRET = "s3cr3t-Pa55"
 
@@ -72,14 +74,14 @@ def test_ssl_settings(tmp_path):
     assert context.verify_mode == ssl.CERT_NONE
 
 
-def test_consumer_tuning_and_assignor():
+def test_consumer_tuning():
     config = client_config_from_extra(
         {
             "bootstrap.servers": "a:1",
             "auto.offset.reset": "smallest",
             "session.timeout.ms": "12000",
             "request.timeout.ms": 5000,
-            "partition.assignment.strategy": "roundrobin",
+            "partition.assignment.strategy": "cooperative-sticky",  # no membership: not forwarded
             "isolation.level": "READ_UNCOMMITTED",
             "linger.ms": 5,
         }
@@ -89,20 +91,20 @@ def test_consumer_tuning_and_assignor():
     assert kwargs["session_timeout_ms"] == 12000
     assert kwargs["request_timeout_ms"] == 5000
     assert config.producer_kwargs()["request_timeout_ms"] == 5000
-    assert kwargs["partition_assignment_strategy"] == (RoundRobinPartitionAssignor,)
+    assert "partition_assignment_strategy" not in kwargs
     assert kwargs["isolation_level"] == "read_uncommitted"
     assert config.ignored == ("linger.ms",)
 
 
 def test_isolation_level_defaults_to_read_committed_as_in_librdkafka():
-    """Issue 7 item 9: aiokafka's own default would fire events for aborted transactions."""
+    """aiokafka's own default would fire events for aborted transactions."""
     kwargs = client_config_from_extra({"bootstrap.servers": "a:1"}).consumer_kwargs("g")
     assert kwargs["isolation_level"] == "read_committed"
 
 
 @pytest.mark.parametrize("value", ["true", True, "1", "TRUE"])
 def test_auto_commit_refused(value):
-    with pytest.raises(KafkaConfigError, match=r"enable\.auto\.commit"):
+    with pytest.raises(KafkaConfigurationError, match=r"enable\.auto\.commit"):
         client_config_from_extra({"bootstrap.servers": "a:1", "enable.auto.commit": value})
 
 
@@ -116,14 +118,13 @@ def test_auto_commit_refused(value):
             "sasl.mechanism",
         ),
         ({"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT"}, "sasl.username"),
-        ({"bootstrap.servers": "a:1", "partition.assignment.strategy": "cooperative-sticky"}, "eagerly"),
         ({"bootstrap.servers": "a:1", "session.timeout.ms": "soon"}, "integer"),
         ({"bootstrap.servers": "a:1", "isolation.level": "dirty"}, "isolation.level"),
     ],
 )
 def test_bad_settings_are_refused_without_secrets(extra, message):
     extra = {**extra, "sasl.password": SECRET} if "sasl.username" not in message else extra
-    with pytest.raises(KafkaConfigError, match=message) as info:
+    with pytest.raises(KafkaConfigurationError, match=message) as info:
         client_config_from_extra(extra)
     assert SECRET not in str(info.value)
 
@@ -134,7 +135,7 @@ async def test_hook_reads_airflow_connection(monkeypatch):
         "AIRFLOW_CONN_KAFKA_UNIT",
         json.dumps({"conn_type": "kafka", "login": "svc", "password": SECRET, "extra": extra}),
     )
-    config = await KafkaHook("kafka_unit").aget_client_config()
+    config = await KafkaSharedStreamHook("kafka_unit").aget_client_config()
     assert config.common["sasl_plain_username"] == "svc"
     assert config.common["bootstrap_servers"] == ["h:9"]
     assert SECRET not in repr(config)
@@ -157,3 +158,25 @@ def test_aiokafka_log_scrubbing_starts_with_a_stream_and_does_not_pile_up():
     for log_filter in conn_logger.filters:
         log_filter.filter(record) if isinstance(log_filter, logging.Filter) else log_filter(record)
     assert SECRET not in record.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("module", "old", "new"),
+    [
+        ("airflow_shared_stream.kafka", "KafkaHook", "KafkaSharedStreamHook"),
+        ("airflow_shared_stream.kafka", "KafkaConfigError", "KafkaConfigurationError"),
+        ("airflow_shared_stream.kafka.hook", "KafkaHook", "KafkaSharedStreamHook"),
+        ("airflow_shared_stream.kafka.hook", "KafkaConfigError", "KafkaConfigurationError"),
+        ("airflow_shared_stream.kafka.errors", "KafkaConfigError", "KafkaConfigurationError"),
+    ],
+)
+def test_old_names_still_work_with_a_deprecation_warning(module, old, new):
+    imported = importlib.import_module(module)
+    with pytest.warns(AirflowProviderDeprecationWarning, match=new):
+        assert getattr(imported, old) is getattr(imported, new)
+
+
+def test_a_configuration_error_is_the_common_kind():
+    from airflow_shared_stream.common.errors import SharedStreamConfigurationError
+
+    assert issubclass(KafkaConfigurationError, SharedStreamConfigurationError)

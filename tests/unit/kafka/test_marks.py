@@ -66,7 +66,6 @@ def _committer(sent: list[dict]) -> OffsetCommitter:
 
     return OffsetCommitter(
         commit=commit,
-        owns=lambda tp, epoch: True,
         describe_error=lambda what, exc: KafkaSharedStreamError(what),
     )
 
@@ -75,8 +74,8 @@ async def test_refresh_commits_what_the_broker_took_again_and_never_an_older_tar
     sent: list[dict] = []
     committer = _committer(sent)
     other = TopicPartition("t", 1)
-    committer.seed({TP: 3, other: 7}, 0)
-    committer.queue(TP, 5, 0)
+    committer.seed({TP: 3, other: 7})
+    committer.queue(TP, 5)
     committer.refresh()
     await committer.flush()
     assert sent == [{TP: 5, other: 7}]
@@ -89,8 +88,8 @@ async def test_a_refused_watcher_sends_nothing_more():
     sent: list[dict] = []
     cursor = StreamWatchers().join("d", "trigger 1")
     cursor.committer = committer = _committer(sent)
-    committer.seed({TP: 3}, 0)
-    committer.queue(TP, 4, 0)
+    committer.seed({TP: 3})
+    committer.queue(TP, 4)
     conflict = RuntimeError("another shape writes this position")
     cursor.refuse(conflict)
     committer.refresh()
@@ -113,12 +112,11 @@ async def test_a_refresh_while_a_newer_target_is_in_flight_never_sends_an_older_
 
     committer = OffsetCommitter(
         commit=commit,
-        owns=lambda tp, epoch: True,
         describe_error=lambda what, exc: KafkaSharedStreamError(what),
     )
-    committer.seed({TP: 0}, 0)  # the watcher's anchored start
+    committer.seed({TP: 0})  # the watcher's anchored start
     committer.start()
-    committer.queue(TP, 4, 0)
+    committer.queue(TP, 4)
     await asyncio.wait_for(in_flight.wait(), 5)
     committer.refresh()  # the watcher leaves, or a refresh round, while 4 is on its way
     release.set()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaConnectionError
@@ -12,7 +10,8 @@ from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 from airflow_shared_stream.common.metrics import StreamMetrics
 from airflow_shared_stream.kafka import KafkaSharedStreamError, KafkaSharedStreamProducer
 from airflow_shared_stream.kafka.committer import OffsetCommitter
-from airflow_shared_stream.kafka.producer import FOLD_ACKS_AT, KafkaBrokerPayload
+from airflow_shared_stream.kafka.envelope import KafkaBrokerPayload
+from airflow_shared_stream.kafka.settler import FOLD_ACKS_AT
 from tests.support.waiting import eventually
 
 TP = TopicPartition("t", 0)
@@ -44,19 +43,15 @@ class RecordingConsumer:
         return set(self.assigned)
 
 
-def producer_with(
-    consumer: RecordingConsumer, *, revokes: int = 0, dlq=None, **kwargs
-) -> KafkaSharedStreamProducer:
+def producer_with(consumer: RecordingConsumer, *, dlq=None, **kwargs) -> KafkaSharedStreamProducer:
     kwargs.setdefault("max_in_flight", 10)
     producer = KafkaSharedStreamProducer(topics=["t"], group_id="g", **kwargs)
     producer.attach(consumer, dlq)  # type: ignore[arg-type]
-    for _ in range(revokes):
-        producer.ownership.revoked([TP])
     return producer
 
 
-def batch(*items: tuple[int, AdvanceOutcome], epoch: int = 0) -> list[AdvanceItem]:
-    return [AdvanceItem(KafkaBrokerPayload("t", 0, offset, epoch), outcome) for offset, outcome in items]
+def batch(*items: tuple[int, AdvanceOutcome]) -> list[AdvanceItem]:
+    return [AdvanceItem(KafkaBrokerPayload("t", 0, offset), outcome) for offset, outcome in items]
 
 
 async def test_acks_are_committed_cumulatively_in_one_request():
@@ -79,48 +74,17 @@ async def test_failure_holds_the_floor_and_seeks_back():
     await producer.committer.flush()
     assert consumer.commits == [{TP: 1}]
     assert consumer.seeks == [(TP, 1)]
-    assert producer.ownership.fetch_epochs.get(TP, 0) == 1  # records fetched before the seek are now stale
+    assert producer.fetch_epochs.get(TP, 0) == 1  # records fetched before the seek are now stale
 
 
-async def test_nobody_subscribed_redelivers_after_a_pause():
+async def test_nobody_subscribed_redelivers_after_a_pause_that_ends_once_someone_is():
     consumer = RecordingConsumer()
     producer = producer_with(consumer)
     await producer.advance(batch((0, NOBODY)))
     assert consumer.seeks == [(TP, 0)]
-    assert producer.paused_until > 0
-
-
-async def test_messages_of_a_revoked_partition_are_left_to_the_new_owner():
-    consumer = RecordingConsumer()
-    producer = producer_with(consumer, revokes=1)
-    producer.credits.take()
-    await producer.advance(batch((0, ACK), (1, FAIL), epoch=0))  # read under the previous assignment
-    await producer.committer.flush()
-    assert consumer.commits == []
-    assert consumer.seeks == []
-    assert producer.credits.in_flight == 0
-
-
-async def test_fresh_reads_behind_stale_ones_in_one_batch_are_settled():
-    # After a rebalance that hands the partition back, the lane holds the events read before it
-    # (stale) followed by the same offsets read again: one batch can carry both.
-    consumer = RecordingConsumer()
-    producer = producer_with(consumer, revokes=1)
-    stale = batch((10, ACK), (11, ACK), epoch=0)
-    fresh = batch((10, ACK), (11, ACK), (12, ACK), epoch=1)
-    await producer.advance(stale + fresh)
-    await producer.committer.flush()
-    assert consumer.commits == [{TP: 13}]
-
-
-async def test_pending_commit_of_a_partition_revoked_before_it_was_sent_is_dropped():
-    consumer = RecordingConsumer()
-    producer = producer_with(consumer)
+    assert producer.backoff.delay > 0
     await producer.advance(batch((0, ACK)))
-    consumer.assigned.discard(TP)
-    producer.ownership.revoked([TP])
-    await producer.committer.flush()
-    assert consumer.commits == []
+    assert producer.backoff.delay == 0
 
 
 async def test_commit_lost_to_a_rebalance_does_not_fail_the_stream():
@@ -136,44 +100,6 @@ async def test_other_commit_failures_fail_the_next_advance():
     await producer.committer.flush()
     with pytest.raises(KafkaSharedStreamError, match="committing offsets failed"):
         await producer.advance(batch((1, ACK)))
-
-
-class BlockingDeadLetterProducer:
-    """A dead-letter producer whose broker acknowledgement waits until the test releases it."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, bytes | None]] = []
-        self.started = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def send(self, topic, value=None, key=None, headers=None):
-        self.sent.append((topic, value))
-        self.started.set()
-        future = asyncio.get_running_loop().create_future()
-        future.set_result(None)
-        return future
-
-    async def flush(self) -> None:
-        await self.release.wait()
-
-
-async def test_rebalance_during_a_dead_letter_send_leaves_the_cleared_lane_alone():
-    """Issue 7 item 8: a revoke while a dead letter is on the wire must not resurrect the lane."""
-    consumer = RecordingConsumer()
-    dlq = BlockingDeadLetterProducer()
-    producer = producer_with(consumer, dlq=dlq, dead_letter_topic="dlq")
-    advance = asyncio.create_task(producer.advance(batch((0, ACK), (1, REJECT), (2, FAIL))))
-    await dlq.started.wait()
-    # The partition is revoked while the dead letter waits for the broker.
-    await producer.on_partitions_revoked([TP])
-    assert producer.ledger.floor(LANE) is None
-    dlq.release.set()
-    await advance
-    assert producer.ledger.floor(LANE) is None
-    assert producer.ledger.committed(LANE) is None
-    await producer.committer.flush()
-    assert consumer.commits == []
-    assert consumer.seeks == []
 
 
 class RecordingMetrics(StreamMetrics):
@@ -198,7 +124,7 @@ class RecordingMetrics(StreamMetrics):
 async def test_advance_reports_settlements_fan_out_and_latency():
     producer = producer_with(RecordingConsumer())
     metrics = RecordingMetrics()
-    producer.metrics = metrics  # type: ignore[assignment]
+    producer.metrics = producer.settler.metrics = metrics  # type: ignore[assignment]
     for _ in range(4):
         producer.credits.take()
     await producer.advance(batch((0, ACK), (1, REJECT), (2, FAIL), (3, NOBODY)))
@@ -215,7 +141,7 @@ async def test_advance_reports_settlements_fan_out_and_latency():
 
 
 async def test_ack_only_advances_are_folded_at_the_committers_round_in_one_request():
-    """One message per advance at one watcher: folding each on its own cost more than the rest."""
+    """One message per advance at one watcher: each is kept, and one round folds them all."""
     consumer = RecordingConsumer()
     producer = producer_with(consumer)
     for offset in range(3):
@@ -231,7 +157,7 @@ async def test_ack_only_advances_are_folded_at_the_committers_round_in_one_reque
 
 
 async def test_ack_only_advances_are_folded_once_fold_acks_at_wait_without_a_round():
-    """Advance items kept for a whole round outlived two GC generations (FOLD_ACKS_AT)."""
+    """Kept advance items are freed early rather than kept for a whole round (FOLD_ACKS_AT)."""
     consumer = RecordingConsumer()
     producer = producer_with(consumer, max_in_flight=FOLD_ACKS_AT)
     for offset in range(FOLD_ACKS_AT - 1):
@@ -256,17 +182,6 @@ async def test_a_batch_that_is_not_all_acks_folds_the_earlier_acks_of_its_lane_f
     assert consumer.commits == [{TP: 2}]  # past the ACKs, held at the redelivered offset
 
 
-async def test_acks_of_a_partition_revoked_before_the_fold_are_left_to_its_next_owner():
-    consumer = RecordingConsumer()
-    producer = producer_with(consumer)
-    await producer.advance(batch((0, ACK)))
-    await producer.on_partitions_revoked([TP])  # folds and commits what is settled first
-    assert consumer.commits == [{TP: 1}]
-    await producer.advance(batch((1, ACK)))  # read under the old assignment
-    await producer.committer.flush()
-    assert consumer.commits == [{TP: 1}]
-
-
 async def test_a_leaving_watchers_last_position_covers_the_acks_kept_for_the_round():
     producer = producer_with(RecordingConsumer())
     sent: list[dict[TopicPartition, int]] = []
@@ -277,11 +192,9 @@ async def test_a_leaving_watchers_last_position_covers_the_acks_kept_for_the_rou
     cursor = producer.watchers.join("digest", "trigger 1")
     producer.watchers.take_pending()
     cursor.since_seq, cursor.next[TP] = 0, 0
-    cursor.committer = OffsetCommitter(
-        commit=commit, owns=lambda tp, epoch: True, describe_error=producer._error
-    )
+    cursor.committer = OffsetCommitter(commit=commit, describe_error=producer._error)
     cursor.committer.start()
-    await producer.advance([AdvanceItem(KafkaBrokerPayload("t", 0, 0, 0, 0), ACK)])
+    await producer.advance([AdvanceItem(KafkaBrokerPayload("t", 0, 0, 0), ACK)])
     producer.watchers.leave(cursor)  # before the stream committer's round folded the ACK
     await producer.watchers.closed()
     assert sent == [{TP: 1}]

@@ -9,8 +9,9 @@ import pytest
 from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_shared_stream.common.errors import StreamShapeConflictError
+from airflow_shared_stream.kafka.envelope import build_raw_message
 from airflow_shared_stream.kafka.identity import GroupClaims, consumer_group_id
-from airflow_shared_stream.kafka.producer import KafkaSharedStreamProducer, build_raw_message
+from airflow_shared_stream.kafka.producer import KafkaSharedStreamProducer
 from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger
 
 
@@ -57,7 +58,7 @@ def test_key_is_the_upstream_identity(other):
     "tuning", [{"dead_letter_topic": "dlq"}, {"max_in_flight": 10}, {"max_payload_bytes": 100}]
 )
 def test_tuning_never_splits_the_stream(tuning):
-    """Issue 7 item 1: tuning arguments are not part of the stream's identity."""
+    """tuning arguments are not part of the stream's identity."""
     base = {"topics": ["y", "x", "x"], "kafka_config_id": "c"}
     assert (
         KafkaSharedStreamTrigger(**base).shared_stream_key()
@@ -75,7 +76,7 @@ def test_derived_group_depends_on_topics_and_connection_only():
 
 
 def test_connection_group_id_is_a_prefix_never_a_shared_group():
-    """Issue 7 item 3: two streams on one connection with a group.id get two groups."""
+    """two streams on one connection with a group.id get two groups."""
     one = consumer_group_id(["a"], "c", group_id=None, connection_group_id="team")
     two = consumer_group_id(["a", "b"], "c", group_id=None, connection_group_id="team")
     assert one.startswith("team-")
@@ -128,7 +129,7 @@ def test_get_advance_lane_is_topic_partition():
     producer = KafkaSharedStreamTrigger.create_shared_stream_producer(
         KafkaSharedStreamTrigger(["x"]).serialize()[1]
     )
-    from airflow_shared_stream.kafka.producer import KafkaBrokerPayload
+    from airflow_shared_stream.kafka.envelope import KafkaBrokerPayload
 
     assert producer.get_advance_lane(KafkaBrokerPayload("x", 3, 9, 0)) == ("x", 3)
 

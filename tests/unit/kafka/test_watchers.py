@@ -1,4 +1,4 @@
-"""Per-watcher positions (issue 13): identity, the skip rule, and the committer's final flush."""
+"""Per-watcher positions: identity, the skip rule, and the committer's final flush."""
 
 from __future__ import annotations
 
@@ -81,11 +81,10 @@ async def test_a_commit_cancelled_mid_request_is_sent_by_the_final_flush():
 
     committer = OffsetCommitter(
         commit=commit,
-        owns=lambda tp, epoch: True,
         describe_error=lambda what, exc: KafkaSharedStreamError(what),
     )
     committer.start()
-    committer.queue(TP, 4, 0)
+    committer.queue(TP, 4)
     await asyncio.wait_for(started.wait(), 5)
     await committer.stop()
     assert sent == [{TP: 4}]
