@@ -44,7 +44,7 @@ def dead_letter_source(
     source: str | None,
     dead_letter: str | None,
     conn_id: str | None,
-    keep_origin_attributes: bool,
+    keep_origin_attributes: bool = False,
     broker_options: dict[str, Any] | None = None,
 ) -> DeadLetterSource:
     """The broker's dead-letter source (``<broker>/redrive.py``); raises on bad arguments."""
