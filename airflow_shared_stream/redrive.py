@@ -41,9 +41,9 @@ _FALSE = ("false", "0", "no", "off", "")
 def dead_letter_source(
     broker: str,
     *,
-    source: str | None,
-    dead_letter: str | None,
-    conn_id: str | None,
+    source: str | None = None,
+    dead_letter: str | None = None,
+    conn_id: str | None = None,
     keep_origin_attributes: bool = False,
     broker_options: dict[str, Any] | None = None,
 ) -> DeadLetterSource:
