@@ -11,8 +11,9 @@ acknowledged, or that the ``filter`` passed over. A refused copy stops its parti
 redrive: nothing after it is committed, and it is read again next time.
 
 The consumer is assigned the partitions (no group membership, so no rebalance and no session
-to time out), and reads up to the end offsets the topic had when the redrive started: records
-dead-lettered again while it runs wait for the next redrive.
+to time out). It reads until every partition is past the end offset it had when the redrive
+started and a read finds nothing more (some brokers report end offsets per batch, not per
+record, so the end offsets alone cannot say when a partition is done).
 """
 
 from __future__ import annotations
@@ -131,26 +132,24 @@ class KafkaDeadLetterSource:
         consumer = self._consumer
         assert consumer is not None
         while True:
-            reading = await self._positions_left()
+            reading = [tp for tp in self._ends if tp not in self._stopped]
             if not reading:
                 return []
-            batches = await consumer.getmany(*reading, timeout_ms=READ_TIMEOUT_MS, max_records=limit)
+            try:
+                batches = await consumer.getmany(*reading, timeout_ms=READ_TIMEOUT_MS, max_records=limit)
+            except KafkaError as exc:
+                raise self._error("reading failed", exc) from None
             items = [
                 self._item(record)
                 for tp, records in batches.items()
+                if tp not in self._stopped
                 for record in records
-                if record.offset < self._ends[tp] and tp not in self._stopped
             ]
             if items:
                 return items
-
-    async def _positions_left(self) -> list[TopicPartition]:
-        assert self._consumer is not None
-        left = []
-        for tp, end in self._ends.items():
-            if tp not in self._stopped and await self._consumer.position(tp) < end:
-                left.append(tp)
-        return left
+            positions = {tp: await consumer.position(tp) for tp in reading}
+            if all(position >= self._ends[tp] for tp, position in positions.items()):
+                return []
 
     def _item(self, record: Any) -> RedriveItem:
         tp = TopicPartition(record.topic, record.partition)
