@@ -12,10 +12,9 @@ copy carries the application property ``shared_stream_redrive_subscription`` nam
 subscription, so the topic's other subscriptions can leave it out with a rule
 (``shared_stream_redrive_subscription IS NULL OR shared_stream_redrive_subscription = '<name>'``).
 
-Service Bus keeps why a message was dead-lettered in the message's own dead-letter reason,
-description and source, which a new message cannot carry. With ``keep_origin_attributes`` the
-copy carries them as the application properties ``dead_letter_reason``,
-``dead_letter_description`` and ``dead_letter_source``.
+Service Bus keeps why a message was dead-lettered in two application properties of the message,
+``DeadLetterReason`` and ``DeadLetterErrorDescription`` (what our triggers' reject writes there).
+The copy leaves them out, unless ``keep_origin_attributes``.
 """
 
 from __future__ import annotations
@@ -39,6 +38,8 @@ from airflow_shared_stream.servicebus.producer import Entity, envelope_metadata,
 log = logging.getLogger(__name__)
 
 REDRIVE_SUBSCRIPTION_PROPERTY = "shared_stream_redrive_subscription"
+ORIGIN_PROPERTIES = frozenset(("DeadLetterReason", "DeadLetterErrorDescription"))
+"""Where Service Bus keeps a dead-lettering's reason (stripped unless ``keep_origin_attributes``)."""
 RECEIVE_WAIT_SECONDS = 2.0
 _SUBSCRIPTIONS = "/subscriptions/"
 
@@ -156,16 +157,10 @@ class ServiceBusDeadLetterSource:
 
         properties = dict(message.application_properties or {})
         properties = {(k.decode() if isinstance(k, bytes) else k): v for k, v in properties.items()}
+        if not self._keep:
+            properties = {k: v for k, v in properties.items() if k not in ORIGIN_PROPERTIES}
         if self._entity.subscription_name is not None:
             properties[REDRIVE_SUBSCRIPTION_PROPERTY] = self._entity.subscription_name
-        if self._keep:
-            for name, value in (
-                ("dead_letter_reason", message.dead_letter_reason),
-                ("dead_letter_description", message.dead_letter_error_description),
-                ("dead_letter_source", message.dead_letter_source),
-            ):
-                if value is not None:
-                    properties[name] = value
         body = message_body(message)
         return ServiceBusMessage(
             body if body is not None else b"",
