@@ -81,6 +81,13 @@ INSTALL_TESTS = "tests/integration/test_install_quickstart.py"
 TRIGGER_CLASS = "    def trigger_class(self) -> type[BaseEventTrigger]:\n"
 TRIGGER_IMPORT = "        trigger: type[BaseEventTrigger] = import_string(self.trigger_path)\n"
 """The MessageQueueTrigger scheme providers' trigger lookup (airflow_shared_stream/queues.py)."""
+REDRIVE_COPY_THEN_REMOVE = (
+    "            accepted = list(await source.copy(selected)) if selected else []\n"
+    "            if checkpoint is not None:\n"
+    '                await checkpoint("copied", accepted)\n'
+    "            await source.remove(accepted, skipped)\n"
+)
+"""The redrive loop's order: copy, (the kill tests' checkpoint), then remove what was accepted."""
 
 
 @dataclass(frozen=True)
@@ -848,6 +855,31 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="            pass\n",
         caught_by=("test_the_shared_poller_runs_at_the_shortest_interval_among_its_watches",),
         module=SPARK_RECORDING,
+    ),
+    # Dead-letter redrive: a message leaves the dead-letter source only after its copy is accepted.
+    # The redrive child is killed at the checkpoint between its two steps: with the steps swapped,
+    # the messages it removed never reached the origin.
+    *(
+        Mutant(
+            name="redrive removes from the dead-letter source before the copy is accepted",
+            broker=broker,
+            path="airflow_shared_stream/common/redrive.py",
+            original=REDRIVE_COPY_THEN_REMOVE,
+            mutated=(
+                "            await source.remove(selected, skipped)\n"
+                "            if checkpoint is not None:\n"
+                '                await checkpoint("copied", selected)\n'
+                "            accepted = list(await source.copy(selected)) if selected else []\n"
+            ),
+            caught_by=(test,),
+            module=f"tests/integration/{broker}/test_{broker}_redrive.py",
+        )
+        for broker, test in (
+            ("sqs", "test_a_redrive_killed_between_copy_and_delete_loses_nothing"),
+            ("kafka", "test_a_redrive_killed_between_produce_and_commit_loses_nothing"),
+            ("pubsub", "test_a_redrive_killed_between_publish_and_ack_loses_nothing"),
+            ("servicebus", "test_a_redrive_killed_between_send_and_complete_loses_nothing"),
+        )
     ),
 )
 

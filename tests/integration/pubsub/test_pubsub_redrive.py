@@ -53,7 +53,9 @@ async def drain(pubsub: PubSubEmulator, subscription: str, expected: int) -> lis
         got.extend(pubsub.pull(subscription))
         return len(got)
 
-    await eventually(pull, lambda n: n >= expected, timeout=60, what=f"{expected} message(s) on {subscription}")
+    await eventually(
+        pull, lambda n: n >= expected, timeout=60, what=f"{expected} message(s) on {subscription}"
+    )
     return got
 
 

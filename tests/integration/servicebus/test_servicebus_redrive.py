@@ -85,7 +85,10 @@ async def test_keep_origin_attributes_carries_the_dead_letter_reason(
 
     for message in servicebus.messages(queue):
         properties = {str(k): v for k, v in message.application_properties.items()}
-        assert (properties["DeadLetterReason"], properties["DeadLetterErrorDescription"]) == ("rejected", "no")
+        assert (properties["DeadLetterReason"], properties["DeadLetterErrorDescription"]) == (
+            "rejected",
+            "no",
+        )
 
 
 async def test_a_subscriptions_dead_letters_go_to_its_topic_named_for_it(
@@ -110,7 +113,9 @@ async def test_a_subscriptions_dead_letters_go_to_its_topic_named_for_it(
     assert len(servicebus.messages(f"{topic}/Subscriptions/{other}")) == 6
 
 
-async def test_filter_moves_only_what_it_selects(servicebus: ServiceBusServer, servicebus_connection: str) -> None:
+async def test_filter_moves_only_what_it_selects(
+    servicebus: ServiceBusServer, servicebus_connection: str
+) -> None:
     queue = servicebus.create_queue()
     dead_lettered(servicebus, queue, queue, 8)
 

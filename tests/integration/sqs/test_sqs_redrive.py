@@ -6,8 +6,6 @@ import asyncio
 import json
 from typing import Any
 
-import pytest
-
 from airflow_shared_stream.common.redrive import redrive
 from airflow_shared_stream.redrive import RedriveDeadLettersOperator, dead_letter_source
 from tests.support.brokers import SqsServer
@@ -55,11 +53,14 @@ async def test_redrive_moves_every_message_with_its_attributes(sqs: SqsServer, a
     for message in moved:
         attributes = message["MessageAttributes"]
         assert attributes["tenant"]["StringValue"] == f"t{json.loads(message['Body'])['n']}"
-        assert "dead_letter_reason" not in attributes and "dead_letter_description" not in attributes
+        assert "dead_letter_reason" not in attributes
+        assert "dead_letter_description" not in attributes
     assert sqs.depth(dlq) == (0, 0)
 
 
-async def test_keep_origin_attributes_keeps_the_dead_letter_reason(sqs: SqsServer, aws_connection: str) -> None:
+async def test_keep_origin_attributes_keeps_the_dead_letter_reason(
+    sqs: SqsServer, aws_connection: str
+) -> None:
     dlq, origin = sqs.create_queue(), sqs.create_queue()
     dead_letters(sqs, dlq, 3)
 
@@ -82,7 +83,9 @@ async def test_fifo_redrive_keeps_each_group_and_its_order(sqs: SqsServer, aws_c
     moved = sqs.drain(origin)
     groups: dict[str, list[int]] = {}
     for message in moved:
-        groups.setdefault(message["Attributes"]["MessageGroupId"], []).append(json.loads(message["Body"])["n"])
+        groups.setdefault(message["Attributes"]["MessageGroupId"], []).append(
+            json.loads(message["Body"])["n"]
+        )
     assert groups == {f"g{g}": [i for i in range(12) if i % 3 == g] for g in range(3)}
     assert sorted(m["Body"] for m in moved) == sorted(bodies)
 
@@ -123,7 +126,9 @@ async def test_dry_run_changes_nothing(sqs: SqsServer, aws_connection: str) -> N
     assert sorted(m["Body"] for m in sqs.drain(dlq)) == sorted(bodies)  # all visible again
 
 
-async def test_a_redrive_killed_between_copy_and_delete_loses_nothing(sqs: SqsServer, aws_connection: str) -> None:
+async def test_a_redrive_killed_between_copy_and_delete_loses_nothing(
+    sqs: SqsServer, aws_connection: str
+) -> None:
     dlq, origin = sqs.create_queue(), sqs.create_queue()
     bodies = dead_letters(sqs, dlq, 25)
 
@@ -147,7 +152,9 @@ async def test_a_redrive_killed_between_copy_and_delete_loses_nothing(sqs: SqsSe
         in_dlq.update(m["Body"] for m in sqs.drain(dlq))
         return in_dlq
 
-    await eventually(drained, lambda found: found == set(bodies), timeout=60, what="every message back in the DLQ")
+    await eventually(
+        drained, lambda found: found == set(bodies), timeout=60, what="every message back in the DLQ"
+    )
     assert at_origin <= in_dlq  # copied and not yet deleted: a duplicate, never a loss
 
 
