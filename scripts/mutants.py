@@ -881,6 +881,30 @@ MUTANTS: tuple[Mutant, ...] = (
             ("servicebus", "test_a_redrive_killed_between_send_and_complete_loses_nothing"),
         )
     ),
+    Mutant(
+        name="redrive deletes from the SQS dead-letter queue before SendMessageBatch",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/redrive.py",
+        original="        entries = [self._entry(str(i), item.handle) for i, item in enumerate(items)]\n",
+        mutated=(
+            "        await self.remove(items, [])\n"
+            "        entries = [self._entry(str(i), item.handle) for i, item in enumerate(items)]\n"
+        ),
+        caught_by=("test_a_copy_sqs_refuses_stays_in_the_dead_letter_queue",),
+        module="tests/integration/sqs/test_sqs_redrive.py",
+    ),
+    Mutant(
+        name="redrive acknowledges a Pub/Sub dead letter whose publish was refused",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/redrive.py",
+        original=(
+            '                log.warning("Pub/Sub refused the copy of %s: %s", item.key, exc)\n'
+            "                continue\n"
+        ),
+        mutated='                log.warning("Pub/Sub refused the copy of %s: %s", item.key, exc)\n',
+        caught_by=("test_a_copy_pubsub_refuses_stays_in_the_dead_letter_subscription",),
+        module="tests/integration/pubsub/test_pubsub_redrive.py",
+    ),
 )
 
 

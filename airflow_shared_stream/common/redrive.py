@@ -88,7 +88,8 @@ class DeadLetterSource(Protocol):
 
 
 Checkpoint = Callable[[str, Sequence[RedriveItem]], Awaitable[None]]
-"""Called with ``"copied"`` and the accepted items, between the copy and the removal."""
+"""Called with ``"read"`` and the batch's selected items before their copy, and with ``"copied"``
+and the accepted items between the copy and the removal (tests stop or change the world there)."""
 
 
 @dataclass
@@ -181,6 +182,8 @@ async def redrive(
                 summary.samples.extend(i.envelope for i in selected[: sample_size - len(summary.samples)])
                 held.update((i.key, i) for i in fresh)
                 continue
+            if checkpoint is not None:
+                await checkpoint("read", selected)
             accepted = list(await source.copy(selected)) if selected else []
             if checkpoint is not None:
                 await checkpoint("copied", accepted)

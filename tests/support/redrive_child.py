@@ -28,6 +28,8 @@ async def _run(spec: dict[str, Any]) -> None:
     from airflow_shared_stream.redrive import dead_letter_source
 
     async def stop_after_copy(step: str, items: Sequence[RedriveItem]) -> None:
+        if step != "copied":
+            return
         print(f"{READY} {len(items)}", flush=True)
         await asyncio.Event().wait()  # until the parent's SIGKILL
 

@@ -1,4 +1,4 @@
-"""The redrive operator's arguments and its example Dag (the brokers' paths: tests/integration/*/test_*_redrive.py)."""
+"""The redrive operator's arguments, its loop, its example Dag (brokers: tests/integration/*/test_*_redrive.py)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_the_example_dag_parses_with_the_params_the_streams_page_sends(
         ),
         ({"broker": "kafka", "dead_letter": "orders", "source": "orders"}, "one topic"),
         ({"broker": "pubsub", "dead_letter": "orders-dlq-sub"}, "original topic"),
-        ({"broker": "pubsub", "dead_letter": "projects/p/topics/t", "source": "t"}, "not a Pub/Sub subscription"),
+        ({"broker": "pubsub", "dead_letter": "projects/p/topics/t", "source": "t"}, "not a Pub/Sub sub"),
         ({"broker": "servicebus"}, "needs the entity"),
         (
             {"broker": "servicebus", "source": "orders", "dead_letter": "other"},

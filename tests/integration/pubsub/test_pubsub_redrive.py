@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from airflow_shared_stream.common.redrive import redrive
+from airflow_shared_stream.common.redrive import RedriveItem, redrive
 from airflow_shared_stream.pubsub.dead_letter import DEAD_LETTER_ORIGIN_SUBSCRIPTION, DEAD_LETTER_REASON
 from airflow_shared_stream.redrive import dead_letter_source
 from tests.support.pubsub_emulator import PubSubEmulator
@@ -135,3 +136,17 @@ async def test_a_redrive_killed_between_publish_and_ack_loses_nothing(pubsub: Pu
     in_dlq = {m.message.data for m in await drain(pubsub, dead_sub, len(bodies))}  # leases run out
     assert in_dlq == set(bodies)
     assert at_origin <= in_dlq
+
+
+async def test_a_copy_pubsub_refuses_stays_in_the_dead_letter_subscription(pubsub: PubSubEmulator) -> None:
+    """The original topic is deleted after the redrive read its batch: every publish is refused."""
+    origin, _, dead_sub, bodies = setup(pubsub, 4)
+
+    async def delete_the_origin(step: str, items: Sequence[RedriveItem]) -> None:
+        if step == "read":
+            await asyncio.to_thread(pubsub.publisher.delete_topic, topic=origin)
+
+    summary = await redrive(source(pubsub, dead_sub, origin), checkpoint=delete_the_origin)
+
+    assert (summary.moved, summary.failed) == (0, 4)
+    assert sorted(m.message.data for m in await drain(pubsub, dead_sub, 4)) == sorted(bodies)

@@ -8,6 +8,8 @@ from typing import Any
 
 from airflow_shared_stream.common.redrive import redrive
 from airflow_shared_stream.redrive import RedriveDeadLettersOperator, dead_letter_source
+from airflow_shared_stream.sqs.errors import SqsSharedStreamError
+from tests.integration.sqs.conftest import SECRET_KEY
 from tests.support.brokers import SqsServer
 from tests.support.redrive_child import kill_between_copy_and_remove
 from tests.support.waiting import eventually
@@ -180,5 +182,28 @@ def test_operator_returns_the_summary_and_takes_template_strings(sqs: SqsServer,
         "failed": 0,
         "dry_run": False,
     }
-    json.dumps(summary)  # an XCom
+    assert SECRET_KEY not in json.dumps(summary)  # an XCom, and no secret in it
     assert len(sqs.drain(origin)) == 3
+
+
+async def test_a_copy_sqs_refuses_stays_in_the_dead_letter_queue(sqs: SqsServer, aws_connection: str) -> None:
+    """
+    The source queue takes messages of at most 1 KiB; the dead letter is larger.
+
+    SQS reports such an entry in ``Failed``; moto refuses the whole batch instead: either way the
+    message must still be in the dead-letter queue, and nowhere else.
+    """
+    dlq, origin = sqs.create_queue(), sqs.create_queue(MaximumMessageSize="1024")
+    big = json.dumps({"n": 0, "pad": "x" * 2000})
+    sqs.send(dlq, [big])
+
+    try:
+        summary = await redrive(source(aws_connection, dlq, origin, lease_seconds=1))
+    except SqsSharedStreamError:
+        pass
+    else:
+        assert (summary.moved, summary.failed) == (0, 1)
+
+    back = await eventually(lambda: sqs.drain(dlq), bool, timeout=60, what="the dead letter back in the DLQ")
+    assert [m["Body"] for m in back] == [big]
+    assert sqs.depth(origin) == (0, 0)
