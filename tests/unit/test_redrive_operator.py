@@ -1,4 +1,4 @@
-"""The redrive operator's arguments, its loop, its example Dag (brokers: tests/integration/*/test_*_redrive.py)."""
+"""The redrive operator's arguments, its loop and its example Dag (brokers: tests/integration)."""
 
 from __future__ import annotations
 
