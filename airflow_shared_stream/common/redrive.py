@@ -154,8 +154,8 @@ async def redrive(
     summary = RedriveSummary(broker=source.broker, source=source.label, dry_run=dry_run)
     metrics = StreamMetrics(source.broker, source.label)
     held: dict[str, RedriveItem] = {}
-    await source.open()
     try:
+        await source.open()  # inside: a source that half opened is closed too
         while limit is None or summary.moved < limit:
             want = batch_size if limit is None else min(batch_size, limit - summary.moved)
             batch = await source.read(want)

@@ -12,10 +12,12 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaProducer
 
 from airflow_shared_stream.common.redrive import redrive
 from airflow_shared_stream.kafka.dead_letters import ORIGIN_HEADERS, REASON_HEADER
+from airflow_shared_stream.kafka.errors import KafkaTopicNotFoundError
 from airflow_shared_stream.kafka.redrive import default_group_id
 from airflow_shared_stream.redrive import dead_letter_source
 from tests.integration.kafka.conftest import KafkaSandbox
@@ -133,3 +135,8 @@ async def test_a_redrive_killed_between_produce_and_commit_loses_nothing(kafka: 
     committed = (await kafka.committed(default_group_id(dlq), dlq))[0] or 0
     still_to_redrive = {r["value"] for r in records[committed:]}
     assert at_origin | still_to_redrive == {r["value"] for r in records}
+
+
+async def test_a_missing_dead_letter_topic_is_named_in_a_clear_error(kafka: KafkaSandbox) -> None:
+    with pytest.raises(KafkaTopicNotFoundError, match="no-such-topic"):
+        await redrive(source(kafka, kafka.name("no-such-topic")))

@@ -6,9 +6,11 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
+
 from airflow_shared_stream.common.redrive import redrive
 from airflow_shared_stream.redrive import RedriveDeadLettersOperator, dead_letter_source
-from airflow_shared_stream.sqs.errors import SqsSharedStreamError
+from airflow_shared_stream.sqs.errors import SqsQueueNotFoundError, SqsSharedStreamError
 from tests.integration.sqs.conftest import SECRET_KEY
 from tests.support.brokers import SqsServer
 from tests.support.redrive_child import kill_between_copy_and_remove
@@ -207,3 +209,11 @@ async def test_a_copy_sqs_refuses_stays_in_the_dead_letter_queue(sqs: SqsServer,
     back = await eventually(lambda: sqs.drain(dlq), bool, timeout=60, what="the dead letter back in the DLQ")
     assert [m["Body"] for m in back] == [big]
     assert sqs.depth(origin) == (0, 0)
+
+
+async def test_a_missing_queue_is_named_in_a_clear_error(sqs: SqsServer, aws_connection: str) -> None:
+    dlq = sqs.create_queue()
+    missing = dlq.rsplit("/", 1)[0] + "/no-such-queue"
+
+    with pytest.raises(SqsQueueNotFoundError, match="no-such-queue"):
+        await redrive(source(aws_connection, dlq, missing))
