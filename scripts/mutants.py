@@ -882,6 +882,15 @@ MUTANTS: tuple[Mutant, ...] = (
         )
     ),
     Mutant(
+        name="redrive commits past a Kafka record it could not copy",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/redrive.py",
+        original="            while passed < len(pending) and pending[passed] in handled:\n",
+        mutated="            while passed < len(pending):\n",
+        caught_by=("test_a_record_that_cannot_be_copied_is_never_committed_past",),
+        module="tests/integration/kafka/test_kafka_redrive.py",
+    ),
+    Mutant(
         name="redrive deletes from the SQS dead-letter queue before SendMessageBatch",
         broker="sqs",
         path="airflow_shared_stream/sqs/redrive.py",

@@ -8,7 +8,8 @@ redrives got. Each record is produced to its original topic (``source``, or the
 partitioner puts it where records of that key go) and its headers, ``acks=all``; the group's
 offset on the dead-letter topic is committed only past records whose copy the brokers
 acknowledged, or that the ``filter`` passed over. A refused copy stops its partition for this
-redrive: nothing after it is committed, and it is read again next time.
+redrive: the records after it are not copied (a broker's late refusal may leave some already
+sent: duplicates) and nothing from it on is committed, so the next redrive reads it again.
 
 The consumer is assigned the partitions (no group membership, so no rebalance and no session
 to time out). It reads until every partition is past the end offset it had when the redrive
@@ -164,13 +165,19 @@ class KafkaDeadLetterSource:
         refused: list[RedriveItem] = []
         for item in items:
             record = item.handle
+            partition = TopicPartition(record.topic, record.partition)
+            if partition in self._stopped:  # behind a refused record: not copied, not committed
+                refused.append(item)
+                continue
             target = self._target or _header(record, ORIGIN_TOPIC_HEADER)
             if not target or record.value is None:  # no origin named, or a pointer without the record
                 log.warning(
-                    "Record %s of %s names no origin topic or has no value: not redriven",
+                    "Record %s of %s names no origin topic or has no value: not redriven, and "
+                    "nothing after it in its partition",
                     item.key,
                     self._topic,
                 )
+                self._stopped.add(partition)
                 refused.append(item)
                 continue
             headers = [(n, v) for n, v in record.headers if self._keep or n not in OUR_HEADERS]
@@ -178,6 +185,7 @@ class KafkaDeadLetterSource:
                 delivery = await producer.send(target, value=record.value, key=record.key, headers=headers)
             except KafkaError as exc:
                 log.warning("Kafka refused the copy of %s: %s", item.key, self._scrubber.describe(exc))
+                self._stopped.add(partition)
                 refused.append(item)
                 continue
             sent.append((item, delivery))

@@ -140,3 +140,25 @@ async def test_a_redrive_killed_between_produce_and_commit_loses_nothing(kafka: 
 async def test_a_missing_dead_letter_topic_is_named_in_a_clear_error(kafka: KafkaSandbox) -> None:
     with pytest.raises(KafkaTopicNotFoundError, match="no-such-topic"):
         await redrive(source(kafka, kafka.name("no-such-topic")))
+
+
+async def test_a_record_that_cannot_be_copied_is_never_committed_past(kafka: KafkaSandbox) -> None:
+    """A pointer record (too large to dead-letter whole: no value) stops its partition's commit."""
+    dlq, origin = await topics(kafka)
+    await dead_letters(kafka, dlq, origin, 2)
+    ours = [(ORIGIN_HEADERS[0], origin.encode()), (REASON_HEADER, b"record too large")]
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(dlq, value=None, key=b"k", headers=ours)
+        await producer.send_and_wait(dlq, value=b'{"n": 3}', key=b"k", headers=ours)
+    finally:
+        await producer.stop()
+
+    summary = await redrive(source(kafka, dlq))
+
+    assert (summary.moved, summary.failed) == (2, 2)  # the pointer, and the record held behind it
+    assert await kafka.committed(default_group_id(dlq), dlq) == {0: 2}
+    assert len(await kafka.read_all(origin, 3, timeout_ms=2000)) == 2
+    again = await redrive(source(kafka, dlq))  # the next redrive stops at it again
+    assert (again.moved, again.failed) == (0, 2)
