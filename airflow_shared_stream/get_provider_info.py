@@ -49,6 +49,13 @@ def get_provider_info() -> dict[str, Any]:
                     "software",
                 ],
             },
+            {
+                "integration-name": "Shared stream dead-letter redrive",
+                "external-doc-url": "https://airflow.apache.org/docs/apache-airflow/stable/authoring-and-scheduling/event-scheduling.html",
+                "tags": [
+                    "software",
+                ],
+            },
         ],
         "triggers": [
             {
@@ -87,6 +94,12 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "Apache Spark (deferrable, standalone REST)",
                 "python-modules": [
                     "airflow_shared_stream.spark.operators",
+                ],
+            },
+            {
+                "integration-name": "Shared stream dead-letter redrive",
+                "python-modules": [
+                    "airflow_shared_stream.redrive",
                 ],
             },
         ],

@@ -85,6 +85,13 @@ INSTALL_TESTS = "tests/integration/test_install_quickstart.py"
 TRIGGER_CLASS = "    def trigger_class(self) -> type[BaseEventTrigger]:\n"
 TRIGGER_IMPORT = "        trigger: type[BaseEventTrigger] = import_string(self.trigger_path)\n"
 """The MessageQueueTrigger scheme providers' trigger lookup (airflow_shared_stream/queues.py)."""
+REDRIVE_COPY_THEN_REMOVE = (
+    "            accepted = list(await source.copy(selected)) if selected else []\n"
+    "            if checkpoint is not None:\n"
+    '                await checkpoint("copied", accepted)\n'
+    "            await source.remove(accepted, skipped)\n"
+)
+"""The redrive loop's order: copy, (the kill tests' checkpoint), then remove what was accepted."""
 
 
 @dataclass(frozen=True)
@@ -926,6 +933,63 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="div.body code span.pre {\n  white-space: nowrap;\n",
         caught_by=("test_every_page_fits_the_window_shows_no_raw_markdown_and_loads_its_images",),
         module="tests/docs/test_rendering.py",
+    # Dead-letter redrive: a message leaves the dead-letter source only after its copy is accepted.
+    # The redrive child is killed at the checkpoint between its two steps: with the steps swapped,
+    # the messages it removed never reached the origin.
+    *(
+        Mutant(
+            name="redrive removes from the dead-letter source before the copy is accepted",
+            broker=broker,
+            path="airflow_shared_stream/common/redrive.py",
+            original=REDRIVE_COPY_THEN_REMOVE,
+            mutated=(
+                "            await source.remove(selected, skipped)\n"
+                "            if checkpoint is not None:\n"
+                '                await checkpoint("copied", selected)\n'
+                "            accepted = list(await source.copy(selected)) if selected else []\n"
+            ),
+            caught_by=(test,),
+            module=f"tests/integration/{broker}/test_{broker}_redrive.py",
+        )
+        for broker, test in (
+            ("sqs", "test_a_redrive_killed_between_copy_and_delete_loses_nothing"),
+            ("kafka", "test_a_redrive_killed_between_produce_and_commit_loses_nothing"),
+            ("pubsub", "test_a_redrive_killed_between_publish_and_ack_loses_nothing"),
+            ("servicebus", "test_a_redrive_killed_between_send_and_complete_loses_nothing"),
+        )
+    ),
+    Mutant(
+        name="redrive commits past a Kafka record it could not copy",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/redrive.py",
+        original="            while passed < len(pending) and pending[passed] in handled:\n",
+        mutated="            while passed < len(pending):\n",
+        caught_by=("test_a_record_that_cannot_be_copied_is_never_committed_past",),
+        module="tests/integration/kafka/test_kafka_redrive.py",
+    ),
+    Mutant(
+        name="redrive deletes from the SQS dead-letter queue before SendMessageBatch",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/redrive.py",
+        original="        entries = [self._entry(str(i), item.handle) for i, item in enumerate(items)]\n",
+        mutated=(
+            "        await self.remove(items, [])\n"
+            "        entries = [self._entry(str(i), item.handle) for i, item in enumerate(items)]\n"
+        ),
+        caught_by=("test_a_copy_sqs_refuses_stays_in_the_dead_letter_queue",),
+        module="tests/integration/sqs/test_sqs_redrive.py",
+    ),
+    Mutant(
+        name="redrive acknowledges a Pub/Sub dead letter whose publish was refused",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/redrive.py",
+        original=(
+            '                log.warning("Pub/Sub refused the copy of %s: %s", item.key, exc)\n'
+            "                continue\n"
+        ),
+        mutated='                log.warning("Pub/Sub refused the copy of %s: %s", item.key, exc)\n',
+        caught_by=("test_a_copy_pubsub_refuses_stays_in_the_dead_letter_subscription",),
+        module="tests/integration/pubsub/test_pubsub_redrive.py",
     ),
 )
 

@@ -1,0 +1,248 @@
+"""
+Redrive from a Kafka dead-letter topic to the original topic (the protocol of common/redrive.py).
+
+A dead-letter topic is a log: nothing is deleted from it. The redrive's consumer group
+(``group_id``, by default ``shared-stream-redrive.<dead-letter topic>``) remembers how far the
+redrives got. Each record is produced to its original topic (``source``, or the
+``x-shared-stream-topic`` header our dead-lettering wrote) with its key (so the topic's
+partitioner puts it where records of that key go) and its headers, ``acks=all``; the group's
+offset on the dead-letter topic is committed only past records whose copy the brokers
+acknowledged, or that the ``filter`` passed over. A refused copy stops its partition for this
+redrive: the records after it are not copied (a broker's late refusal may leave some already
+sent: duplicates) and nothing from it on is committed, so the next redrive reads it again.
+
+The consumer is assigned the partitions (no group membership, so no rebalance and no session
+to time out). It reads until every partition is past the end offset it had when the redrive
+started and a read finds nothing more (some brokers report end offsets per batch, not per
+record, so the end offsets alone cannot say when a partition is done).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from airflow_shared_stream.common.redrive import RedriveItem
+from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
+from airflow_shared_stream.kafka.dead_letters import ORIGIN_HEADERS, REASON_HEADER, SIZE_HEADER
+from airflow_shared_stream.kafka.errors import (
+    KafkaConfigError,
+    KafkaSharedStreamError,
+    KafkaTopicNotFoundError,
+)
+from airflow_shared_stream.kafka.hook import KafkaHook
+from airflow_shared_stream.kafka.producer import build_raw_message
+
+log = logging.getLogger(__name__)
+
+OUR_HEADERS = frozenset((*ORIGIN_HEADERS, REASON_HEADER, SIZE_HEADER))
+"""The headers our dead-lettering adds (stripped unless ``keep_origin_attributes``)."""
+ORIGIN_TOPIC_HEADER = ORIGIN_HEADERS[0]
+READ_TIMEOUT_MS = 1000
+
+
+def default_group_id(dead_letter_topic: str) -> str:
+    return f"shared-stream-redrive.{dead_letter_topic}"
+
+
+class KafkaDeadLetterSource:
+    """
+    Read a dead-letter topic from the redrive group's committed offsets; produce; commit.
+
+    :param dead_letter: the dead-letter topic.
+    :param source: the topic to produce to; ``None`` takes each record's origin header.
+    """
+
+    broker = "kafka"
+
+    def __init__(
+        self,
+        *,
+        dead_letter: str,
+        source: str | None = None,
+        conn_id: str | None = None,
+        keep_origin_attributes: bool = False,
+        group_id: str | None = None,
+    ) -> None:
+        if not dead_letter or not isinstance(dead_letter, str):
+            raise KafkaConfigError("a Kafka redrive needs the dead-letter topic (dead_letter=...)")
+        if source is not None and source == dead_letter:
+            raise KafkaConfigError(f"the dead-letter topic and the source topic are one topic: {source!r}")
+        self._topic = dead_letter
+        self._target = source
+        self._conn_id = conn_id or KafkaHook.default_conn_name
+        self._keep = keep_origin_attributes
+        self._group_id = group_id or default_group_id(dead_letter)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._scrubber: Any = None
+        self._ends: dict[TopicPartition, int] = {}
+        self._stopped: set[TopicPartition] = set()
+        self._unsettled: dict[TopicPartition, list[int]] = {}
+        """Offsets read and not yet moved or passed, per partition, in order."""
+        self._handled: dict[TopicPartition, set[int]] = {}
+        self.label = dead_letter
+
+    async def open(self) -> None:
+        config = await KafkaHook(self._conn_id).aget_client_config()
+        self._scrubber = config.scrubber()
+        kwargs = config.consumer_kwargs(self._group_id)
+        kwargs["auto_offset_reset"] = "earliest"  # a group that never redrove starts at the beginning
+        self._consumer = consumer = AIOKafkaConsumer(**kwargs)
+        self._producer = producer = AIOKafkaProducer(**config.producer_kwargs())
+        try:
+            await consumer.start()
+            await producer.start()
+            topics = await consumer.topics()
+        except KafkaError as exc:
+            raise self._error("cannot connect", exc) from None
+        for topic in (self._topic, self._target):
+            if topic is not None and topic not in topics:
+                raise KafkaTopicNotFoundError(
+                    f"Kafka topic {topic!r} does not exist (connection {self._conn_id!r})"
+                )
+        partitions = [
+            TopicPartition(self._topic, p) for p in sorted(consumer.partitions_for_topic(self._topic) or ())
+        ]
+        consumer.assign(partitions)
+        try:
+            self._ends = await consumer.end_offsets(partitions)
+            for tp in partitions:
+                committed = await consumer.committed(tp)
+                if committed is None:
+                    await consumer.seek_to_beginning(tp)
+                else:
+                    consumer.seek(tp, committed)
+        except KafkaError as exc:
+            raise self._error(f"cannot read the positions of group {self._group_id!r}", exc) from None
+
+    async def close(self) -> None:
+        for client in (self._producer, self._consumer):
+            if client is not None:
+                try:
+                    await client.stop()
+                except Exception as exc:  # best effort: the redrive is over
+                    log.debug("Stopping a Kafka client failed: %s", type(exc).__name__)
+
+    async def read(self, limit: int) -> Sequence[RedriveItem]:
+        consumer = self._consumer
+        assert consumer is not None
+        while True:
+            reading = [tp for tp in self._ends if tp not in self._stopped]
+            if not reading:
+                return []
+            try:
+                batches = await consumer.getmany(*reading, timeout_ms=READ_TIMEOUT_MS, max_records=limit)
+            except KafkaError as exc:
+                raise self._error("reading failed", exc) from None
+            items = [
+                self._item(record)
+                for tp, records in batches.items()
+                if tp not in self._stopped
+                for record in records
+            ]
+            if items:
+                return items
+            positions = {tp: await consumer.position(tp) for tp in reading}
+            if all(position >= self._ends[tp] for tp, position in positions.items()):
+                return []
+
+    def _item(self, record: Any) -> RedriveItem:
+        tp = TopicPartition(record.topic, record.partition)
+        self._unsettled.setdefault(tp, []).append(record.offset)
+        envelope = build_raw_message(record, DEFAULT_MAX_PAYLOAD_BYTES).envelope
+        return RedriveItem(key=f"{record.partition}@{record.offset}", envelope=envelope, handle=record)
+
+    async def copy(self, items: Sequence[RedriveItem]) -> Sequence[RedriveItem]:
+        producer = self._producer
+        assert producer is not None
+        sent: list[tuple[RedriveItem, Any]] = []
+        refused: list[RedriveItem] = []
+        for item in items:
+            record = item.handle
+            partition = TopicPartition(record.topic, record.partition)
+            if partition in self._stopped:  # behind a refused record: not copied, not committed
+                refused.append(item)
+                continue
+            target = self._target or _header(record, ORIGIN_TOPIC_HEADER)
+            if not target or record.value is None:  # no origin named, or a pointer without the record
+                log.warning(
+                    "Record %s of %s names no origin topic or has no value: not redriven, and "
+                    "nothing after it in its partition",
+                    item.key,
+                    self._topic,
+                )
+                self._stopped.add(partition)
+                refused.append(item)
+                continue
+            headers = [(n, v) for n, v in record.headers if self._keep or n not in OUR_HEADERS]
+            try:
+                delivery = await producer.send(target, value=record.value, key=record.key, headers=headers)
+            except KafkaError as exc:
+                log.warning("Kafka refused the copy of %s: %s", item.key, self._scrubber.describe(exc))
+                self._stopped.add(partition)
+                refused.append(item)
+                continue
+            sent.append((item, delivery))
+        accepted = []
+        for item, delivery in sent:
+            try:
+                await delivery
+            except KafkaError as exc:
+                log.warning("Kafka refused the copy of %s: %s", item.key, self._scrubber.describe(exc))
+                refused.append(item)
+                continue
+            accepted.append(item)
+        for item in refused:  # nothing at or after it is committed by this redrive
+            record = item.handle
+            self._stopped.add(TopicPartition(record.topic, record.partition))
+        return accepted
+
+    async def remove(self, moved: Sequence[RedriveItem], skipped: Sequence[RedriveItem]) -> None:
+        for item in (*moved, *skipped):
+            record = item.handle
+            self._handled.setdefault(TopicPartition(record.topic, record.partition), set()).add(record.offset)
+        offsets: dict[TopicPartition, int] = {}
+        for tp, pending in self._unsettled.items():
+            handled = self._handled.get(tp, set())
+            passed = 0
+            while passed < len(pending) and pending[passed] in handled:
+                passed += 1
+            if passed:
+                offsets[tp] = pending[passed - 1] + 1
+                handled.difference_update(pending[:passed])
+                del pending[:passed]
+        if offsets:
+            assert self._consumer is not None
+            try:
+                await self._consumer.commit(offsets)
+            except KafkaError as exc:
+                raise self._error(
+                    f"committing group {self._group_id!r} on {self._topic!r} failed", exc
+                ) from None
+
+    async def release(self, items: Sequence[RedriveItem]) -> None:
+        """Nothing to give back: a record not committed past is read again by the next redrive."""
+        await asyncio.sleep(0)
+
+    def _error(self, what: str, exc: BaseException) -> KafkaSharedStreamError:
+        detail = self._scrubber.describe(exc) if self._scrubber is not None else type(exc).__name__
+        return KafkaSharedStreamError(
+            f"Kafka redrive of {self._topic!r} (connection {self._conn_id!r}): {what}: {detail}"
+        )
+
+
+def _header(record: Any, name: str) -> str | None:
+    for header, value in record.headers or ():
+        if header == name and value is not None:
+            return bytes(value).decode("utf-8", errors="replace")
+    return None
+
+
+def dead_letter_source(**kwargs: Any) -> KafkaDeadLetterSource:
+    return KafkaDeadLetterSource(**kwargs)

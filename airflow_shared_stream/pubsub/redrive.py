@@ -1,0 +1,168 @@
+"""
+Redrive from a Pub/Sub dead-letter subscription to the original topic (common/redrive.py's protocol).
+
+The dead-letter subscription is a subscription on the dead-letter topic. Each message is
+published to the original topic (``source``) with its data, attributes and ordering key, and
+acknowledged on the dead-letter subscription only after Pub/Sub returned its new message id.
+A topic reaches every subscription on it: a message redriven to a topic with several
+subscriptions is delivered to each of them again (docs/redrive.rst).
+
+Pulled messages get the redrive's own ack deadline (``lease_seconds``); one held longer (a
+skipped one in a long redrive) is handed out again and recognised by its message id.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_shared_stream.common.matching import build_message
+from airflow_shared_stream.common.redrive import RedriveItem
+from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
+from airflow_shared_stream.pubsub.client import PubSubClient
+from airflow_shared_stream.pubsub.dead_letter import (
+    DEAD_LETTER_ATTRIBUTES_DROPPED,
+    DEAD_LETTER_DESCRIPTION,
+    DEAD_LETTER_ORIGIN_MESSAGE_ID,
+    DEAD_LETTER_ORIGIN_PUBLISH_TIME,
+    DEAD_LETTER_ORIGIN_SUBSCRIPTION,
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_TRUNCATED_FROM,
+)
+from airflow_shared_stream.pubsub.errors import PubSubConfigurationError, PubSubSharedStreamError
+from airflow_shared_stream.pubsub.hook import PubSubHook, ResourceName
+
+log = logging.getLogger(__name__)
+
+ORIGIN_ATTRIBUTES = frozenset(
+    (
+        DEAD_LETTER_REASON,
+        DEAD_LETTER_DESCRIPTION,
+        DEAD_LETTER_ORIGIN_SUBSCRIPTION,
+        DEAD_LETTER_ORIGIN_MESSAGE_ID,
+        DEAD_LETTER_ORIGIN_PUBLISH_TIME,
+        DEAD_LETTER_ATTRIBUTES_DROPPED,
+        DEAD_LETTER_TRUNCATED_FROM,
+    )
+)
+"""The attributes our dead-lettering adds (stripped unless ``keep_origin_attributes``)."""
+PULL_WAIT_SECONDS = 2.0
+
+
+class PubSubDeadLetterSource:
+    """
+    Pull a dead-letter subscription; publish to ``source``; acknowledge what was published.
+
+    :param dead_letter: the dead-letter subscription (id or ``projects/<p>/subscriptions/<id>``).
+    :param source: the original topic (id or full path).
+    """
+
+    broker = "pubsub"
+
+    def __init__(
+        self,
+        *,
+        dead_letter: str,
+        source: str | None,
+        conn_id: str | None = None,
+        keep_origin_attributes: bool = False,
+        project_id: str | None = None,
+        lease_seconds: int = 60,
+    ) -> None:
+        if not source:
+            raise PubSubConfigurationError("a Pub/Sub redrive needs the original topic (source=...)")
+        self._subscription_name = ResourceName.parse(dead_letter, "subscriptions", "dead_letter")
+        self._topic_name = ResourceName.parse(source, "topics", "source")
+        self._conn_id = conn_id or PubSubHook.default_conn_name
+        self._keep = keep_origin_attributes
+        self._project_id = project_id
+        self._lease_seconds = lease_seconds
+        self._client: PubSubClient | None = None
+        self.subscription = ""
+        self.topic = ""
+        self.label = self._subscription_name.id
+
+    async def open(self) -> None:
+        settings = await PubSubHook(self._conn_id).aget_client_settings()
+        project = self._project_id or settings.project
+        self.subscription = self._subscription_name.resolve(self._subscription_name.project or project)
+        self.topic = self._topic_name.resolve(self._topic_name.project or project)
+        self._client = client = PubSubClient(settings, gcp_conn_id=self._conn_id)
+        client.open()
+        subscription = await client.get_subscription(self.subscription)
+        await client.get_topic(self.topic)
+        if subscription.topic == self.topic:
+            raise PubSubConfigurationError(
+                f"{self.subscription} reads {self.topic} itself: redriving there would only loop"
+            )
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    @property
+    def client(self) -> PubSubClient:
+        assert self._client is not None, "the redrive source is not open"
+        return self._client
+
+    async def read(self, limit: int) -> Sequence[RedriveItem]:
+        received = await self.client.pull(self.subscription, limit, PULL_WAIT_SECONDS)
+        if received:  # hold them for the redrive, not for the subscription's deadline
+            await self.client.modify_ack_deadline(
+                self.subscription, [r.ack_id for r in received], self._lease_seconds
+            )
+        return [self._item(r) for r in received]
+
+    def _item(self, received: Any) -> RedriveItem:
+        message = received.message
+        attributes = dict(message.attributes)
+        envelope = build_message(
+            message.data,
+            metadata={
+                "message_id": message.message_id,
+                "attributes": attributes,
+                "ordering_key": message.ordering_key or None,
+                "subscription": self.subscription,
+            },
+            label=f"{self.label}/{message.message_id}",
+            max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES,
+        ).envelope
+        return RedriveItem(key=message.message_id, envelope=envelope, handle=received)
+
+    async def copy(self, items: Sequence[RedriveItem]) -> Sequence[RedriveItem]:
+        from google.pubsub_v1 import types
+
+        accepted = []
+        for item in items:  # one request each: a refusal is one message's, never its batch's
+            message = item.handle.message
+            attributes = {
+                k: v for k, v in message.attributes.items() if self._keep or k not in ORIGIN_ATTRIBUTES
+            }
+            copy = types.PubsubMessage.pb()(
+                data=message.data, attributes=attributes, ordering_key=message.ordering_key
+            )
+            try:
+                await self.client.publish(self.topic, [copy])
+            except PubSubSharedStreamError as exc:
+                log.warning("Pub/Sub refused the copy of %s: %s", item.key, exc)
+                continue
+            accepted.append(item)
+        return accepted
+
+    async def remove(self, moved: Sequence[RedriveItem], skipped: Sequence[RedriveItem]) -> None:
+        if moved:
+            await self.client.acknowledge(self.subscription, [item.handle.ack_id for item in moved])
+
+    async def release(self, items: Sequence[RedriveItem]) -> None:
+        try:
+            await self.client.modify_ack_deadline(
+                self.subscription, [item.handle.ack_id for item in items], 0
+            )
+        except PubSubSharedStreamError as exc:  # they come back when their deadline passes anyway
+            log.warning("Could not give back %d message(s) to %s: %s", len(items), self.subscription, exc)
+
+
+def dead_letter_source(**kwargs: Any) -> PubSubDeadLetterSource:
+    return PubSubDeadLetterSource(**kwargs)

@@ -1,0 +1,176 @@
+"""
+``RedriveDeadLettersOperator``: send dead-lettered messages back to their source, for any broker.
+
+A task, so a redrive is audited, retried and logged like any other (the Streams page starts one
+as a run of ``example_dags/shared_stream_redrive_dead_letters.py``). The work is
+:func:`airflow_shared_stream.common.redrive.redrive` over the broker's dead-letter source
+(``<broker>/redrive.py``); credentials come from the same Airflow connections as the triggers.
+See docs/redrive.rst.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_shared_stream.common.redrive import (
+    BROKERS,
+    DeadLetterSource,
+    RedriveConfigurationError,
+    check_max_messages,
+    compile_filter,
+    redrive,
+)
+
+BROKER_OPTIONS = {
+    "kafka": frozenset({"group_id"}),
+    "sqs": frozenset({"region_name", "lease_seconds"}),
+    "pubsub": frozenset({"project_id", "lease_seconds"}),
+    "servicebus": frozenset(),
+}
+"""Broker-specific arguments a redrive takes through ``broker_options``."""
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off", "")
+
+
+def dead_letter_source(
+    broker: str,
+    *,
+    source: str | None = None,
+    dead_letter: str | None = None,
+    conn_id: str | None = None,
+    keep_origin_attributes: bool = False,
+    broker_options: dict[str, Any] | None = None,
+) -> DeadLetterSource:
+    """The broker's dead-letter source (``<broker>/redrive.py``); raises on bad arguments."""
+    if broker not in BROKERS:
+        raise RedriveConfigurationError(f"broker must be one of {', '.join(BROKERS)}, got {broker!r}")
+    options = dict(broker_options or {})
+    unknown = sorted(set(options) - BROKER_OPTIONS[broker])
+    if unknown:
+        raise RedriveConfigurationError(
+            f"broker_options {unknown} are not options of a {broker} redrive "
+            f"(it takes: {', '.join(sorted(BROKER_OPTIONS[broker])) or 'none'})"
+        )
+    if broker != "servicebus" and not dead_letter:
+        raise RedriveConfigurationError(f"a {broker} redrive needs dead_letter (where the dead letters are)")
+    module = importlib.import_module(f"airflow_shared_stream.{broker}.redrive")
+    kwargs: dict[str, Any] = {
+        "source": source or None,
+        "dead_letter": dead_letter or None,
+        "conn_id": conn_id or None,
+        "keep_origin_attributes": keep_origin_attributes,
+    }
+    return module.dead_letter_source(**kwargs, **options)
+
+
+def _flag(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise RedriveConfigurationError(f"{name} must be true or false, got {value!r}")
+
+
+def _count(value: Any) -> int | None:
+    if value in (None, "", "None", "null"):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    return check_max_messages(value)
+
+
+class RedriveDeadLettersOperator(BaseOperator):
+    """
+    Move dead-lettered messages back to their source, at least once: a message leaves the
+    dead-letter source only after the broker accepted its copy.
+
+    :param broker: ``kafka``, ``sqs``, ``pubsub`` or ``servicebus``.
+    :param source: where messages go back to: the Kafka topic (optional: each record's origin
+        header otherwise), the SQS source queue URL, the Pub/Sub topic, the Service Bus entity
+        (``<queue>`` or ``<topic>/Subscriptions/<subscription>``).
+    :param dead_letter: where they are: the Kafka dead-letter topic, the SQS dead-letter queue
+        URL, the Pub/Sub dead-letter subscription (Service Bus: the entity's own sub-queue).
+    :param conn_id: the Airflow connection (the triggers' default for the broker if not given).
+    :param filter: a JMESPath expression over the envelope the triggers see; only messages it
+        selects are moved.
+    :param max_messages: move at most this many.
+    :param dry_run: count and sample what would move; copy nothing, remove nothing.
+    :param keep_origin_attributes: keep the attributes our dead-lettering added (reason, origin).
+    :param broker_options: ``group_id`` (Kafka), ``region_name`` (SQS), ``project_id``
+        (Pub/Sub), ``lease_seconds`` (SQS, Pub/Sub).
+    :return: (XCom) ``{"moved", "skipped", "failed", "dry_run", "samples", "broker", "source"}``.
+    """
+
+    template_fields: Sequence[str] = (
+        "broker",
+        "source",
+        "dead_letter",
+        "conn_id",
+        "filter",
+        "max_messages",
+        "is_dry_run",
+        "keep_origin_attributes",
+    )
+    ui_color = "#f6e7d8"
+
+    def __init__(
+        self,
+        *,
+        broker: str,
+        source: str | None = None,
+        dead_letter: str | None = None,
+        conn_id: str | None = None,
+        filter: str | None = None,
+        max_messages: int | str | None = None,
+        dry_run: bool | str = False,
+        keep_origin_attributes: bool | str = False,
+        broker_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.broker = broker
+        self.source = source
+        self.dead_letter = dead_letter
+        self.conn_id = conn_id
+        self.filter = filter
+        self.max_messages = max_messages
+        self.is_dry_run = dry_run  # BaseOperator.dry_run is a method
+        self.keep_origin_attributes = keep_origin_attributes
+        self.broker_options = broker_options
+        if not _templated(broker, filter, max_messages):  # fail at parse time where we can
+            self._arguments()
+
+    def _arguments(self) -> tuple[DeadLetterSource, str | None, int | None, bool]:
+        broker = str(self.broker or "").strip().lower()
+        compile_filter(self.filter or None)
+        source = dead_letter_source(
+            broker,
+            source=self.source,
+            dead_letter=self.dead_letter,
+            conn_id=self.conn_id,
+            keep_origin_attributes=_flag("keep_origin_attributes", self.keep_origin_attributes),
+            broker_options=self.broker_options,
+        )
+        return source, self.filter or None, _count(self.max_messages), _flag("dry_run", self.is_dry_run)
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        source, expression, max_messages, dry_run = self._arguments()
+        summary = asyncio.run(redrive(source, filter=expression, max_messages=max_messages, dry_run=dry_run))
+        self.log.info(
+            "Redrive summary: moved=%d skipped=%d failed=%d dry_run=%s",
+            summary.moved,
+            summary.skipped,
+            summary.failed,
+            summary.dry_run,
+        )
+        return summary.as_dict()
+
+
+def _templated(*values: Any) -> bool:
+    return any(isinstance(v, str) and "{{" in v for v in values)

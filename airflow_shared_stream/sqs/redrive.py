@@ -1,0 +1,229 @@
+"""
+Redrive from an SQS dead-letter queue to its source queue (the protocol of common/redrive.py).
+
+Each message is sent to the source queue with its body and message attributes (``SendMessageBatch``)
+and deleted from the dead-letter queue only for the entries SQS accepted. On a FIFO source queue
+the copy keeps the original's ``MessageGroupId``, and its ``MessageDeduplicationId`` is the
+dead-letter message's id: a copy sent again after a redrive was killed before its delete is
+dropped by SQS's deduplication window instead of being delivered twice.
+
+Messages are received with the redrive's own visibility timeout (``lease_seconds``); a message
+held longer (a skipped one in a long redrive) comes back and is recognised by its id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_shared_stream.common.errors import SecretScrubber
+from airflow_shared_stream.common.matching import build_message
+from airflow_shared_stream.common.redrive import RedriveItem
+from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
+from airflow_shared_stream.sqs.credentials import open_sqs_client
+from airflow_shared_stream.sqs.errors import (
+    SqsAccessError,
+    SqsConfigurationError,
+    SqsEndpointError,
+    SqsQueueNotFoundError,
+    SqsSharedStreamError,
+)
+from airflow_shared_stream.sqs.hook import QueueUrl, SqsHook
+from airflow_shared_stream.sqs.producer import (
+    _ACCESS_CODES,
+    _MISSING_QUEUE_CODES,
+    DEAD_LETTER_DESCRIPTION,
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_TRUNCATED_FROM,
+    SQS_BATCH_LIMIT,
+    _sendable_attributes,
+    _simplify_attributes,
+    _snake,
+    sdk_logger_names,
+)
+
+log = logging.getLogger(__name__)
+
+ORIGIN_ATTRIBUTES = (DEAD_LETTER_REASON, DEAD_LETTER_DESCRIPTION, DEAD_LETTER_TRUNCATED_FROM)
+"""The message attributes our dead-lettering adds (stripped unless ``keep_origin_attributes``)."""
+
+
+class SqsDeadLetterSource:
+    """
+    Read an SQS dead-letter queue; copy to ``source_queue_url``; delete what SQS accepted.
+
+    :param dead_letter: the dead-letter queue's URL.
+    :param source: the source queue's URL (where the messages go back to).
+    """
+
+    broker = "sqs"
+
+    def __init__(
+        self,
+        *,
+        dead_letter: str,
+        source: str | None,
+        conn_id: str | None = None,
+        keep_origin_attributes: bool = False,
+        region_name: str | None = None,
+        lease_seconds: int = 60,
+        wait_seconds: int = 1,
+    ) -> None:
+        if not source:
+            raise SqsConfigurationError("an SQS redrive needs the source queue's URL (source=...)")
+        self._dead_letter = QueueUrl.parse(dead_letter)
+        self._source = QueueUrl.parse(source)
+        if self._dead_letter.identity == self._source.identity:
+            raise SqsConfigurationError(f"the dead-letter queue and the source queue are one queue: {source}")
+        self._conn_id = conn_id or SqsHook.default_conn_name
+        self._keep = keep_origin_attributes
+        self._region_name = region_name
+        self._lease_seconds = lease_seconds
+        self._wait_seconds = wait_seconds
+        self._client: Any = None
+        self._exit_stack = contextlib.AsyncExitStack()
+        self._scrubber = SecretScrubber()
+        self.label = self._dead_letter.name
+
+    async def open(self) -> None:
+        from aiobotocore.config import AioConfig
+
+        config = await SqsHook(self._conn_id).aget_client_config(
+            region_name=self._region_name, queue=self._dead_letter
+        )
+        client_config = AioConfig(
+            connect_timeout=10,
+            read_timeout=self._wait_seconds + 15,
+            retries={"mode": "standard", "max_attempts": 5},
+        )
+        self._client = await self._exit_stack.enter_async_context(
+            open_sqs_client(config, client_config, on_secrets=lambda secrets: self._scrubber.add(*secrets))
+        )
+        self._scrubber.install(*sdk_logger_names())
+        for queue in (self._dead_letter, self._source):
+            await self._call("GetQueueAttributes", queue, QueueUrl=queue.url, AttributeNames=["QueueArn"])
+
+    async def close(self) -> None:
+        await self._exit_stack.aclose()
+        self._client = None
+
+    async def read(self, limit: int) -> Sequence[RedriveItem]:
+        response = await self._call(
+            "ReceiveMessage",
+            self._dead_letter,
+            QueueUrl=self._dead_letter.url,
+            MaxNumberOfMessages=max(1, min(limit, SQS_BATCH_LIMIT)),
+            WaitTimeSeconds=self._wait_seconds,
+            VisibilityTimeout=self._lease_seconds,
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+        return [self._item(message) for message in response.get("Messages", ())]
+
+    def _item(self, message: dict[str, Any]) -> RedriveItem:
+        envelope = build_message(
+            message.get("Body", ""),
+            metadata={
+                "message_id": message["MessageId"],
+                "attributes": message.get("Attributes", {}),
+                "message_attributes": _simplify_attributes(message.get("MessageAttributes", {})),
+                "queue_url": self._dead_letter.url,
+            },
+            label=f"{self._dead_letter.name}/{message['MessageId']}",
+            max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES,
+        ).envelope
+        return RedriveItem(key=message["MessageId"], envelope=envelope, handle=message)
+
+    async def copy(self, items: Sequence[RedriveItem]) -> Sequence[RedriveItem]:
+        entries = [self._entry(str(i), item.handle) for i, item in enumerate(items)]
+        response = await self._call(
+            "SendMessageBatch", self._source, QueueUrl=self._source.url, Entries=entries
+        )
+        for failure in response.get("Failed", ()):
+            log.warning(
+                "SQS refused the copy of %s to %s (%s): it stays in the dead-letter queue",
+                items[int(failure["Id"])].key,
+                self._source.name,
+                failure.get("Code"),
+            )
+        accepted = {entry["Id"] for entry in response.get("Successful", ())}
+        return [item for i, item in enumerate(items) if str(i) in accepted]
+
+    def _entry(self, entry_id: str, message: dict[str, Any]) -> dict[str, Any]:
+        attributes = _sendable_attributes(message.get("MessageAttributes", {}))
+        if not self._keep:
+            attributes = {k: v for k, v in attributes.items() if k not in ORIGIN_ATTRIBUTES}
+        entry: dict[str, Any] = {"Id": entry_id, "MessageBody": message.get("Body", "")}
+        if attributes:
+            entry["MessageAttributes"] = attributes
+        if self._source.is_fifo:
+            system = message.get("Attributes", {})
+            entry["MessageGroupId"] = system.get("MessageGroupId") or message["MessageId"]
+            entry["MessageDeduplicationId"] = message["MessageId"]
+        return entry
+
+    async def remove(self, moved: Sequence[RedriveItem], skipped: Sequence[RedriveItem]) -> None:
+        if not moved:
+            return
+        entries = [
+            {"Id": str(i), "ReceiptHandle": item.handle["ReceiptHandle"]} for i, item in enumerate(moved)
+        ]
+        response = await self._call(
+            "DeleteMessageBatch", self._dead_letter, QueueUrl=self._dead_letter.url, Entries=entries
+        )
+        for failure in response.get("Failed", ()):
+            log.warning(
+                "Could not delete %s from %s after its copy (%s): it will be redriven again",
+                moved[int(failure["Id"])].key,
+                self._dead_letter.name,
+                failure.get("Code"),
+            )
+
+    async def release(self, items: Sequence[RedriveItem]) -> None:
+        for start in range(0, len(items), SQS_BATCH_LIMIT):
+            chunk = items[start : start + SQS_BATCH_LIMIT]
+            entries = [
+                {"Id": str(i), "ReceiptHandle": item.handle["ReceiptHandle"], "VisibilityTimeout": 0}
+                for i, item in enumerate(chunk)
+            ]
+            try:
+                await self._call(
+                    "ChangeMessageVisibilityBatch",
+                    self._dead_letter,
+                    QueueUrl=self._dead_letter.url,
+                    Entries=entries,
+                )
+            except SqsSharedStreamError as exc:  # they come back when their lease ends anyway
+                log.warning(
+                    "Could not give back %d message(s) to %s: %s", len(chunk), self._dead_letter.name, exc
+                )
+
+    async def _call(self, operation: str, queue: QueueUrl, **params: Any) -> dict[str, Any]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return await getattr(self._client, _snake(operation))(**params)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            code = error.get("Code", "Unknown")
+            if code in _MISSING_QUEUE_CODES:
+                raise SqsQueueNotFoundError(
+                    f"SQS queue {queue.url} does not exist, or connection {self._conn_id!r} cannot see it"
+                ) from None
+            if code in _ACCESS_CODES:
+                raise SqsAccessError(
+                    f"SQS refused connection {self._conn_id!r} on {operation} for {queue.url} ({code})"
+                ) from None
+            message = self._scrubber.scrub(error.get("Message", ""))
+            raise SqsSharedStreamError(f"SQS {operation} on {queue.url} failed: {code}: {message}") from None
+        except BotoCoreError as exc:
+            raise SqsEndpointError(
+                f"SQS {operation} on {queue.url} failed: the endpoint did not answer as SQS "
+                f"({type(exc).__name__})"
+            ) from None
+
+
+def dead_letter_source(**kwargs: Any) -> SqsDeadLetterSource:
+    return SqsDeadLetterSource(**kwargs)

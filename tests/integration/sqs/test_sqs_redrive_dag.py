@@ -1,0 +1,79 @@
+"""
+The example redrive Dag, run by Airflow itself (``airflow dags test`` with a run conf) against moto.
+
+What the Streams page does when it starts a redrive: a run of ``shared_stream_redrive_dead_letters``
+with params. This checks that the params reach the operator as values (``max_messages`` a number,
+``dry_run`` a flag) and that the task reads its connection as a task does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.brokers import SqsServer
+
+ROOT = Path(__file__).parents[3]
+EXAMPLE = ROOT / "example_dags" / "shared_stream_redrive_dead_letters.py"
+
+
+@pytest.fixture(scope="module")
+def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("airflow-home")
+    (home / "dags").mkdir()
+    shutil.copy(EXAMPLE, home / "dags" / EXAMPLE.name)
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "PYTHONPATH": str(ROOT),
+    }
+    migrate = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
+    return env
+
+
+def test_a_run_of_the_example_dag_with_params_moves_the_dead_letters(
+    airflow_home: dict[str, str], sqs: SqsServer, aws_connection: str
+) -> None:
+    dlq, origin = sqs.create_queue(), sqs.create_queue()
+    sqs.send(dlq, [json.dumps({"n": i}) for i in range(6)])
+    conf = {"broker": "sqs", "source": origin, "dead_letter": dlq, "max_messages": 4, "dry_run": False}
+    env = {**airflow_home, "AIRFLOW_CONN_AWS_DEFAULT": os.environ["AIRFLOW_CONN_AWS_DEFAULT"]}
+
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "airflow",
+            "dags",
+            "test",
+            "shared_stream_redrive_dead_letters",
+            "-c",
+            json.dumps(conf),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-4000:]
+    assert "moved=4 skipped=0 failed=0 dry_run=False" in output, output[-4000:]
+    assert len(sqs.drain(origin)) == 4
+    assert len(sqs.drain(dlq)) == 2
