@@ -933,6 +933,7 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="div.body code span.pre {\n  white-space: nowrap;\n",
         caught_by=("test_every_page_fits_the_window_shows_no_raw_markdown_and_loads_its_images",),
         module="tests/docs/test_rendering.py",
+    ),
     # Dead-letter redrive: a message leaves the dead-letter source only after its copy is accepted.
     # The redrive child is killed at the checkpoint between its two steps: with the steps swapped,
     # the messages it removed never reached the origin.

@@ -35,7 +35,7 @@ from airflow_shared_stream.kafka.errors import (
     KafkaSharedStreamError,
     KafkaTopicNotFoundError,
 )
-from airflow_shared_stream.kafka.hook import KafkaHook
+from airflow_shared_stream.kafka.hook import KafkaSharedStreamHook
 from airflow_shared_stream.kafka.producer import build_raw_message
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class KafkaDeadLetterSource:
             raise KafkaConfigError(f"the dead-letter topic and the source topic are one topic: {source!r}")
         self._topic = dead_letter
         self._target = source
-        self._conn_id = conn_id or KafkaHook.default_conn_name
+        self._conn_id = conn_id or KafkaSharedStreamHook.default_conn_name
         self._keep = keep_origin_attributes
         self._group_id = group_id or default_group_id(dead_letter)
         self._consumer: AIOKafkaConsumer | None = None
@@ -89,7 +89,7 @@ class KafkaDeadLetterSource:
         self.label = dead_letter
 
     async def open(self) -> None:
-        config = await KafkaHook(self._conn_id).aget_client_config()
+        config = await KafkaSharedStreamHook(self._conn_id).aget_client_config()
         self._scrubber = config.scrubber()
         kwargs = config.consumer_kwargs(self._group_id)
         kwargs["auto_offset_reset"] = "earliest"  # a group that never redrove starts at the beginning

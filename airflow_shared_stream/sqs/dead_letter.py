@@ -41,7 +41,7 @@ def dead_letter_entry(
 ) -> dict[str, Any]:
     """The ``SendMessageBatch`` entry for one letter to ``queue``: body, original attributes, the reason."""
     handle = letter.delivery.handle
-    attributes = _sendable_attributes(handle.message_attributes)
+    attributes = sendable_attributes(handle.message_attributes)
     reason = {
         DEAD_LETTER_REASON: {"DataType": "String", "StringValue": letter.reason},
         DEAD_LETTER_DESCRIPTION: {
@@ -104,7 +104,7 @@ def _attributes_size(attributes: dict[str, Any]) -> int:
     return size
 
 
-def _sendable_attributes(attributes: dict[str, Any]) -> dict[str, Any]:
+def sendable_attributes(attributes: dict[str, Any]) -> dict[str, Any]:
     """Received message attributes in the shape SendMessage accepts (no empty list fields)."""
     return {
         name: {k: v for k, v in attribute.items() if k in ("DataType", "StringValue", "BinaryValue")}

@@ -222,7 +222,7 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
             metadata={
                 "message_id": message["MessageId"],
                 "attributes": attributes,
-                "message_attributes": _simplify_attributes(message.get("MessageAttributes", {})),
+                "message_attributes": simplify_attributes(message.get("MessageAttributes", {})),
                 "queue_url": self._queue.url,
             },
             label=f"{self._queue.name}/{message['MessageId']}",
@@ -334,7 +334,7 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
         from botocore.exceptions import BotoCoreError, ClientError
 
         target = queue or self._queue
-        method = getattr(self._client, _snake(operation))
+        method = getattr(self._client, client_method_name(operation))
         try:
             return await method(**params)
         except ClientError as exc:
@@ -349,11 +349,11 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
             raise explain_transport_error(exc, operation=operation, queue_url=target.url) from None
 
 
-def _snake(operation: str) -> str:
+def client_method_name(operation: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in operation).lstrip("_")
 
 
-def _simplify_attributes(attributes: dict[str, Any]) -> dict[str, Any]:
+def simplify_attributes(attributes: dict[str, Any]) -> dict[str, Any]:
     """Message attributes as plain values for matching: text, numbers, or base64 for binary."""
     simple: dict[str, Any] = {}
     for name, attribute in attributes.items():

@@ -23,26 +23,21 @@ from airflow_shared_stream.common.matching import build_message
 from airflow_shared_stream.common.redrive import RedriveItem
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.sqs.credentials import open_sqs_client
-from airflow_shared_stream.sqs.errors import (
-    SqsAccessError,
-    SqsConfigurationError,
-    SqsEndpointError,
-    SqsQueueNotFoundError,
-    SqsSharedStreamError,
-)
-from airflow_shared_stream.sqs.hook import QueueUrl, SqsHook
-from airflow_shared_stream.sqs.producer import (
-    _ACCESS_CODES,
-    _MISSING_QUEUE_CODES,
+from airflow_shared_stream.sqs.dead_letter import (
     DEAD_LETTER_DESCRIPTION,
     DEAD_LETTER_REASON,
     DEAD_LETTER_TRUNCATED_FROM,
     SQS_BATCH_LIMIT,
-    _sendable_attributes,
-    _simplify_attributes,
-    _snake,
-    sdk_logger_names,
+    sendable_attributes,
 )
+from airflow_shared_stream.sqs.errors import (
+    SqsConfigurationError,
+    SqsSharedStreamError,
+    explain_client_error,
+    explain_transport_error,
+)
+from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook
+from airflow_shared_stream.sqs.producer import client_method_name, sdk_logger_names, simplify_attributes
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +72,7 @@ class SqsDeadLetterSource:
         self._source = QueueUrl.parse(source)
         if self._dead_letter.identity == self._source.identity:
             raise SqsConfigurationError(f"the dead-letter queue and the source queue are one queue: {source}")
-        self._conn_id = conn_id or SqsHook.default_conn_name
+        self._conn_id = conn_id or SqsSharedStreamHook.default_conn_name
         self._keep = keep_origin_attributes
         self._region_name = region_name
         self._lease_seconds = lease_seconds
@@ -90,7 +85,7 @@ class SqsDeadLetterSource:
     async def open(self) -> None:
         from aiobotocore.config import AioConfig
 
-        config = await SqsHook(self._conn_id).aget_client_config(
+        config = await SqsSharedStreamHook(self._conn_id).aget_client_config(
             region_name=self._region_name, queue=self._dead_letter
         )
         client_config = AioConfig(
@@ -128,7 +123,7 @@ class SqsDeadLetterSource:
             metadata={
                 "message_id": message["MessageId"],
                 "attributes": message.get("Attributes", {}),
-                "message_attributes": _simplify_attributes(message.get("MessageAttributes", {})),
+                "message_attributes": simplify_attributes(message.get("MessageAttributes", {})),
                 "queue_url": self._dead_letter.url,
             },
             label=f"{self._dead_letter.name}/{message['MessageId']}",
@@ -152,7 +147,7 @@ class SqsDeadLetterSource:
         return [item for i, item in enumerate(items) if str(i) in accepted]
 
     def _entry(self, entry_id: str, message: dict[str, Any]) -> dict[str, Any]:
-        attributes = _sendable_attributes(message.get("MessageAttributes", {}))
+        attributes = sendable_attributes(message.get("MessageAttributes", {}))
         if not self._keep:
             attributes = {k: v for k, v in attributes.items() if k not in ORIGIN_ATTRIBUTES}
         entry: dict[str, Any] = {"Id": entry_id, "MessageBody": message.get("Body", "")}
@@ -204,25 +199,17 @@ class SqsDeadLetterSource:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            return await getattr(self._client, _snake(operation))(**params)
+            return await getattr(self._client, client_method_name(operation))(**params)
         except ClientError as exc:
-            error = exc.response.get("Error", {})
-            code = error.get("Code", "Unknown")
-            if code in _MISSING_QUEUE_CODES:
-                raise SqsQueueNotFoundError(
-                    f"SQS queue {queue.url} does not exist, or connection {self._conn_id!r} cannot see it"
-                ) from None
-            if code in _ACCESS_CODES:
-                raise SqsAccessError(
-                    f"SQS refused connection {self._conn_id!r} on {operation} for {queue.url} ({code})"
-                ) from None
-            message = self._scrubber.scrub(error.get("Message", ""))
-            raise SqsSharedStreamError(f"SQS {operation} on {queue.url} failed: {code}: {message}") from None
-        except BotoCoreError as exc:
-            raise SqsEndpointError(
-                f"SQS {operation} on {queue.url} failed: the endpoint did not answer as SQS "
-                f"({type(exc).__name__})"
+            raise explain_client_error(
+                exc,
+                operation=operation,
+                queue_url=queue.url,
+                aws_conn_id=self._conn_id,
+                scrub=self._scrubber.scrub,
             ) from None
+        except BotoCoreError as exc:
+            raise explain_transport_error(exc, operation=operation, queue_url=queue.url) from None
 
 
 def dead_letter_source(**kwargs: Any) -> SqsDeadLetterSource:
