@@ -16,6 +16,7 @@ the person chooses only the filter, the count, dry run and the origin attributes
 
 from __future__ import annotations
 
+import asyncio
 from importlib import resources
 from typing import Any
 
@@ -72,12 +73,10 @@ def create_app() -> FastAPI:
         allowed = get_auth_manager().is_authorized_dag(
             method="POST", access_entity=DagAccessEntity.RUN, details=DagDetails(id=REDRIVE_DAG_ID), user=user
         )
-        result = []
-        for stream in found:
-            data = stream.to_json()
-            if stream.watchers:
-                data["backlog"] = await broker_backlog(stream.broker, stream.producer_kwargs)
-            result.append(data)
+        backlogs = await asyncio.gather(*(broker_backlog(s.broker, s.producer_kwargs) for s in found))
+        result = [
+            {**stream.to_json(), "backlog": backlog} for stream, backlog in zip(found, backlogs, strict=True)
+        ]
         return {
             "streams": result,
             "redrive": {"dag_id": REDRIVE_DAG_ID, "deployed": deployed, "allowed": bool(allowed)},
