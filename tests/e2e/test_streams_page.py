@@ -49,6 +49,8 @@ SENTINELS = (
     "SENTINEL-session-token-55aa",
 )
 CHROMIUM = "/usr/bin/chromium"
+NOT_YET = "\N{EN DASH}"
+"""What the page shows for a figure no triggerer has published yet."""
 
 
 @dataclass
@@ -281,11 +283,11 @@ def test_the_page_in_a_browser_shows_moving_figures_and_starts_a_redrive(console
                 expect(details).to_contain_text(watcher)
             expect(details).to_contain_text("body.kind == 'cancelled'")
             received = details.locator('[data-figure="received"] b')
-            shown = int(received.inner_text().replace(",", ""))
+            shown = int(received.inner_text().replace(",", "").replace(NOT_YET, "0"))
             _publish(console, 10, tag="browser")
             page.wait_for_function(
                 "([selector, before]) => "
-                "Number(document.querySelector(selector).textContent.replace(/,/g, '')) >= before + 10",
+                "Number(document.querySelector(selector).textContent.replace(/[^0-9]/g, '')) >= before + 10",
                 arg=[f'[data-details="{stream_id}"] [data-figure="received"] b', shown],
                 timeout=90_000,
                 polling=1000,
@@ -296,6 +298,8 @@ def test_the_page_in_a_browser_shows_moving_figures_and_starts_a_redrive(console
             result = details.locator(f'[data-redrive-result="{stream_id}"]')
             expect(result).to_contain_text("Started Dag run", timeout=30_000)
             wait_until(lambda: len(console.redrive_runs()) == runs_before + 1, 30, "the redrive Dag run")
+            # Settled once their asset events are persisted: in flight comes back to 0.
+            expect(details.locator('[data-figure="in_flight"] b')).to_have_text("0", timeout=60_000)
             page.mouse.move(0, 0)
             page.screenshot(path=str(SCREENSHOTS / "console-desktop.png"), full_page=True)
 
