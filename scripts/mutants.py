@@ -754,7 +754,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="stream figures written on every flush",
         broker="console",
         path="airflow_shared_stream/console/figures.py",
-        original="and now - self.published_at >= PUBLISH_INTERVAL_SECONDS",
+        original="and now - self.published_at >= self.interval",
         mutated="and now >= 0",
         caught_by=("test_writes_are_bounded_and_the_last_change_still_lands",),
         module=CONSOLE_FIGURES,

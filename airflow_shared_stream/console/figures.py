@@ -12,9 +12,10 @@ whose carrier a live triggerer runs.
 
 Fed by :class:`~airflow_shared_stream.common.metrics.StreamMetrics` when it flushes (at most once a
 second per stream, nothing while the stream is idle), so counting costs the hot path nothing more.
-Written at most every :data:`PUBLISH_INTERVAL_SECONDS` per stream and triggerer, one write at a
-time, and never allowed to fail a stream: a write that fails is logged at debug level and retried
-with the next flush. Counts are totals since this triggerer started the stream.
+Written at most every ``[shared_stream] figures_publish_interval`` seconds (5) per stream and
+triggerer, one write at a time, and never allowed to fail a stream: a write that fails is logged
+at debug level and retried with the next flush. Counts are totals since this triggerer started the
+stream.
 """
 
 from __future__ import annotations
@@ -34,8 +35,20 @@ from airflow_shared_stream.common.process_scope import scoped
 log = logging.getLogger(__name__)
 
 FIGURES_KEY_PREFIX = "shared_stream.figures"
+CONFIG_SECTION = "shared_stream"
+CONFIG_KEY = "figures_publish_interval"
+"""``[shared_stream] figures_publish_interval``: seconds between two writes; 0 turns them off."""
 PUBLISH_INTERVAL_SECONDS = 5.0
 """A stream's figures are written at most this often by each triggerer (the page's freshness)."""
+
+
+def publish_interval() -> float:
+    """The configured interval (read when a stream's figures are first kept in this process)."""
+    from airflow.configuration import conf
+
+    return conf.getfloat(CONFIG_SECTION, CONFIG_KEY, fallback=PUBLISH_INTERVAL_SECONDS)
+
+
 HISTORY_SAMPLES = 120
 """Samples kept for the page's chart: ten minutes at one sample per publish."""
 
@@ -69,6 +82,7 @@ class StreamFigures:
 
     broker: str
     stream: str
+    interval: float = field(default_factory=publish_interval)
     totals: dict[str, int] = field(default_factory=dict)
     gauges: dict[str, float] = field(default_factory=dict)
     last_received_at: float | None = None
@@ -104,9 +118,7 @@ class StreamFigures:
         }
 
     def publish_due(self, now: float) -> bool:
-        return (
-            self.writing is None or self.writing.done()
-        ) and now - self.published_at >= PUBLISH_INTERVAL_SECONDS
+        return (self.writing is None or self.writing.done()) and now - self.published_at >= self.interval
 
     async def write(self, now: float) -> None:
         """Take a sample and write the snapshot through the first carrier that takes it."""
@@ -158,7 +170,7 @@ class FiguresPublisher:
 
     def _publish_if_due(self, figures: StreamFigures, now: float) -> None:
         """Write now if the interval has passed, else once when it has: the last change always lands."""
-        if not figures.carriers:
+        if not figures.carriers or figures.interval <= 0:
             return
         try:
             loop = asyncio.get_running_loop()
@@ -166,7 +178,7 @@ class FiguresPublisher:
             return
         if not figures.publish_due(now):
             if figures.pending is None:
-                wait = max(PUBLISH_INTERVAL_SECONDS - (now - figures.published_at), 0.5)
+                wait = max(figures.interval - (now - figures.published_at), 0.5)
                 figures.pending = loop.call_later(wait, self._publish_pending, figures)
             return
         figures.published_at = now

@@ -33,6 +33,8 @@ from airflow_shared_stream.console.figures import FIGURES_KEY_PREFIX
 CLASSPATH_PREFIX = "airflow_shared_stream."
 STUCK_AFTER_SECONDS = 120.0
 """Messages in flight and no figure moved for this long: the stream is reported stuck."""
+IDLE_AFTER_SECONDS = 600.0
+"""A stream that received nothing for this long is shown idle (ten minutes: the chart's span)."""
 STRANDED_GRACE_SECONDS = 60.0
 """An unconsumed event with no queue row younger than this may be a run being created right now."""
 
@@ -433,7 +435,11 @@ def _finish(
         "split" in kinds and not stream.every_triggerer_reads_everything
     ):
         stream.state = "warning"
-    elif stream.figures is None or not stream.figures.get("last_received_at"):
+    elif (
+        stream.figures is None
+        or not stream.figures.get("last_received_at")
+        or now.timestamp() - stream.figures["last_received_at"] > IDLE_AFTER_SECONDS
+    ):
         stream.state = "idle"
     else:
         stream.state = "ok"

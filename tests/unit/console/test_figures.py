@@ -75,7 +75,7 @@ async def test_a_flush_is_published_to_the_watchers_asset_under_the_streams_key(
 
 async def test_writes_are_bounded_and_the_last_change_still_lands(monkeypatch: pytest.MonkeyPatch) -> None:
     """Flushes within one interval make no write of their own, and one write when it ends."""
-    monkeypatch.setattr(f, "PUBLISH_INTERVAL_SECONDS", 0.5)
+    monkeypatch.setenv("AIRFLOW__SHARED_STREAM__FIGURES_PUBLISH_INTERVAL", "0.5")
     store = RecordingStore()
     with f.stream_figures.watching(_watcher(1, store)):
         await until(lambda: len(store.writes) == 1, "the watcher's first write")
@@ -153,3 +153,13 @@ async def test_the_watcher_with_the_lowest_trigger_id_carries_the_figures() -> N
         await until(lambda: bool(first.writes) and first.writes[-1][1]["totals"]["received"] == 1, "a write")
     assert first.writes[-1][0] == "shared_stream.figures.sqs.orders.4"
     assert first.writes[-1][1]["totals"]["received"] == 1
+
+
+async def test_an_interval_of_zero_turns_the_writes_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__SHARED_STREAM__FIGURES_PUBLISH_INTERVAL", "0")
+    store = RecordingStore()
+    with f.stream_figures.watching(_watcher(1, store)):
+        f.stream_figures.absorb("sqs", "orders", {m.RECEIVED: 1}, {})
+        await asyncio.sleep(0.05)
+    assert store.writes == []
+    assert f.stream_figures.streams[("sqs", "orders")].totals[m.RECEIVED] == 1

@@ -130,3 +130,21 @@ def test_messages_in_flight_with_no_figure_moving_is_a_stuck_stream() -> None:
     }
     _finish(stream, {1: _Job()}, {1}, figures, {}, {}, NOW)
     assert [w["kind"] for w in stream.warnings] == ["stuck"]
+
+
+def test_a_stream_is_ok_while_it_receives_and_idle_ten_minutes_after() -> None:
+    def state(last_received: float) -> str:
+        stream = _stream([1])
+        value = {
+            "carrier_trigger_id": 1,
+            "published_at": last_received,
+            "last_received_at": last_received,
+            "in_flight": 0,
+            "totals": {"received": 1},
+            "history": [],
+        }
+        _finish(stream, {1: _Job()}, {1}, {f"sqs.{stream.label}": [value]}, {}, {}, NOW)
+        return stream.state
+
+    assert state(NOW.timestamp() - 30) == "ok"
+    assert state(NOW.timestamp() - 900) == "idle"
