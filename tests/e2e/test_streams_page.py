@@ -8,7 +8,8 @@ start a redrive, the admin can (a run of the redrive Dag is created through Airf
 and no secret of any connection (sentinels in the AWS, Kafka and Service Bus connections) reaches
 the page or its API. In Chromium (Playwright on Debian's /usr/bin/chromium): the stream, its
 watchers and figures that move as messages are published, a redrive started from the page, and
-the screenshots docs/console.rst shows, at desktop and phone widths.
+the screenshots docs/console.rst shows, at desktop and phone widths (written to docs/_static with
+``RECORD_CONSOLE_SCREENSHOTS=1``, to the test's temporary directory otherwise).
 
 One deployment for the whole module; the redrive Dag is a stand-in with the example Dag's id and
 params (tests/e2e/console_dags/redrive_stand_in.py), paused, so a run is created and never runs.
@@ -36,7 +37,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = Path(__file__).resolve().parent / "console_dags"
-SCREENSHOTS = REPO / "docs" / "_static"
+DOCS_STATIC = REPO / "docs" / "_static"
+RECORD_SCREENSHOTS = os.environ.get("RECORD_CONSOLE_SCREENSHOTS") == "1"
+"""Write the screenshots to docs/_static (what docs/console.rst shows), as RECORD_E2E_LATENCY does."""
 PAGE = "/shared-stream/"
 API = "/shared-stream/api/streams"
 REDRIVE_DAG_ID = "shared_stream_redrive_dead_letters"
@@ -265,8 +268,12 @@ def _open_page(browser: Any, console: Console, width: int, height: int) -> Any:
     return page
 
 
-def test_the_page_in_a_browser_shows_moving_figures_and_starts_a_redrive(console: Console) -> None:
+def test_the_page_in_a_browser_shows_moving_figures_and_starts_a_redrive(
+    console: Console, tmp_path: Path
+) -> None:
     from playwright.sync_api import expect, sync_playwright
+
+    screenshots = DOCS_STATIC if RECORD_SCREENSHOTS else tmp_path
 
     stream_id = console.stream()["id"]
     row = f'[data-stream-id="{stream_id}"]'
@@ -301,7 +308,7 @@ def test_the_page_in_a_browser_shows_moving_figures_and_starts_a_redrive(console
             # Settled once their asset events are persisted: in flight comes back to 0.
             expect(details.locator('[data-figure="in_flight"] b')).to_have_text("0", timeout=60_000)
             page.mouse.move(0, 0)
-            page.screenshot(path=str(SCREENSHOTS / "console-desktop.png"), full_page=True)
+            page.screenshot(path=str(screenshots / "console-desktop.png"), full_page=True)
 
             phone = _open_page(browser, console, 390, 844)
             expect(phone.locator(row)).to_be_visible(timeout=30_000)
@@ -309,6 +316,6 @@ def test_the_page_in_a_browser_shows_moving_figures_and_starts_a_redrive(console
             expect(phone.locator(f'[data-details="{stream_id}"]')).to_be_visible()
             overflow = phone.evaluate("document.scrollingElement.scrollWidth - window.innerWidth")
             assert overflow <= 1, f"the page is {overflow}px wider than a 390px phone"
-            phone.screenshot(path=str(SCREENSHOTS / "console-phone.png"), full_page=True)
+            phone.screenshot(path=str(screenshots / "console-phone.png"), full_page=True)
         finally:
             browser.close()
