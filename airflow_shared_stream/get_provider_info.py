@@ -159,6 +159,13 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "30",
                         "default": "60",
                     },
+                    "figures_publish_interval": {
+                        "description": "Seconds between two writes of a stream's figures (the Streams page's counts) by a\ntriggerer, to the asset state store of one of the stream's watchers: one write per\nstream and triggerer per interval at most, none while the stream is idle. 0 turns the\nwrites off (the page then shows no figures). Set it for the triggerer. See docs/console.rst.\n",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "15",
+                        "default": "5",
+                    },
                 },
             },
         },

@@ -108,7 +108,7 @@ def stream_placements(rows: Iterable[tuple[str, dict[str, Any], int]]) -> list[S
             placement = found[key] = StreamPlacement(
                 key=key,
                 broker=trigger_class.broker,
-                label=_label(trigger),
+                label=metric_label(trigger),
                 every_triggerer_reads_everything=trigger_class.every_triggerer_reads_everything,
             )
         placement.watchers[triggerer_id] = placement.watchers.get(triggerer_id, 0) + 1
@@ -122,7 +122,7 @@ def _spelling(trigger: Any) -> str:
     return ", ".join(f"{name}={value!r}" for name, value in given if value is not None)
 
 
-def _label(trigger: Any) -> str:
+def metric_label(trigger: Any) -> str:
     """The stream's metric label, as its producer names it (building a producer does no I/O)."""
     try:
         producer = trigger.producer_class(**trigger.producer_kwargs())

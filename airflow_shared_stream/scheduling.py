@@ -152,19 +152,9 @@ def requeue_stranded_asset_events(dag_id: str, *, session: Session) -> list[Stra
     and no run of the Dag can be created until ``session`` commits the rows inserted here.
     """
     from airflow._shared.timezones import timezone
-    from airflow.models.asset import (
-        AssetDagRunQueue,
-        AssetEvent,
-        DagScheduleAssetReference,
-    )
-    from airflow.models.asset import (
-        association_table as dagrun_asset_event,
-    )
     from airflow.models.dag import DagModel
-    from airflow.models.dagrun import DagRun
     from airflow.utils.sqlalchemy import with_row_locks
-    from airflow.utils.types import DagRunType
-    from sqlalchemy import and_, exists, func, select
+    from sqlalchemy import select
 
     dag = session.execute(
         with_row_locks(
@@ -178,13 +168,47 @@ def requeue_stranded_asset_events(dag_id: str, *, session: Session) -> list[Stra
         return []
     if dag.is_paused or dag.timetable_partitioned:
         return []
-    floor = session.scalar(
+    floor = asset_triggered_floor(dag_id, session=session)
+    if floor is None:
+        return []
+    unconsumed = unconsumed_asset_events(dag_id, floor, session=session)
+    if not unconsumed:
+        return []
+    stranded = stranded_assets(unconsumed, queued_asset_ids(dag_id, session=session))
+    if stranded:
+        queued_at = max(timezone.utcnow(), *(s.newest_event for s in stranded))
+        _insert_ignoring_conflicts(
+            session,
+            [{"asset_id": s.asset_id, "target_dag_id": dag_id, "created_at": queued_at} for s in stranded],
+        )
+    return stranded
+
+
+def asset_triggered_floor(dag_id: str, *, session: Session) -> datetime | None:
+    """The newest ``run_after`` of ``dag_id``'s asset-triggered runs: core's event window starts there."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.types import DagRunType
+    from sqlalchemy import func, select
+
+    return session.scalar(
         select(func.max(DagRun.run_after)).where(
             DagRun.dag_id == dag_id, DagRun.run_type == DagRunType.ASSET_TRIGGERED
         )
     )
-    if floor is None:
-        return []
+
+
+def unconsumed_asset_events(
+    dag_id: str, floor: datetime, *, session: Session
+) -> dict[int, tuple[datetime, int]]:
+    """
+    Asset id -> (newest timestamp, count) of the events of ``dag_id``'s schedule assets newer than
+    ``floor`` that none of its runs consumed (one grouped read).
+    """
+    from airflow.models.asset import AssetEvent, DagScheduleAssetReference
+    from airflow.models.asset import association_table as dagrun_asset_event
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import and_, exists, func, select
+
     consumed_by_this_dag = exists().where(
         dagrun_asset_event.c.event_id == AssetEvent.id,
         dagrun_asset_event.c.dag_run_id == DagRun.id,
@@ -201,19 +225,17 @@ def requeue_stranded_asset_events(dag_id: str, *, session: Session) -> list[Stra
         )
         .group_by(AssetEvent.asset_id)
     ).all()
-    if not rows:
-        return []
-    queued = session.scalars(
-        select(AssetDagRunQueue.asset_id).where(AssetDagRunQueue.target_dag_id == dag_id)
-    ).all()
-    stranded = stranded_assets({r[0]: (r[1], r[2]) for r in rows}, queued)
-    if stranded:
-        queued_at = max(timezone.utcnow(), *(s.newest_event for s in stranded))
-        _insert_ignoring_conflicts(
-            session,
-            [{"asset_id": s.asset_id, "target_dag_id": dag_id, "created_at": queued_at} for s in stranded],
-        )
-    return stranded
+    return {r[0]: (r[1], r[2]) for r in rows}
+
+
+def queued_asset_ids(dag_id: str, *, session: Session) -> list[int]:
+    """Assets that have an ADRQ row for ``dag_id`` (the scheduler will consume their events)."""
+    from airflow.models.asset import AssetDagRunQueue
+    from sqlalchemy import select
+
+    return list(
+        session.scalars(select(AssetDagRunQueue.asset_id).where(AssetDagRunQueue.target_dag_id == dag_id))
+    )
 
 
 def _insert_ignoring_conflicts(session: Session, values: list[dict[str, Any]]) -> None:

@@ -313,6 +313,7 @@ def _run(args: argparse.Namespace, work: Path) -> list[str]:
         watchers = {n for n in airflow.watcher_trigger_ids() if n.startswith(f"{args.broker}_")}
         airflow.wait_for_watchers(watchers)
         say(f"Airflow UI: {airflow.api_url}  (Dag {dag_id}, {len(watchers)} watchers sharing one stream)")
+        say(f"Streams page: {airflow.api_url}/shared-stream/  (also under Browse > Streams in the UI)")
 
         events = order_stream(args.events, tag="demo", seed=int(time.time()))
         publisher = Publisher(send, events, args.rate)
@@ -346,7 +347,10 @@ def _run(args: argparse.Namespace, work: Path) -> list[str]:
         problems += _check(args, state, publisher, data_dir, advanced, broker)
         _summary(args, airflow, state, publisher, data_dir, broker, elapsed)
         if args.keep:
-            say(f"--keep: everything keeps running. Airflow UI {airflow.api_url}. Ctrl-C stops it all.")
+            say(
+                f"--keep: everything keeps running. Airflow UI {airflow.api_url}, Streams page "
+                f"{airflow.api_url}/shared-stream/. Ctrl-C stops it all."
+            )
             with contextlib.suppress(KeyboardInterrupt):
                 while True:
                     time.sleep(3600)
@@ -427,6 +431,7 @@ def _summary(
     print("\n".join(f"    {line}" for line in table.splitlines()))
     print(f"  broker             {broker}")
     print(f"  Airflow UI         {airflow.api_url}/dags/{BROKERS[args.broker][1]}  (no login needed)")
+    print(f"  Streams page       {airflow.api_url}/shared-stream/")
     print("=" * 78 + "\n", flush=True)
 
 

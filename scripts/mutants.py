@@ -55,6 +55,9 @@ SPARK_RECORDING = "tests/integration/spark/test_recording_master.py"
 SPARK_CLUSTER = "tests/integration/spark/test_deferrable_operator.py"
 SPARK_MOVES = "tests/integration/spark/test_trigger_moves.py"
 SPARK_FORGOTTEN = "tests/integration/spark/test_forgotten_driver.py"
+CONSOLE_E2E = "tests/e2e/test_streams_page.py"
+CONSOLE_FIGURES = "tests/unit/console/test_figures.py"
+CONSOLE_STREAMS = "tests/unit/console/test_streams.py"
 
 SUITE = {"kafka": "Kafka", "sqs": "Sqs", "pubsub": "PubSub", "servicebus": "ServiceBus"}
 """The name of each broker's contract class (``Test<name>Contract``)."""
@@ -756,6 +759,72 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         mutated="        select(func.max(DagRun.run_after)).where(DagRun.dag_id == dag_id)\n",
         caught_by=(f"{STRANDED}::test_a_manual_run_dated_after_the_stranded_events_does_not_hide_them",),
+    ),
+    # ``--broker console``: the Streams page's guarantees (its auth against a real api-server).
+    # (Dropping the redrive route's own permission check survives: Airflow's REST API, which
+    # creates the run with the person's own token, refuses the viewer too.)
+    Mutant(
+        name="the redrive form offered to a viewer",
+        broker="console",
+        path="airflow_shared_stream/console/api.py",
+        original="        allowed = get_auth_manager().is_authorized_dag(\n",
+        mutated="        allowed = True or get_auth_manager().is_authorized_dag(\n",
+        caught_by=("test_the_viewer_sees_the_stream_but_cannot_start_a_redrive",),
+        module=CONSOLE_E2E,
+    ),
+    Mutant(
+        name="the Streams page open to anonymous requests",
+        broker="console",
+        path="airflow_shared_stream/console/api.py",
+        original='can_read = Depends(requires_access_dag("GET"))\n',
+        mutated="can_read = Depends(lambda: None)\n",
+        caught_by=("test_anonymous_requests_are_refused",),
+        module=CONSOLE_E2E,
+    ),
+    Mutant(
+        name="a URL's user part shown on the Streams page",
+        broker="console",
+        path="airflow_shared_stream/console/streams.py",
+        original='    if not isinstance(value, str) or "@" not in value or "://" not in value:\n',
+        mutated="    if True:\n",
+        caught_by=("test_a_url_never_shows_its_user_part",),
+        module=CONSOLE_STREAMS,
+    ),
+    Mutant(
+        name="stream figures written on every flush",
+        broker="console",
+        path="airflow_shared_stream/console/figures.py",
+        original="and now - self.published_at >= self.interval",
+        mutated="and now >= 0",
+        caught_by=("test_writes_are_bounded_and_the_last_change_still_lands",),
+        module=CONSOLE_FIGURES,
+    ),
+    Mutant(
+        name="a stream's last figures never written",
+        broker="console",
+        path="airflow_shared_stream/console/figures.py",
+        original="                figures.pending = loop.call_later(wait, self._publish_pending, figures)\n",
+        mutated="                pass\n",
+        caught_by=("test_writes_are_bounded_and_the_last_change_still_lands",),
+        module=CONSOLE_FIGURES,
+    ),
+    Mutant(
+        name="a leased queue split across triggerers not reported",
+        broker="console",
+        path="airflow_shared_stream/console/streams.py",
+        original="    if len(per_triggerer) > 1:\n",
+        mutated="    if False:\n",
+        caught_by=("test_a_leased_queue_split_across_triggerers_is_a_warning",),
+        module=CONSOLE_STREAMS,
+    ),
+    Mutant(
+        name="figures of a dead triggerer counted",
+        broker="console",
+        path="airflow_shared_stream/console/streams.py",
+        original='    live = [p for p in published if p.get("carrier_trigger_id") in live_carriers]\n',
+        mutated="    live = list(published)\n",
+        caught_by=("test_figures_of_dead_triggerers_are_left_out_and_live_ones_summed",),
+        module=CONSOLE_STREAMS,
     ),
     # ``--broker install``: what a user's pip install brings (tests/integration/test_install_quickstart.py).
     Mutant(

@@ -220,6 +220,9 @@ class StreamMetrics:
             self._flush_timer = None
         counts, self._counts = self._counts, {}
         gauges, self._gauges = self._gauges, {}
+        from airflow_shared_stream.console.figures import stream_figures  # imports this module
+
+        stream_figures.absorb(self.broker, self.stream, counts, gauges)
         for metric, count in counts.items():
             try:
                 _stats().incr(self.name(metric), count, tags=self.tags)

@@ -338,7 +338,12 @@ class SharedStreamTrigger(BaseEventTrigger):
             # A trigger that builds its key by hand has no declared shape to check.
             yield None
             return
-        with stream_shapes.watching(self.shared_stream_key(), self.normalized_shape(), type(self)):
+        from airflow_shared_stream.console.figures import stream_figures  # imports this module
+
+        with (
+            stream_shapes.watching(self.shared_stream_key(), self.normalized_shape(), type(self)),
+            stream_figures.watching(self),
+        ):
             yield None
 
     def _watcher_name(self) -> str:

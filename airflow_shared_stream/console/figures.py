@@ -1,0 +1,224 @@
+"""
+A stream's live figures, kept by the triggerer and written to the asset state store for the console.
+
+Why the asset state store: it is the channel Airflow 3.3 gives an event trigger to the metadata
+database (``BaseEventTrigger.asset_state_store``, written through the triggerer's supervisor and
+the execution API): no table of ours, no database access from the trigger runner. It is scoped
+to an asset, so a stream's figures are written to the asset of one of its watchers running in
+this triggerer (its *carrier*: the one with the lowest trigger id, so a triggerer that takes the
+stream over writes the same key again), under a key naming the stream and the carrier
+(:func:`figures_key`). The console reads every such key of the stream's assets and keeps those
+whose carrier a live triggerer runs.
+
+Fed by :class:`~airflow_shared_stream.common.metrics.StreamMetrics` when it flushes (at most once a
+second per stream, nothing while the stream is idle), so counting costs the hot path nothing more.
+Written at most every ``[shared_stream] figures_publish_interval`` seconds (5) per stream and
+triggerer, one write at a time, and never allowed to fail a stream: a write that fails is logged
+at debug level and retried with the next flush. Counts are totals since this triggerer started the
+stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from airflow_shared_stream.common import metrics as m
+from airflow_shared_stream.common.process_scope import scoped
+
+log = logging.getLogger(__name__)
+
+FIGURES_KEY_PREFIX = "shared_stream.figures"
+CONFIG_SECTION = "shared_stream"
+CONFIG_KEY = "figures_publish_interval"
+"""``[shared_stream] figures_publish_interval``: seconds between two writes; 0 turns them off."""
+PUBLISH_INTERVAL_SECONDS = 5.0
+"""A stream's figures are written at most this often by each triggerer (the page's freshness)."""
+
+
+def publish_interval() -> float:
+    """The configured interval (read when a stream's figures are first kept in this process)."""
+    from airflow.configuration import conf
+
+    return conf.getfloat(CONFIG_SECTION, CONFIG_KEY, fallback=PUBLISH_INTERVAL_SECONDS)
+
+
+HISTORY_SAMPLES = 120
+"""Samples kept for the page's chart: ten minutes at one sample per publish."""
+
+COUNTED = (
+    m.RECEIVED,
+    m.FANNED_OUT,
+    m.ACKED,
+    m.REDELIVERED,
+    m.DEAD_LETTERED,
+    m.NO_SUBSCRIBER,
+    m.WATCHER_FAILURES,
+    m.LEASE_LOSSES,
+)
+"""The counters the console shows (totals); the other metrics stay StatsD-only."""
+
+
+def figures_key(broker: str, stream: str, carrier_trigger_id: int) -> str:
+    """The state store key of one stream's figures, as the triggerer running the carrier writes them."""
+    return f"{FIGURES_KEY_PREFIX}.{broker}.{stream}.{carrier_trigger_id}"
+
+
+class AssetStateWriter(Protocol):
+    """What a carrier needs of ``BaseEventTrigger.asset_state_store`` (one watched asset)."""
+
+    async def aset(self, key: str, value: Any) -> None: ...
+
+
+@dataclass
+class StreamFigures:
+    """One stream's figures in this triggerer process."""
+
+    broker: str
+    stream: str
+    interval: float = field(default_factory=publish_interval)
+    totals: dict[str, int] = field(default_factory=dict)
+    gauges: dict[str, float] = field(default_factory=dict)
+    last_received_at: float | None = None
+    history: deque[tuple[float, int, int, float]] = field(
+        default_factory=lambda: deque(maxlen=HISTORY_SAMPLES)
+    )
+    """(time, received total, dead-lettered total, in flight) at each publish."""
+    carriers: dict[int, AssetStateWriter] = field(default_factory=dict)
+    """Trigger id -> the state store of a watcher of the stream running in this triggerer."""
+    published_at: float = 0.0
+    writing: asyncio.Task[None] | None = None
+    pending: asyncio.TimerHandle | None = None
+
+    def absorb(self, counts: Mapping[str, int], gauges: Mapping[str, float], now: float) -> None:
+        for metric in COUNTED:
+            if counts.get(metric):
+                self.totals[metric] = self.totals.get(metric, 0) + counts[metric]
+        if counts.get(m.RECEIVED):
+            self.last_received_at = now
+        self.gauges.update((k, v) for k, v in gauges.items() if k == m.IN_FLIGHT)
+
+    def snapshot(self, now: float, carrier_trigger_id: int) -> dict[str, Any]:
+        """The JSON value written to the state store (secret-free: counts and the metric label)."""
+        return {
+            "broker": self.broker,
+            "stream": self.stream,
+            "carrier_trigger_id": carrier_trigger_id,
+            "published_at": round(now, 1),
+            "last_received_at": None if self.last_received_at is None else round(self.last_received_at, 1),
+            "totals": {metric: self.totals.get(metric, 0) for metric in COUNTED},
+            "in_flight": self.gauges.get(m.IN_FLIGHT, 0),
+            "history": [list(sample) for sample in self.history],
+        }
+
+    def publish_due(self, now: float) -> bool:
+        return (self.writing is None or self.writing.done()) and now - self.published_at >= self.interval
+
+    async def write(self, now: float) -> None:
+        """Take a sample and write the snapshot through the first carrier that takes it."""
+        self.history.append(
+            (
+                round(now, 1),
+                self.totals.get(m.RECEIVED, 0),
+                self.totals.get(m.DEAD_LETTERED, 0),
+                self.gauges.get(m.IN_FLIGHT, 0),
+            )
+        )
+        for trigger_id, store in sorted(self.carriers.items()):
+            key = figures_key(self.broker, self.stream, trigger_id)
+            try:
+                await store.aset(key, self.snapshot(now, trigger_id))
+                return
+            except ValueError:  # the watcher watches several assets: no single one to write to
+                self.carriers.pop(trigger_id, None)
+            except Exception as exc:
+                log.debug("Writing the figures of %s stream %s failed: %s", self.broker, self.stream, exc)
+                return
+
+
+class FiguresPublisher:
+    """This triggerer's streams' figures (per triggerer scope, as the harness plays several)."""
+
+    @property
+    def streams(self) -> dict[tuple[str, str], StreamFigures]:
+        streams: dict[tuple[str, str], StreamFigures] = scoped("console.figures", dict)
+        return streams
+
+    def _figures(self, broker: str, stream: str) -> StreamFigures:
+        figures = self.streams.get((broker, stream))
+        if figures is None:
+            figures = self.streams[(broker, stream)] = StreamFigures(broker, stream)
+        return figures
+
+    def absorb(
+        self, broker: str, stream: str, counts: Mapping[str, int], gauges: Mapping[str, float]
+    ) -> None:
+        """A stream's metrics flushed these counts and gauges; publish if it is time. Never raises."""
+        try:
+            figures = self._figures(broker, stream)
+            now = time.time()
+            figures.absorb(counts, gauges, now)
+            self._publish_if_due(figures, now)
+        except Exception as exc:  # pragma: no cover - figures must never hurt a stream
+            log.debug("Keeping the figures of %s stream %s failed: %s", broker, stream, exc)
+
+    def _publish_if_due(self, figures: StreamFigures, now: float) -> None:
+        """Write now if the interval has passed, else once when it has: the last change always lands."""
+        if not figures.carriers or figures.interval <= 0:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop here (a thread, a unit test): nothing can write
+            return
+        if not figures.publish_due(now):
+            if figures.pending is None:
+                wait = max(figures.interval - (now - figures.published_at), 0.5)
+                figures.pending = loop.call_later(wait, self._publish_pending, figures)
+            return
+        figures.published_at = now
+        figures.writing = loop.create_task(figures.write(now), name=f"shared-stream-figures-{figures.stream}")
+
+    def _publish_pending(self, figures: StreamFigures) -> None:
+        figures.pending = None
+        self._publish_if_due(figures, time.time())
+
+    @contextlib.contextmanager
+    def watching(self, trigger: Any) -> Iterator[None]:
+        """
+        While a watcher's filter runs, its asset can carry its stream's figures. Never raises.
+
+        A watcher the triggerer gave no state store (the test harness; a trigger with no asset)
+        carries nothing, and a stream with no carrier only keeps its figures in memory.
+        """
+        store = getattr(trigger, "asset_state_store", None)
+        figures = None
+        trigger_id = getattr(trigger, "trigger_id", None)
+        if store is not None and trigger_id is not None:
+            try:
+                from airflow_shared_stream.placement import metric_label
+
+                figures = self._figures(trigger.broker, metric_label(trigger))
+                figures.carriers[trigger_id] = store
+                figures.published_at = 0.0  # show the watcher's stream at once
+                self._publish_if_due(figures, time.time())
+            except Exception as exc:
+                log.debug("Watcher %s cannot carry its stream's figures: %s", trigger_id, exc)
+                figures = None
+        try:
+            yield
+        finally:
+            if figures is not None:
+                figures.carriers.pop(trigger_id, None)  # type: ignore[arg-type]
+                if not figures.carriers and figures.pending is not None:
+                    figures.pending.cancel()
+                    figures.pending = None
+
+
+stream_figures = FiguresPublisher()
+"""The triggerer's publisher: fed by ``StreamMetrics.flush`` and by every watcher's filter."""

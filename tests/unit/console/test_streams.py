@@ -1,0 +1,150 @@
+"""How the api-server groups trigger rows into streams, merges figures and names warnings (no database)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from airflow_shared_stream.console.streams import (
+    Stream,
+    _finish,
+    group_streams,
+    merge_figures,
+    without_userinfo,
+)
+
+SQS = "airflow_shared_stream.sqs.trigger.SqsSharedStreamTrigger"
+QUEUE = "https://sqs.us-east-1.amazonaws.com/000000000000/orders"
+DLQ = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq"
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def _rows() -> list[tuple[int, str, dict[str, object], int | None]]:
+    common = {"queue_url": QUEUE, "aws_conn_id": "aws_default", "dead_letter_queue_url": DLQ}
+    return [
+        (1, SQS, {**common, "match": "body.a"}, 10),
+        (2, SQS, {**common, "queue_url": QUEUE.replace("sqs.us-east-1", "SQS.US-EAST-1"), "match": None}, 11),
+        (3, "airflow.providers.other.Trigger", {"x": 1}, 10),
+    ]
+
+
+def test_watchers_of_one_queue_are_one_stream_whatever_they_are_called() -> None:
+    (stream,) = group_streams(_rows())
+    assert [w.trigger_id for w in stream.watchers] == [1, 2]
+    assert stream.broker == "sqs"
+    assert stream.upstream == {"queue_url": QUEUE}
+    assert stream.connection_id == "aws_default"
+    assert stream.dead_letter == DLQ
+    assert stream.redrive_params == {
+        "broker": "sqs",
+        "conn_id": "aws_default",
+        "source": {"queue_url": QUEUE},
+        "dead_letter": DLQ,
+    }
+    assert "producer_kwargs" not in stream.to_json()
+    assert "redrive_params" not in stream.to_json()
+
+
+def test_a_url_never_shows_its_user_part() -> None:
+    assert without_userinfo("amqps://user:s3cret@host:5671/path") == "amqps://host:5671/path"
+    assert without_userinfo(["https://a:b@h/q", "plain"]) == ["https://h/q", "plain"]
+    assert without_userinfo("orders@topic") == "orders@topic"
+
+
+def test_figures_of_dead_triggerers_are_left_out_and_live_ones_summed() -> None:
+    published = [
+        {
+            "carrier_trigger_id": 1,
+            "published_at": 10,
+            "last_received_at": 9,
+            "in_flight": 2,
+            "totals": {"received": 5},
+            "history": [[10, 5, 0, 2]],
+        },
+        {
+            "carrier_trigger_id": 2,
+            "published_at": 12,
+            "last_received_at": 11,
+            "in_flight": 1,
+            "totals": {"received": 7},
+            "history": [[12, 7, 0, 1]],
+        },
+        {
+            "carrier_trigger_id": 3,
+            "published_at": 1,
+            "last_received_at": 1,
+            "in_flight": 9,
+            "totals": {"received": 100},
+            "history": [],
+        },
+    ]
+    merged = merge_figures(published, live_carriers={1, 2})
+    assert merged is not None
+    assert merged["totals"] == {"received": 12}
+    assert merged["in_flight"] == 3
+    assert merged["published_at"] == 12
+    assert merged["last_received_at"] == 11
+    assert merge_figures(published, live_carriers=set()) is None
+
+
+def _stream(triggerers: list[int | None], every_triggerer_reads_everything: bool = False) -> Stream:
+    (stream,) = group_streams([(i, SQS, {"queue_url": QUEUE}, t) for i, t in enumerate(triggerers, start=1)])
+    stream.every_triggerer_reads_everything = every_triggerer_reads_everything
+    return stream
+
+
+class _Job:
+    hostname = "host"
+
+
+def test_a_leased_queue_split_across_triggerers_is_a_warning() -> None:
+    stream = _stream([1, 2])
+    _finish(stream, {1: _Job(), 2: _Job()}, {1, 2}, {}, {}, {}, NOW)
+    assert [w["kind"] for w in stream.warnings] == ["split"]
+    assert stream.state == "warning"
+
+
+def test_a_watcher_no_live_triggerer_runs_is_reported() -> None:
+    stream = _stream([1, None])
+    _finish(stream, {1: _Job()}, {1}, {}, {}, {}, NOW)
+    assert [w["kind"] for w in stream.warnings] == ["unassigned"]
+    assert stream.state == "warning"
+    down = _stream([None])
+    _finish(down, {}, set(), {}, {}, {}, NOW)
+    assert down.state == "down"
+
+
+def test_messages_in_flight_with_no_figure_moving_is_a_stuck_stream() -> None:
+    stream = _stream([1])
+    stale = NOW.timestamp() - 600
+    figures = {
+        f"sqs.{stream.label}": [
+            {
+                "carrier_trigger_id": 1,
+                "published_at": stale,
+                "last_received_at": stale,
+                "in_flight": 4,
+                "totals": {"received": 4},
+                "history": [],
+            }
+        ]
+    }
+    _finish(stream, {1: _Job()}, {1}, figures, {}, {}, NOW)
+    assert [w["kind"] for w in stream.warnings] == ["stuck"]
+
+
+def test_a_stream_is_ok_while_it_receives_and_idle_ten_minutes_after() -> None:
+    def state(last_received: float) -> str:
+        stream = _stream([1])
+        value = {
+            "carrier_trigger_id": 1,
+            "published_at": last_received,
+            "last_received_at": last_received,
+            "in_flight": 0,
+            "totals": {"received": 1},
+            "history": [],
+        }
+        _finish(stream, {1: _Job()}, {1}, {f"sqs.{stream.label}": [value]}, {}, {}, NOW)
+        return stream.state
+
+    assert state(NOW.timestamp() - 30) == "ok"
+    assert state(NOW.timestamp() - 900) == "idle"
