@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = "tests/integration/{broker}/test_{broker}_contract.py::Test{Broker}Contract::{test}"
 SQS_IDENTITY = "tests/integration/sqs/test_sqs_identity.py"
-PUBSUB_STREAM_TESTS = "tests/integration/pubsub/test_pubsub_shared_stream.py"
+PUBSUB_STREAM_TESTS = "tests/integration/pubsub/test_pubsub_envelope_and_dead_letters.py"
 PUBSUB_LIMIT_TESTS = "tests/integration/pubsub/test_pubsub_limits.py"
 PUBSUB_RAW_STUB_TESTS = "tests/integration/pubsub/test_pubsub_raw_stubs.py"
 PUBSUB_DEAD_LETTER_COPY_TESTS = "tests/unit/pubsub/test_pubsub_dead_letter_copy.py"
