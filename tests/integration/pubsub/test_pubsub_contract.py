@@ -120,7 +120,8 @@ class PubSubContractBroker(ContractBroker):
         self.pubsub.publisher.delete_topic(topic=stream.dead_letter_topic)
 
     def trigger(self, stream: PubSubStream, **kwargs: Any) -> PubSubSharedStreamTrigger:
-        return RecordingTrigger(stream.subscription, dead_letter_topic=stream.dead_letter_topic, **kwargs)
+        kwargs.setdefault("dead_letter_topic", stream.dead_letter_topic)
+        return RecordingTrigger(stream.subscription, **kwargs)
 
     def metric_prefix(self, stream: PubSubStream) -> str:
         return f"airflow.shared_stream.pubsub.{stream_label(stream.subscription.rsplit('/', 1)[1])}"

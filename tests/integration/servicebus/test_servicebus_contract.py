@@ -83,12 +83,8 @@ class ServiceBusContractBroker(ContractBroker):
         self.server.refuse_dead_letters(stream.queue)
 
     def trigger(self, stream: ServiceBusStream, **kwargs: Any) -> ServiceBusSharedStreamTrigger:
-        return ServiceBusSharedStreamTrigger(
-            stream.queue,
-            max_wait_time=1,
-            session_enabled=stream.sessions,
-            **kwargs,
-        )
+        kwargs.setdefault("max_wait_time", 1)
+        return ServiceBusSharedStreamTrigger(stream.queue, session_enabled=stream.sessions, **kwargs)
 
     def metric_prefix(self, stream: ServiceBusStream) -> str:
         return f"airflow.shared_stream.servicebus.{stream_label(stream.queue)}"

@@ -94,7 +94,8 @@ class SqsContractBroker(ContractBroker):
     def trigger(self, stream: SqsStream, **kwargs: Any) -> SqsSharedStreamTrigger:
         # Short polls on FIFO queues: moto only sees a group unlock when a poll starts.
         kwargs.setdefault("wait_time_seconds", 1 if stream.fifo else 5)
-        return SqsSharedStreamTrigger(stream.url, dead_letter_queue_url=stream.dead_letter_url, **kwargs)
+        kwargs.setdefault("dead_letter_queue_url", stream.dead_letter_url)
+        return SqsSharedStreamTrigger(stream.url, **kwargs)
 
     def metric_prefix(self, stream: SqsStream) -> str:
         return f"airflow.shared_stream.sqs.{stream_label(stream.url.rsplit('/', 1)[1])}"
