@@ -272,11 +272,12 @@ class KafkaRig(BrokerRig):
 
     def __init__(self) -> None:
         super().__init__()
-        from tests.integration.kafka.test_kafka_contract import KafkaContractBroker, _ClientLoop
+        from tests.integration.kafka.test_kafka_contract import KafkaContractBroker
+        from tests.support.brokers import EventLoopThread
         from tests.support.kafka_brokers import kafka_broker_argv
 
         self._argv = kafka_broker_argv
-        self._clients = _ClientLoop()
+        self._clients = EventLoopThread("reliability-kafka-clients")
         self._dir = Path(tempfile.mkdtemp(prefix="reliability-kafka-"))
         self._procs: dict[str, Any] = {}
         self._ports: dict[str, int] = {}
