@@ -849,6 +849,36 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_the_shared_poller_runs_at_the_shortest_interval_among_its_watches",),
         module=SPARK_RECORDING,
     ),
+    # The contract's shape-conflict, close and telemetry guarantees (tests/integration/contract).
+    Mutant(
+        name="a watcher that disagrees with its stream's consumer is let in",
+        broker="servicebus",
+        path="airflow_shared_stream/common/trigger.py",
+        original="        if conflicts:\n            raise StreamShapeConflictError(\n",
+        mutated="        if False:\n            raise StreamShapeConflictError(\n",
+        caught_by=(
+            "test_a_watcher_with_another_payload_limit_fails_naming_it",
+            "test_a_watcher_with_another_broker_setting_fails_naming_it",
+        ),
+    ),
+    Mutant(
+        name="a closing Pub/Sub stream keeps what it holds until the ack deadline",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/producer.py",
+        original=(
+            "            await asyncio.wait_for(self.redeliver(deliveries), timeout=CLOSE_NACK_SECONDS)\n"
+        ),
+        mutated="            pass\n",
+        caught_by=("test_a_closing_stream_sends_what_was_done_and_gives_back_the_rest_at_once",),
+    ),
+    Mutant(
+        name="watcher deliveries of a leased queue's advance not counted",
+        broker="servicebus",
+        path="airflow_shared_stream/common/leased_queue.py",
+        original="        metrics.incr(m.FANNED_OUT, fanned_out)\n",
+        mutated="        pass\n",
+        caught_by=("test_stream_metrics_count_each_outcome_and_carry_no_secret",),
+    ),
 )
 
 
