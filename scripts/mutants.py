@@ -856,10 +856,7 @@ MUTANTS: tuple[Mutant, ...] = (
         path="airflow_shared_stream/common/trigger.py",
         original="        if conflicts:\n            raise StreamShapeConflictError(\n",
         mutated="        if False:\n            raise StreamShapeConflictError(\n",
-        caught_by=(
-            "test_a_watcher_with_another_payload_limit_fails_naming_it",
-            "test_a_watcher_with_another_broker_setting_fails_naming_it",
-        ),
+        caught_by=("test_watchers_that_disagree_with_the_stream_fail_naming_the_argument",),
     ),
     Mutant(
         name="a closing Pub/Sub stream keeps what it holds until the ack deadline",

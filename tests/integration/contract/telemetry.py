@@ -68,7 +68,7 @@ class LeaseTelemetryContract:
         lease = broker.lease_seconds_min
         stream = broker.create_stream(lease_seconds=lease)
         prefix = broker.metric_prefix(stream)
-        async with SharedStreamHarness(confirm_after=lease * 1.6) as harness:
+        async with SharedStreamHarness(confirm_after=lease * 1.25) as harness:
             watcher = harness.add(broker.trigger(stream))
             broker.publish(stream, [{"n": 1}, {"n": 2}])
             await watcher.wait_for_events(2)
