@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = "tests/integration/{broker}/test_{broker}_contract.py::Test{Broker}Contract::{test}"
 SQS_IDENTITY = "tests/integration/sqs/test_sqs_identity.py"
-PUBSUB_STREAM_TESTS = "tests/integration/pubsub/test_pubsub_shared_stream.py"
+PUBSUB_STREAM_TESTS = "tests/integration/pubsub/test_pubsub_envelope_and_dead_letters.py"
 PUBSUB_LIMIT_TESTS = "tests/integration/pubsub/test_pubsub_limits.py"
 PUBSUB_RAW_STUB_TESTS = "tests/integration/pubsub/test_pubsub_raw_stubs.py"
 PUBSUB_DEAD_LETTER_COPY_TESTS = "tests/unit/pubsub/test_pubsub_dead_letter_copy.py"
@@ -1060,6 +1060,33 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated='                log.warning("Pub/Sub refused the copy of %s: %s", item.key, exc)\n',
         caught_by=("test_a_copy_pubsub_refuses_stays_in_the_dead_letter_subscription",),
         module="tests/integration/pubsub/test_pubsub_redrive.py",
+    ),
+    # The contract's shape-conflict, close and telemetry guarantees (tests/integration/contract).
+    Mutant(
+        name="a watcher that disagrees with its stream's consumer is let in",
+        broker="servicebus",
+        path="airflow_shared_stream/common/trigger.py",
+        original="        if conflicts:\n            raise StreamShapeConflictError(\n",
+        mutated="        if False:\n            raise StreamShapeConflictError(\n",
+        caught_by=("test_watchers_that_disagree_with_the_stream_fail_naming_the_argument",),
+    ),
+    Mutant(
+        name="a closing Pub/Sub stream keeps what it holds until the ack deadline",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/producer.py",
+        original=(
+            "            await asyncio.wait_for(self.redeliver(deliveries), timeout=CLOSE_NACK_SECONDS)\n"
+        ),
+        mutated="            pass\n",
+        caught_by=("test_a_closing_stream_sends_what_was_done_and_gives_back_the_rest_at_once",),
+    ),
+    Mutant(
+        name="watcher deliveries of a leased queue's advance not counted",
+        broker="servicebus",
+        path="airflow_shared_stream/common/leased_advance.py",
+        original="        metrics.incr(m.FANNED_OUT, fanned_out)\n",
+        mutated="        pass\n",
+        caught_by=("test_stream_metrics_count_each_outcome_and_carry_no_secret",),
     ),
 )
 

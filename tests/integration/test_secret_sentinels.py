@@ -16,8 +16,9 @@ the SDKs'), ``serialize()`` output, trigger event payloads, metrics (a real Stat
 and exception text (message, repr, the whole cause chain and traceback), on a working stream
 and on failures: an endpoint where nothing listens, credentials the broker refuses, and a
 credential or TLS/SASL option set wrong (which must fail with an error naming it).
-The per-broker modules (tests/integration/<broker>/test_*errors_and_secrets.py, Kafka's
-test_kafka_failures.py) keep what is broker-specific: which error class, what message.
+The contract's ConnectionContract (tests/integration/contract/connection.py) checks each
+failure's error kind for every broker; the per-broker modules (test_*errors_and_secrets.py,
+Kafka's test_kafka_failures.py) keep what is broker-specific: which error class, what message.
 """
 
 from __future__ import annotations

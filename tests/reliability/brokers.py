@@ -3,7 +3,7 @@ One rig per broker for the reliability scenarios, built on the shared contract's
 
 A :class:`BrokerRig` runs the broker (TEST_RIG.md: moto, noida-db/Tansu, the Pub/Sub emulator,
 the Service Bus AMQP fake), points a connection of its own at it, and hands the scenarios the
-broker's :class:`~tests.integration.contract.base.ContractBroker` (create a stream, publish, count
+broker's :class:`~tests.integration.contract.broker.ContractBroker` (create a stream, publish, count
 what is left, take the dead letters, make a trigger): the same adapters the contract suite runs,
 so a reader who knows one broker's scenarios knows all four. What differs per broker is only
 how the broker is started, stopped and restarted, and what it cannot do here:
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.integration.contract.base import ContractBroker
+from tests.integration.contract.broker import ContractBroker
 from tests.support.processes import free_port, running, stop, tail, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -272,11 +272,12 @@ class KafkaRig(BrokerRig):
 
     def __init__(self) -> None:
         super().__init__()
-        from tests.integration.kafka.test_kafka_contract import KafkaContractBroker, _ClientLoop
+        from tests.integration.kafka.test_kafka_contract import KafkaContractBroker
+        from tests.support.brokers import EventLoopThread
         from tests.support.kafka_brokers import kafka_broker_argv
 
         self._argv = kafka_broker_argv
-        self._clients = _ClientLoop()
+        self._clients = EventLoopThread("reliability-kafka-clients")
         self._dir = Path(tempfile.mkdtemp(prefix="reliability-kafka-"))
         self._procs: dict[str, Any] = {}
         self._ports: dict[str, int] = {}

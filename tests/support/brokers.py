@@ -2,8 +2,10 @@
 Brokers for the e2e suite and the demo: noida-db (Kafka protocol) and moto's SQS server.
 
 Synchronous helpers (each call runs its own short aiokafka/boto3 client), because the e2e tests
-and the demo drive a whole deployment from plain, blocking code. Ports are picked at run time;
-processes are stopped by PID.
+and the demo drive a whole deployment from plain, blocking code, and the contract's adapters are
+written against synchronous calls (:class:`KafkaClient` runs its clients on an event loop thread
+of its own, so it also works inside a running loop). Ports are picked at run time; processes
+are stopped by PID.
 """
 
 from __future__ import annotations
@@ -11,20 +13,159 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import json
+import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from tests.support.kafka_brokers import kafka_broker_argv
 from tests.support.processes import free_port, running, tail, wait_for_port
 
+T = TypeVar("T")
+
+
+class EventLoopThread:
+    """
+    An event loop in a thread of its own, for synchronous broker helpers.
+
+    The helpers are called from plain code (the e2e suite, the demo) and from inside a running
+    event loop (the contract's adapters, called by async tests), where ``asyncio.run`` cannot.
+    """
+
+    def __init__(self, name: str = "broker-clients") -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+class KafkaClient:
+    """Synchronous aiokafka helpers on one Kafka-protocol broker: each call runs a short client."""
+
+    def __init__(self, bootstrap: str, loop: EventLoopThread | None = None) -> None:
+        self.bootstrap = bootstrap
+        self._own_loop = loop is None
+        self.loop = loop or EventLoopThread("kafka-clients")
+
+    def close(self) -> None:
+        if self._own_loop:
+            self.loop.close()
+
+    def create_topics(self, names: Iterable[str], partitions: int = 1) -> None:
+        from aiokafka.admin import NewTopic
+
+        topics = [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names]
+        self.loop.run(self._admin(lambda admin: admin.create_topics(topics)))
+
+    def delete_topics(self, names: Iterable[str]) -> None:
+        self.loop.run(self._admin(lambda admin: admin.delete_topics(list(names))))
+
+    async def _admin(self, call: Callable[[Any], Awaitable[Any]]) -> Any:
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await admin.start()
+        try:
+            return await call(admin)
+        finally:
+            await admin.close()
+
+    def produce(
+        self,
+        topic: str,
+        values: Iterable[bytes],
+        *,
+        keys: Iterable[bytes | None] = (),
+        partition: int | None = None,
+    ) -> list[int]:
+        """Publish ``values`` in order (acks=all, one at a time); return their offsets."""
+        return self.loop.run(self._produce(topic, list(values), list(keys), partition))
+
+    async def _produce(
+        self, topic: str, values: list[bytes], keys: list[bytes | None], partition: int | None
+    ) -> list[int]:
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", max_request_size=2**21)
+        await producer.start()
+        try:
+            offsets = []
+            for value, key in itertools.zip_longest(values, keys[: len(values)]):
+                meta = await producer.send_and_wait(topic, value, key=key, partition=partition)
+                offsets.append(meta.offset)
+            return offsets
+        finally:
+            await producer.stop()
+
+    def committed(self, group_id: str, topic: str, partitions: int = 1) -> dict[int, int | None]:
+        """The group's committed offset per partition, read by a consumer that joins no group."""
+        return self.loop.run(self._committed(group_id, topic, partitions))
+
+    async def _committed(self, group_id: str, topic: str, partitions: int) -> dict[int, int | None]:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=group_id, enable_auto_commit=False
+        )
+        await consumer.start()
+        try:
+            return {p: await consumer.committed(TopicPartition(topic, p)) for p in range(partitions)}
+        finally:
+            await consumer.stop()
+
+    def end_offsets(self, topic: str, partitions: int = 1) -> dict[int, int]:
+        return self.loop.run(self._end_offsets(topic, partitions))
+
+    async def _end_offsets(self, topic: str, partitions: int) -> dict[int, int]:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap)
+        await consumer.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in range(partitions)]
+            return {tp.partition: off for tp, off in (await consumer.end_offsets(tps)).items()}
+        finally:
+            await consumer.stop()
+
+    def read_all(self, topic: str, first_wait: float = 1.0, quiet: float = 1.0) -> list[Any]:
+        """
+        Every record of ``topic`` from the beginning (no group): waits up to ``first_wait`` s for
+        the first, then reads until ``quiet`` s bring none.
+        """
+        return self.loop.run(self._read_all(topic, first_wait, quiet))
+
+    async def _read_all(self, topic: str, first_wait: float, quiet: float) -> list[Any]:
+        from aiokafka import AIOKafkaConsumer
+
+        consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=self.bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+        )
+        await consumer.start()
+        records: list[Any] = []
+        try:
+            wait = first_wait
+            while batch := await consumer.getmany(timeout_ms=int(wait * 1000)):
+                for received in batch.values():
+                    records.extend(received)
+                wait = quiet
+            return records
+        finally:
+            await consumer.stop()
+
 
 @dataclass
 class KafkaBroker:
-    """A running noida-db broker (Kafka protocol only) on 127.0.0.1."""
+    """A running noida-db broker (Kafka protocol only) on 127.0.0.1, with synchronous helpers."""
 
     port: int
     log_path: Path
@@ -33,88 +174,31 @@ class KafkaBroker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @functools.cached_property
+    def client(self) -> KafkaClient:
+        return KafkaClient(self.bootstrap)
+
     def create_topics(self, names: Iterable[str], partitions: int = 1) -> None:
-        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-        async def create() -> None:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
-            await admin.start()
-            try:
-                await admin.create_topics(
-                    [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names]
-                )
-            finally:
-                await admin.close()
-
-        asyncio.run(create())
+        self.client.create_topics(names, partitions)
 
     def produce(
         self, topic: str, values: Iterable[dict[str, Any]], key_field: str | None = None
     ) -> list[int]:
         """Publish JSON values (acks=all); return their offsets."""
-        from aiokafka import AIOKafkaProducer
-
-        async def send() -> list[int]:
-            producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
-            await producer.start()
-            try:
-                offsets = []
-                for value in values:
-                    key = str(value[key_field]).encode() if key_field and value.get(key_field) else None
-                    meta = await producer.send_and_wait(topic, json.dumps(value).encode(), key=key)
-                    offsets.append(meta.offset)
-                return offsets
-            finally:
-                await producer.stop()
-
-        return asyncio.run(send())
+        values = list(values)
+        keys = [str(v[key_field]).encode() if key_field and v.get(key_field) else None for v in values]
+        return self.client.produce(topic, [json.dumps(v).encode() for v in values], keys=keys)
 
     def end_offsets(self, topic: str, partitions: int = 1) -> dict[int, int]:
-        from aiokafka import AIOKafkaConsumer, TopicPartition
-
-        async def ends() -> dict[int, int]:
-            consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap)
-            await consumer.start()
-            try:
-                tps = [TopicPartition(topic, p) for p in range(partitions)]
-                return {tp.partition: off for tp, off in (await consumer.end_offsets(tps)).items()}
-            finally:
-                await consumer.stop()
-
-        return asyncio.run(ends())
+        return self.client.end_offsets(topic, partitions)
 
     def committed(self, group_id: str, topic: str, partitions: int = 1) -> dict[int, int | None]:
-        """The group's committed offsets, read with the admin API (joins no group)."""
-        from aiokafka import TopicPartition
-        from aiokafka.admin import AIOKafkaAdminClient
-
-        async def read() -> dict[int, int | None]:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
-            await admin.start()
-            try:
-                tps = [TopicPartition(topic, p) for p in range(partitions)]
-                offsets = await admin.list_consumer_group_offsets(group_id, partitions=tps)
-                found = {tp.partition: meta.offset for tp, meta in offsets.items() if tp.topic == topic}
-                return {p: found.get(p) for p in range(partitions)}
-            finally:
-                await admin.close()
-
-        return asyncio.run(read())
+        """The group's committed offsets (read without joining the group)."""
+        return self.client.committed(group_id, topic, partitions)
 
     def read_all(self, topic: str, timeout: float = 5.0) -> list[dict[str, Any]]:
         """Every JSON value on ``topic`` from the beginning (no group, nothing committed)."""
-        from aiokafka import AIOKafkaConsumer
-
-        async def read() -> list[dict[str, Any]]:
-            consumer = AIOKafkaConsumer(topic, bootstrap_servers=self.bootstrap, auto_offset_reset="earliest")
-            await consumer.start()
-            try:
-                batches = await consumer.getmany(timeout_ms=int(timeout * 1000))
-                return [json.loads(m.value) for msgs in batches.values() for m in msgs]
-            finally:
-                await consumer.stop()
-
-        return asyncio.run(read())
+        return [json.loads(r.value) for r in self.client.read_all(topic, first_wait=timeout)]
 
 
 @contextlib.contextmanager

@@ -4,7 +4,7 @@ Watchers declared through common.messaging's ``MessageQueueTrigger`` behave as t
 ``MessageQueueTrigger(scheme="shared+<broker>", ...)`` builds our trigger and returns its
 ``serialize()``; the harness, like the triggerer, rebuilds every watcher from that. Each broker's
 suite subclasses :class:`MessageQueueContract` with its ``contract_broker`` (the shared-stream
-contract's adapter, tests/integration/contract/base.py) and ``scheme``, and these tests run
+contract's adapter, tests/integration/contract/broker.py) and ``scheme``, and these tests run
 against its real broker: N watchers in the ``MessageQueueTrigger`` form share one consumer with
 a direct-form watcher, and the same messages end acked, dead-lettered and fired in both forms.
 
@@ -25,7 +25,7 @@ from airflow.triggers.base import BaseEventTrigger
 from airflow_shared_stream.common.errors import StreamShapeConflictError
 from airflow_shared_stream.queues import SCHEMES
 from airflow_shared_stream.testing import SharedStreamHarness
-from tests.integration.contract.base import ContractBroker, ids
+from tests.integration.contract.broker import ContractBroker, ids
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration

@@ -1,8 +1,9 @@
 """
 Kafka passes the shared-stream contract (tests/integration/contract) against noida-db and Tansu.
 
-The contract is written against synchronous broker helpers; aiokafka is asynchronous, so every
-helper runs its coroutine on one event loop of its own, in a thread (:class:`_ClientLoop`).
+The contract is written against synchronous broker helpers; aiokafka is asynchronous, so the
+adapter's calls go through tests/support/brokers.py's :class:`KafkaClient`, whose clients run on
+an event loop thread of their own.
 
 Three Kafka facts shape the adapter:
 
@@ -19,26 +20,34 @@ Three Kafka facts shape the adapter:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-import threading
 import uuid
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from airflow_shared_stream.common.errors import SharedStreamAccessError
 from airflow_shared_stream.common.matching import RawMessage
 from airflow_shared_stream.kafka import KafkaSharedStreamProducer, KafkaSharedStreamTrigger
 from airflow_shared_stream.kafka.envelope import KafkaBrokerPayload
 from airflow_shared_stream.testing import SharedStreamHarness
-from tests.integration.contract.base import ContractBroker, OrderedLanesContract, SharedStreamContract
+from tests.integration.contract.broker import BrokenConnection, ContractBroker
+from tests.integration.contract.close import CloseContract
+from tests.integration.contract.connection import ConnectionContract, fails_with
+from tests.integration.contract.ordered_lanes import OrderedLanesContract
+from tests.integration.contract.shape_conflict import ShapeConflictContract
+from tests.integration.contract.stream import SharedStreamContract
+from tests.integration.contract.telemetry import TelemetryContract
+from tests.support.brokers import EventLoopThread, KafkaClient
+from tests.support.processes import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-T = TypeVar("T")
+
+SECRET = "Pa55-w0rd-that-must-never-leak"
 
 
 class ContractKafkaProducer(KafkaSharedStreamProducer):
@@ -66,24 +75,6 @@ class ContractKafkaTrigger(KafkaSharedStreamTrigger):
         super().__init__(topics, **kwargs)
 
 
-class _ClientLoop:
-    """An event loop in a thread, for the contract's synchronous helpers."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(
-            target=self.loop.run_forever, name="kafka-contract-clients", daemon=True
-        )
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-
 @dataclass
 class KafkaStream:
     topic: str
@@ -94,11 +85,13 @@ class KafkaStream:
 
 
 class KafkaContractBroker(ContractBroker):
+    broker = "kafka"
     lease_seconds_min = 2
+    reports_broker_lag = True
 
-    def __init__(self, kafka: Any, clients: _ClientLoop) -> None:
+    def __init__(self, kafka: Any, loop: EventLoopThread) -> None:
         self.kafka = kafka
-        self.clients = clients
+        self.client = KafkaClient(kafka.bootstrap, loop)
         # A shorter request timeout than aiokafka's 40 s, so a dead-letter send to a topic that is
         # gone fails well within the contract's wait; longer than Tansu's ~5 s first group join.
         self.conn_id = kafka.connection(
@@ -111,109 +104,110 @@ class KafkaContractBroker(ContractBroker):
         name = uuid.uuid4().hex[:8]
         topic = self.kafka.name(f"c{name}")
         dlq = self.kafka.name(f"c{name}-dlq") if dead_letter else None
-        self.clients.run(self._create_topics([t for t in (topic, dlq) if t]))
+        self.client.create_topics([t for t in (topic, dlq) if t])
         return KafkaStream(topic=topic, dead_letter_topic=dlq, group=f"{topic}-g")
 
-    async def _create_topics(self, names: list[str]) -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.kafka.bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(n, num_partitions=1, replication_factor=1) for n in names])
-        finally:
-            await admin.close()
-
     def publish(self, stream: KafkaStream, bodies: list[Any], *, lane: str | None = None) -> list[str]:
-        first = stream.published
-        self.clients.run(self._produce(stream.topic, bodies))
+        offsets = self.client.produce(stream.topic, [json.dumps(b).encode() for b in bodies], partition=0)
         stream.published += len(bodies)
-        return [f"{stream.topic}/0@{offset}" for offset in range(first, stream.published)]
-
-    async def _produce(self, topic: str, bodies: list[Any]) -> None:
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.kafka.bootstrap, acks="all", max_request_size=2**21
-        )
-        await producer.start()
-        try:
-            for body in bodies:
-                await producer.send(topic, json.dumps(body).encode(), partition=0)
-            await producer.flush()
-        finally:
-            await producer.stop()
+        return [f"{stream.topic}/0@{offset}" for offset in offsets]
 
     def message_id(self, payload: dict[str, Any]) -> str:
         return f"{payload['topic']}/{payload['partition']}@{payload['offset']}"
 
     def remaining(self, stream: KafkaStream) -> int:
-        committed = self.clients.run(self._committed(stream))
+        committed = self.client.committed(stream.group, stream.topic)[0]
         return stream.published - (committed or 0)
-
-    async def _committed(self, stream: KafkaStream) -> int | None:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.kafka.bootstrap, group_id=stream.group, enable_auto_commit=False
-        )
-        await consumer.start()
-        try:
-            return await consumer.committed(TopicPartition(stream.topic, 0))
-        finally:
-            await consumer.stop()
 
     def leased(self, stream: KafkaStream) -> int:
         return 0  # Kafka has no leases; the credit-window test counts events instead
 
     def dead_letters(self, stream: KafkaStream) -> list[Any]:
         assert stream.dead_letter_topic is not None
-        records = self.clients.run(self._read(stream.dead_letter_topic))
+        records = self.client.read_all(stream.dead_letter_topic)
         fresh = records[stream.dead_letters_taken :]
         stream.dead_letters_taken = len(records)
         return [json.loads(r.value) for r in fresh]
 
-    async def _read(self, topic: str) -> list[Any]:
-        consumer = AIOKafkaConsumer(
-            topic,
-            bootstrap_servers=self.kafka.bootstrap,
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-        )
-        await consumer.start()
-        records: list[Any] = []
-        try:
-            while batch := await consumer.getmany(timeout_ms=1000):
-                for recs in batch.values():
-                    records.extend(recs)
-            return records
-        finally:
-            await consumer.stop()
-
     def break_dead_letter(self, stream: KafkaStream) -> None:
         assert stream.dead_letter_topic is not None
-        self.clients.run(self._delete_topic(stream.dead_letter_topic))
-
-    async def _delete_topic(self, name: str) -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.kafka.bootstrap)
-        await admin.start()
-        try:
-            await admin.delete_topics([name])
-        finally:
-            await admin.close()
+        self.client.delete_topics([stream.dead_letter_topic])
 
     def trigger(self, stream: KafkaStream, **kwargs: Any) -> KafkaSharedStreamTrigger:
+        kwargs.setdefault("dead_letter_topic", stream.dead_letter_topic)
         return ContractKafkaTrigger(
-            [stream.topic],
-            kafka_config_id=self.conn_id,
-            group_id=stream.group,
-            dead_letter_topic=stream.dead_letter_topic,
-            **kwargs,
+            [stream.topic], kafka_config_id=self.conn_id, group_id=stream.group, **kwargs
         )
 
+    def metric_prefix(self, stream: KafkaStream) -> str:
+        return f"airflow.shared_stream.kafka.{stream.topic}"
 
-class TestKafkaContract(SharedStreamContract, OrderedLanesContract):
+    def metric_secrets(self) -> list[str]:
+        return [self.kafka.bootstrap]  # metric names carry the topic only
+
+    def other_shape(self, stream: KafkaStream) -> dict[str, Any]:
+        return {"dead_letter_topic": self.kafka.name("other-dlq")}
+
+    def _connection(self, request: pytest.FixtureRequest, what: str, **extra: str) -> str:
+        """A connection with :data:`SECRET` as its password, ``extra`` as its settings."""
+        conn_id = f"kafka_{self.kafka.prefix}_{what}".replace("-", "_")
+        connection = {"conn_type": "kafka", "login": "svc", "password": SECRET, "extra": extra}
+        request.getfixturevalue("monkeypatch").setenv(
+            f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection)
+        )
+        return conn_id
+
+    def missing_upstream(self, request: pytest.FixtureRequest) -> BrokenConnection:
+        conn_id = self._connection(request, "missing", **{"bootstrap.servers": self.kafka.bootstrap})
+        return BrokenConnection(
+            ContractKafkaTrigger([self.kafka.name("nope")], kafka_config_id=conn_id), SECRET
+        )
+
+    def refused_credentials(self, request: pytest.FixtureRequest) -> BrokenConnection:
+        """
+        Neither broker here checks SCRAM credentials; both refuse the mechanism, which takes the
+        client's path for refused credentials (the connection fails in authentication).
+        """
+        settings = {
+            "bootstrap.servers": self.kafka.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512",
+        }
+        conn_id = self._connection(request, "refused", **settings)
+        return BrokenConnection(ContractKafkaTrigger([self.kafka.name("t")], kafka_config_id=conn_id), SECRET)
+
+    def unreachable_endpoint(self, request: pytest.FixtureRequest) -> BrokenConnection:
+        settings = {
+            "bootstrap.servers": f"127.0.0.1:{free_port()}",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+        }
+        conn_id = self._connection(request, "unreachable", **settings)
+        return BrokenConnection(ContractKafkaTrigger(["events"], kafka_config_id=conn_id), SECRET)
+
+    def bad_arguments(self) -> dict[str, Callable[[], object]]:
+        trigger = KafkaSharedStreamTrigger
+        return {
+            "no topics": functools.partial(trigger, []),
+            "an empty topic name": functools.partial(trigger, [""]),
+        }
+
+
+class TestKafkaContract(
+    SharedStreamContract,
+    OrderedLanesContract,
+    ConnectionContract,
+    TelemetryContract,
+    ShapeConflictContract,
+    CloseContract,
+):
     @pytest.fixture
     def contract_broker(self, kafka):
-        clients = _ClientLoop()
+        loop = EventLoopThread("kafka-contract-clients")
         try:
-            yield KafkaContractBroker(kafka, clients)
+            yield KafkaContractBroker(kafka, loop)
         finally:
-            clients.close()
+            loop.close()
 
     async def test_a_failed_dead_letter_copy_keeps_the_message_on_the_stream(self, contract_broker, request):
         if contract_broker.kafka.broker.name == "tansu":
@@ -257,3 +251,12 @@ class TestKafkaContract(SharedStreamContract, OrderedLanesContract):
         rounds = len(order) // 2
         assert rounds >= 2, f"the redelivered message never came back: {order}"
         assert order == [1, 2] * rounds, f"the lane was handed back out of order: {order}"
+
+    async def test_refused_credentials_are_an_access_error_without_the_secret(
+        self, contract_broker, request, caplog
+    ):
+        error = await fails_with(contract_broker.refused_credentials(request), caplog)  # no secret shown
+        if not isinstance(error, SharedStreamAccessError):
+            # aiokafka's bootstrap logs the SASL refusal and raises KafkaConnectionError ("Unable
+            # to bootstrap"), which the producer reports as an endpoint error.
+            pytest.xfail(f"a refused credential is reported as {type(error).__name__}, not an access error")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.contract.message_queue import MessageQueueContract
-from tests.integration.kafka.test_kafka_contract import KafkaContractBroker, _ClientLoop
+from tests.integration.kafka.test_kafka_contract import KafkaContractBroker
+from tests.support.brokers import EventLoopThread
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -15,7 +16,7 @@ class TestKafkaMessageQueue(MessageQueueContract):
 
     @pytest.fixture
     def contract_broker(self, kafka):
-        clients = _ClientLoop()
+        clients = EventLoopThread("kafka-contract-clients")
         try:
             yield KafkaContractBroker(kafka, clients)
         finally:

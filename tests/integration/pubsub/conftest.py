@@ -45,3 +45,33 @@ async def harness() -> AsyncIterator[Any]:
 
     async with SharedStreamHarness(confirm_after=0.0) as h:
         yield h
+
+
+@pytest.fixture(scope="session")
+def refusing_pubsub() -> Iterator[str]:
+    """
+    A gRPC endpoint that refuses every call as unauthenticated: its ``host:port``.
+
+    The emulator takes any credential, so it cannot refuse one; the real service answers a call
+    with a bad key ``UNAUTHENTICATED``, which is all this endpoint does.
+    """
+    from concurrent import futures
+
+    import grpc
+
+    def refuse(request: bytes, context: grpc.ServicerContext) -> bytes:
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, "Request had invalid authentication credentials.")
+        raise AssertionError("abort returns only by raising")
+
+    class RefuseEverything(grpc.GenericRpcHandler):
+        def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+            return grpc.unary_unary_rpc_method_handler(refuse)
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers((RefuseEverything(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(grace=None)

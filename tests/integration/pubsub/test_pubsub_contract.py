@@ -13,22 +13,43 @@ read from the emulator itself (a subscription on the dead-letter topic).
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from airflow_shared_stream.common.metrics import stream_label
+from airflow_shared_stream.pubsub.producer import PubSubSharedStreamProducer
 from airflow_shared_stream.pubsub.trigger import PubSubSharedStreamTrigger
-from tests.integration.contract.base import (
-    ContractBroker,
-    DeliveryBudgetContract,
-    LeasedQueueContract,
-    OrderedLanesContract,
-    SharedStreamContract,
-)
+from tests.integration.contract.broker import BrokenConnection, ContractBroker
+from tests.integration.contract.close import CloseContract
+from tests.integration.contract.connection import ConnectionContract
+from tests.integration.contract.delivery_budget import DeliveryBudgetContract
+from tests.integration.contract.leases import LeasedQueueContract
+from tests.integration.contract.ordered_lanes import OrderedLanesContract
+from tests.integration.contract.shape_conflict import ShapeConflictContract
+from tests.integration.contract.stream import SharedStreamContract
+from tests.integration.contract.telemetry import LeaseTelemetryContract, TelemetryContract
 from tests.integration.pubsub.recording import LEDGERS, Ledger, RecordingTrigger
+from tests.support.processes import free_port
 from tests.support.pubsub_emulator import PubSubEmulator
+
+SECRET = "pr1vate-key-material-never-logged"
+
+
+class QuickTimeoutProducer(PubSubSharedStreamProducer):
+    """Gives up on an endpoint after 3 s instead of 30 (the connection contract's unreachable endpoint)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs, rpc_timeout=3.0)
+
+
+class QuickTimeoutTrigger(PubSubSharedStreamTrigger):
+    producer_class = QuickTimeoutProducer
+
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +64,7 @@ class PubSubStream:
 
 
 class PubSubContractBroker(ContractBroker):
+    broker = "pubsub"
     lease_seconds_min = 10  # Pub/Sub's shortest ack deadline
 
     def __init__(self, pubsub: PubSubEmulator) -> None:
@@ -98,11 +120,63 @@ class PubSubContractBroker(ContractBroker):
         self.pubsub.publisher.delete_topic(topic=stream.dead_letter_topic)
 
     def trigger(self, stream: PubSubStream, **kwargs: Any) -> PubSubSharedStreamTrigger:
-        return RecordingTrigger(stream.subscription, dead_letter_topic=stream.dead_letter_topic, **kwargs)
+        kwargs.setdefault("dead_letter_topic", stream.dead_letter_topic)
+        return RecordingTrigger(stream.subscription, **kwargs)
+
+    def metric_prefix(self, stream: PubSubStream) -> str:
+        return f"airflow.shared_stream.pubsub.{stream_label(stream.subscription.rsplit('/', 1)[1])}"
+
+    def metric_secrets(self) -> list[str]:
+        return [self.pubsub.project]  # metric names carry the subscription id only
+
+    def other_shape(self, stream: PubSubStream) -> dict[str, Any]:
+        return {"dead_letter_topic": self.pubsub.create_topic()}
+
+    def _keyed_connection(self, request: pytest.FixtureRequest, emulator_host: str) -> str:
+        """``google_cloud_default`` with a key holding :data:`SECRET`, on ``emulator_host``."""
+        monkeypatch = request.getfixturevalue("monkeypatch")
+        key = {
+            "type": "service_account",
+            "private_key": SECRET,
+            "client_email": "a@b.iam.gserviceaccount.com",
+        }
+        connection = self.pubsub.connection(keyfile_dict=json.dumps(key))
+        monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(connection))
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulator_host)
+        return "google_cloud_default"
+
+    def missing_upstream(self, request: pytest.FixtureRequest) -> BrokenConnection:
+        self._keyed_connection(request, self.pubsub.host)
+        return BrokenConnection(PubSubSharedStreamTrigger("no-such-subscription"), SECRET)
+
+    def refused_credentials(self, request: pytest.FixtureRequest) -> BrokenConnection:
+        self._keyed_connection(request, request.getfixturevalue("refusing_pubsub"))
+        return BrokenConnection(PubSubSharedStreamTrigger("orders"), SECRET)
+
+    def unreachable_endpoint(self, request: pytest.FixtureRequest) -> BrokenConnection:
+        self._keyed_connection(request, f"127.0.0.1:{free_port()}")
+        return BrokenConnection(QuickTimeoutTrigger("orders"), SECRET)
+
+    def bad_arguments(self) -> dict[str, Callable[[], object]]:
+        trigger = PubSubSharedStreamTrigger
+        return {
+            "empty subscription": functools.partial(trigger, ""),
+            "not a subscription path": functools.partial(trigger, "a/b/c"),
+            "a topic path": functools.partial(trigger, "projects/p/topics/t"),
+            "no connection id": functools.partial(trigger, "orders", gcp_conn_id=""),
+        }
 
 
 class TestPubSubContract(
-    SharedStreamContract, OrderedLanesContract, DeliveryBudgetContract, LeasedQueueContract
+    SharedStreamContract,
+    OrderedLanesContract,
+    DeliveryBudgetContract,
+    LeasedQueueContract,
+    ConnectionContract,
+    TelemetryContract,
+    LeaseTelemetryContract,
+    ShapeConflictContract,
+    CloseContract,
 ):
     @pytest.fixture
     def contract_broker(self, pubsub) -> PubSubContractBroker:

@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from airflow_shared_stream.common.metrics import stream_label
 from airflow_shared_stream.servicebus.trigger import ServiceBusSharedStreamTrigger
-from tests.integration.contract.base import (
-    ContractBroker,
-    LeasedQueueContract,
-    OrderedDeliveryBudgetContract,
-    OrderedLanesContract,
-    SharedStreamContract,
-)
+from tests.integration.contract.broker import BrokenConnection, ContractBroker
+from tests.integration.contract.close import CloseContract
+from tests.integration.contract.connection import ConnectionContract
+from tests.integration.contract.delivery_budget import OrderedDeliveryBudgetContract
+from tests.integration.contract.leases import LeasedQueueContract
+from tests.integration.contract.ordered_lanes import OrderedLanesContract
+from tests.integration.contract.shape_conflict import ShapeConflictContract
+from tests.integration.contract.stream import SharedStreamContract
+from tests.integration.contract.telemetry import LeaseTelemetryContract, TelemetryContract
+from tests.integration.servicebus.conftest import KEY_NAME, SAS_KEY
+from tests.support.processes import free_port
 from tests.support.servicebus_server import ServiceBusServer
+
+WRONG_KEY = "d3Jvbmcta2V5LWFsc28tc2VjcmV0LTQ0"
 
 pytestmark = pytest.mark.integration
 
@@ -29,6 +38,7 @@ class ServiceBusStream:
 
 
 class ServiceBusContractBroker(ContractBroker):
+    broker = "servicebus"
     lease_seconds_min = 5
     """Service Bus's shortest lock duration."""
     give_back_spends_attempt = False
@@ -73,16 +83,57 @@ class ServiceBusContractBroker(ContractBroker):
         self.server.refuse_dead_letters(stream.queue)
 
     def trigger(self, stream: ServiceBusStream, **kwargs: Any) -> ServiceBusSharedStreamTrigger:
-        return ServiceBusSharedStreamTrigger(
-            stream.queue,
-            max_wait_time=1,
-            session_enabled=stream.sessions,
-            **kwargs,
+        kwargs.setdefault("max_wait_time", 1)
+        return ServiceBusSharedStreamTrigger(stream.queue, session_enabled=stream.sessions, **kwargs)
+
+    def metric_prefix(self, stream: ServiceBusStream) -> str:
+        return f"airflow.shared_stream.servicebus.{stream_label(stream.queue)}"
+
+    def metric_secrets(self) -> list[str]:
+        return [SAS_KEY]
+
+    def other_shape(self, stream: ServiceBusStream) -> dict[str, Any]:
+        return {"max_wait_time": 2}  # the entity's dead-letter sub-queue is its own: no argument
+
+    def _use_connection(self, request: pytest.FixtureRequest, connection: dict[str, Any]) -> None:
+        monkeypatch = request.getfixturevalue("monkeypatch")
+        monkeypatch.setenv("AIRFLOW_CONN_AZURE_SERVICE_BUS_DEFAULT", json.dumps(connection))
+
+    def missing_upstream(self, request: pytest.FixtureRequest) -> BrokenConnection:
+        return BrokenConnection(ServiceBusSharedStreamTrigger("no-such-queue"), SAS_KEY)
+
+    def refused_credentials(self, request: pytest.FixtureRequest) -> BrokenConnection:
+        self._use_connection(request, self.server.connection(key_name=KEY_NAME, key=WRONG_KEY))
+        return BrokenConnection(ServiceBusSharedStreamTrigger(self.server.create_queue()), WRONG_KEY)
+
+    def unreachable_endpoint(self, request: pytest.FixtureRequest) -> BrokenConnection:
+        schema = (
+            f"Endpoint=sb://127.0.0.1:{free_port()};SharedAccessKeyName={KEY_NAME};"
+            f"SharedAccessKey={SAS_KEY};UseDevelopmentEmulator=true;"
         )
+        self._use_connection(request, {"conn_type": "azure_service_bus", "schema": schema})
+        return BrokenConnection(ServiceBusSharedStreamTrigger("orders"), SAS_KEY)
+
+    def bad_arguments(self) -> dict[str, Callable[[], object]]:
+        trigger = ServiceBusSharedStreamTrigger
+        return {
+            "no entity": trigger,
+            "a queue and a topic": functools.partial(trigger, "q", topic_name="t"),
+            "a topic without a subscription": functools.partial(trigger, topic_name="t"),
+            "max_wait_time 0": functools.partial(trigger, "q", max_wait_time=0),
+        }
 
 
 class TestServiceBusContract(
-    SharedStreamContract, OrderedLanesContract, OrderedDeliveryBudgetContract, LeasedQueueContract
+    SharedStreamContract,
+    OrderedLanesContract,
+    OrderedDeliveryBudgetContract,
+    LeasedQueueContract,
+    ConnectionContract,
+    TelemetryContract,
+    LeaseTelemetryContract,
+    ShapeConflictContract,
+    CloseContract,
 ):
     @pytest.fixture
     def contract_broker(self, servicebus, servicebus_connection) -> ServiceBusContractBroker:

@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from airflow_shared_stream.common.metrics import stream_label
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
-from tests.integration.contract.base import (
-    ContractBroker,
-    LeasedQueueContract,
-    OrderedDeliveryBudgetContract,
-    OrderedLanesContract,
-    SharedStreamContract,
-)
+from tests.integration.contract.broker import BrokenConnection, ContractBroker
+from tests.integration.contract.close import CloseContract
+from tests.integration.contract.connection import ConnectionContract
+from tests.integration.contract.delivery_budget import OrderedDeliveryBudgetContract
+from tests.integration.contract.leases import LeasedQueueContract
+from tests.integration.contract.ordered_lanes import OrderedLanesContract
+from tests.integration.contract.shape_conflict import ShapeConflictContract
+from tests.integration.contract.stream import SharedStreamContract
+from tests.integration.contract.telemetry import LeaseTelemetryContract, TelemetryContract
+from tests.integration.sqs.conftest import REGION
 from tests.support.brokers import SqsServer
+from tests.support.processes import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +37,10 @@ class SqsStream:
 
 
 class SqsContractBroker(ContractBroker):
+    broker = "sqs"
     lease_seconds_min = 2
+    reports_broker_lag = True
+    gives_back_on_close = False
 
     def __init__(self, sqs: SqsServer) -> None:
         self.sqs = sqs
@@ -84,11 +94,64 @@ class SqsContractBroker(ContractBroker):
     def trigger(self, stream: SqsStream, **kwargs: Any) -> SqsSharedStreamTrigger:
         # Short polls on FIFO queues: moto only sees a group unlock when a poll starts.
         kwargs.setdefault("wait_time_seconds", 1 if stream.fifo else 5)
-        return SqsSharedStreamTrigger(stream.url, dead_letter_queue_url=stream.dead_letter_url, **kwargs)
+        kwargs.setdefault("dead_letter_queue_url", stream.dead_letter_url)
+        return SqsSharedStreamTrigger(stream.url, **kwargs)
+
+    def metric_prefix(self, stream: SqsStream) -> str:
+        return f"airflow.shared_stream.sqs.{stream_label(stream.url.rsplit('/', 1)[1])}"
+
+    def metric_secrets(self) -> list[str]:
+        return [self.sqs.access_key, self.sqs.secret_key]
+
+    def other_shape(self, stream: SqsStream) -> dict[str, Any]:
+        return {"dead_letter_queue_url": self.sqs.create_queue()}
+
+    def missing_upstream(self, request: pytest.FixtureRequest) -> BrokenConnection:
+        url = f"{self.sqs.endpoint_url}/123456789012/no-such-queue"
+        return BrokenConnection(SqsSharedStreamTrigger(url), self.sqs.secret_key)
+
+    def _connection(self, request: pytest.FixtureRequest, conn_id: str, endpoint_url: str) -> str:
+        connection = {**self.sqs.connection(), "extra": {"region_name": REGION, "endpoint_url": endpoint_url}}
+        request.getfixturevalue("monkeypatch").setenv(
+            f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection)
+        )
+        return conn_id
+
+    def refused_credentials(self, request: pytest.FixtureRequest) -> BrokenConnection:
+        """moto checks credentials only in a server of its own (no IAM user is known there)."""
+        endpoint = request.getfixturevalue("authenticating_sqs")
+        conn_id = self._connection(request, "aws_refused", endpoint)
+        trigger = SqsSharedStreamTrigger(f"{endpoint}/123456789012/orders", aws_conn_id=conn_id)
+        return BrokenConnection(trigger, self.sqs.secret_key)
+
+    def unreachable_endpoint(self, request: pytest.FixtureRequest) -> BrokenConnection:
+        endpoint = f"http://127.0.0.1:{free_port()}"
+        conn_id = self._connection(request, "aws_unreachable", endpoint)
+        trigger = SqsSharedStreamTrigger(f"{endpoint}/123456789012/orders", aws_conn_id=conn_id)
+        return BrokenConnection(trigger, self.sqs.secret_key)
+
+    def bad_arguments(self) -> dict[str, Callable[[], object]]:
+        return {
+            url: functools.partial(SqsSharedStreamTrigger, url)
+            for url in (
+                "https://example.com/not/a/queue/at/all",
+                "ftp://sqs.us-east-1.amazonaws.com/123456789012/orders",
+                "https://sqs.us-east-1.amazonaws.com/orders",
+                "not a url",
+            )
+        }
 
 
 class TestSqsContract(
-    SharedStreamContract, OrderedLanesContract, OrderedDeliveryBudgetContract, LeasedQueueContract
+    SharedStreamContract,
+    OrderedLanesContract,
+    OrderedDeliveryBudgetContract,
+    LeasedQueueContract,
+    ConnectionContract,
+    TelemetryContract,
+    LeaseTelemetryContract,
+    ShapeConflictContract,
+    CloseContract,
 ):
     @pytest.fixture
     def contract_broker(self, sqs, aws_connection) -> SqsContractBroker:

@@ -1,16 +1,18 @@
-"""The Pub/Sub shared stream against Google's Pub/Sub emulator, through Airflow's real manager."""
+"""
+What only a Pub/Sub stream has, against Google's emulator: the message envelope, subscription
+spellings, a failed watcher's message nacked at once, and where rejects go (the trigger's
+dead-letter topic, the subscription's dead-letter policy, or nowhere: refused at start). The
+behaviour every broker shares is in the contract (test_pubsub_contract.py).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import collections
 import json
-import random
 
 import pytest
 
-from airflow_shared_stream.common.errors import StreamShapeConflictError
 from airflow_shared_stream.common.reject_routes import RejectWithNowhereToGoError
 from airflow_shared_stream.pubsub.trigger import PubSubSharedStreamTrigger
 from airflow_shared_stream.testing import SharedStreamHarness
@@ -33,28 +35,6 @@ async def assert_nothing_comes_back(pubsub, subscription: str, ack_deadline: int
     await asyncio.sleep(ack_deadline + 1.5)
     left = await asyncio.to_thread(pubsub.pull, subscription, ack=False)
     assert [m.message.message_id for m in left] == []
-
-
-async def test_three_watchers_with_different_matches_share_one_subscriber(pubsub, harness):
-    topic, subscription = pubsub.topic_with_subscription()
-    ledger = track(subscription, ack_deadline=10)
-    kinds = ["order", "refund", "ping"]
-    watchers = {
-        kind: harness.add(RecordingTrigger(subscription, match=f"body.kind == '{kind}'")) for kind in kinds
-    }
-    bodies = [{"kind": kinds[i % 3], "n": i} for i in range(30)]
-    sent = pubsub.publish(topic, bodies)
-
-    for watcher in watchers.values():
-        await watcher.wait_for_events(10)
-    assert len(harness.manager._groups) == 1
-    for kind, watcher in watchers.items():
-        expected = [mid for mid, body in zip(sent, bodies, strict=True) if body["kind"] == kind]
-        assert sorted(ids_of(watcher)) == sorted(expected)
-        assert {p["subscription"] for p in watcher.payloads} == {subscription}
-    await eventually(lambda: ledger.acked, lambda acked: acked == set(sent), timeout=30, what="acknowledged")
-    await harness.stop()
-    await assert_nothing_comes_back(pubsub, subscription)
 
 
 async def test_payload_is_the_envelope(pubsub, harness):
@@ -103,28 +83,6 @@ async def test_short_name_and_full_path_share_one_subscriber(pubsub, harness):
         assert sorted(ids_of(watcher)) == sorted(sent)
     # One group: one subscriber; had there been two, Pub/Sub would have split the messages.
     assert len(harness.manager._groups) == 1
-
-
-async def test_ack_only_after_persistence_and_no_redelivery_while_outstanding(pubsub):
-    """An event outstanding for twice the ack deadline is not redelivered: its lease is extended."""
-    topic, subscription = pubsub.topic_with_subscription(ack_deadline_seconds=10)
-    ledger = track(subscription, ack_deadline=10)
-    async with SharedStreamHarness(confirm_after=None) as harness:
-        watcher = harness.add(RecordingTrigger(subscription))
-        sent = pubsub.publish(topic, [{"n": i} for i in range(5)])
-        await watcher.wait_for_events(5)
-        await asyncio.sleep(22)  # more than two ack deadlines with nothing persisted
-        # Nothing acknowledged, nothing redelivered: still the same five events, once each.
-        assert sorted(ids_of(watcher)) == sorted(sent)
-        probe = await asyncio.to_thread(pubsub.pull, subscription, ack=False)
-        assert probe == []  # still leased to the stream, not back on the subscription
-        assert ledger.acked == set()
-        assert harness.confirm() == 5
-        await eventually(
-            lambda: ledger.acked, lambda acked: acked == set(sent), timeout=30, what="acknowledged"
-        )
-    await assert_nothing_comes_back(pubsub, subscription)
-    assert sorted(ids_of(watcher)) == sorted(sent)
 
 
 async def test_failed_watcher_makes_the_message_come_back_at_once(pubsub):
@@ -252,113 +210,3 @@ async def test_reject_with_dead_letter_topic_publishes_then_acknowledges(pubsub,
     await assert_nothing_comes_back(pubsub, subscription)
     # Acknowledged after the copy: the source never handed the rejected message out again.
     assert sorted(p["body"].get("order_id") for p in good.payloads) == [1, 2]
-
-
-async def test_oversized_data_is_dead_lettered_not_fired(pubsub, harness):
-    dead_topic, dead_reader = pubsub.topic_with_subscription()
-    topic, subscription = pubsub.topic_with_subscription()
-    watcher = harness.add(PubSubSharedStreamTrigger(subscription, dead_letter_topic=dead_topic))
-    pubsub.publish(topic, [{"blob": "x" * 70_000}, {"small": True}])
-    await watcher.wait_for_events(1)
-    dead = await eventually(
-        lambda: pubsub.pull(dead_reader), lambda m: len(m) == 1, timeout=30, what="dead letter"
-    )
-    assert len(dead[0].message.data) > 70_000
-    assert dict(dead[0].message.attributes)["dead_letter_reason"] == "unprocessable"
-    assert [p["body"] for p in watcher.payloads] == [{"small": True}]
-
-
-async def test_ordering_keys_keep_their_order_through_uneven_persistence(pubsub):
-    topic, subscription = pubsub.topic_with_subscription(ordering=True)
-    rng = random.Random(7)
-    async with SharedStreamHarness(confirm_after=lambda: rng.uniform(0.0, 0.3)) as harness:
-        first = harness.add(PubSubSharedStreamTrigger(subscription))
-        second = harness.add(PubSubSharedStreamTrigger(subscription, match="body.seq >= `0`"))
-        for key in ("a", "b", "c"):
-            pubsub.publish(topic, [{"key": key, "seq": i} for i in range(15)], ordering_key=key)
-        for watcher in (first, second):
-            await watcher.wait_for_events(45)
-            per_key = collections.defaultdict(list)
-            for payload in watcher.payloads:
-                assert payload["ordering_key"] == payload["body"]["key"]
-                per_key[payload["ordering_key"]].append(payload["body"]["seq"])
-            assert per_key == {key: list(range(15)) for key in ("a", "b", "c")}
-
-
-async def test_a_watcher_with_another_dead_letter_topic_fails_naming_it(pubsub, harness):
-    topic, subscription = pubsub.topic_with_subscription()
-    dead_topic = pubsub.create_topic()
-    first = harness.add(PubSubSharedStreamTrigger(subscription, dead_letter_topic=dead_topic))
-    second = harness.add(PubSubSharedStreamTrigger(subscription))
-    error = await second.wait_for_error()
-    assert isinstance(error, StreamShapeConflictError)
-    assert "dead_letter_topic=None" in str(error)
-    [sent] = pubsub.publish(topic, [{"n": 1}])
-    await first.wait_for_events(1)
-    assert ids_of(first) == [sent]
-
-
-async def test_closing_the_stream_gives_unsettled_messages_back_at_once(pubsub):
-    """A stream that closes (last watcher gone, triggerer stopping) nacks what it still holds."""
-    topic, subscription = pubsub.topic_with_subscription(ack_deadline_seconds=60)
-    trigger = PubSubSharedStreamTrigger(subscription)
-    producer = type(trigger).create_shared_stream_producer(trigger.serialize()[1])
-    [sent] = pubsub.publish(topic, [{"n": 1}])
-    events = producer.open_stream()
-    raw, _ = await asyncio.wait_for(anext(events), timeout=30)
-    assert raw.envelope["message_id"] == sent
-    await events.aclose()
-    await producer.aclose()
-    # Not after its 60 s deadline: now.
-    again = await eventually(
-        lambda: pubsub.pull(subscription, ack=False),
-        lambda m: len(m) == 1,
-        timeout=10,
-        what="the nacked message",
-    )
-    assert again[0].message.message_id == sent
-
-
-async def test_closing_the_stream_sends_queued_acks_and_does_not_nack_them(pubsub):
-    """
-    An ACK the batcher still holds when the stream closes is sent, never undone by the close.
-
-    The manager advanced the first message (persisted: done) while the second was still in
-    flight, so its ACK waits in the batcher for others to fill a batch. Closing must acknowledge
-    it and give back only the second; a close that nacks every held lease first would hand the
-    finished message back to Pub/Sub, to be fired again by the next stream.
-    """
-    from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
-
-    topic, subscription = pubsub.topic_with_subscription(ack_deadline_seconds=60)
-    ledger = track(subscription, ack_deadline=60)
-    trigger = RecordingTrigger(subscription)
-    producer = type(trigger).create_shared_stream_producer(trigger.serialize()[1])
-    nacked: list[str] = []
-    original_nack = producer.redeliver
-
-    async def recording_nack(deliveries):
-        nacked.extend(d.handle.message_id for d in deliveries)
-        await original_nack(deliveries)
-
-    producer.redeliver = recording_nack
-    sent = pubsub.publish(topic, [{"n": 1}, {"n": 2}])
-    events = producer.open_stream()
-    received = [await asyncio.wait_for(anext(events), timeout=30) for _ in range(2)]
-    (_, done_payload), _still_open = sorted(received, key=lambda r: sent.index(r[0].envelope["message_id"]))
-    await producer.advance([AdvanceItem(done_payload, AdvanceOutcome(acked=1, failed=0, rejected=0))])
-    assert len(producer._acks) == 1  # queued: the other message is still in flight
-    await events.aclose()
-    await producer.aclose()
-
-    assert ledger.acked == {sent[0]}
-    # Given back while the stream's pulls were still in flight, the second message may come back
-    # to one of them at once; the close gives that copy back too. The finished one never.
-    assert set(nacked) == {sent[1]}
-    again = await eventually(
-        lambda: pubsub.pull(subscription, ack=False),
-        lambda m: len(m) >= 1,
-        timeout=10,
-        what="the unsettled message given back",
-    )
-    assert [m.message.message_id for m in again] == [sent[1]]

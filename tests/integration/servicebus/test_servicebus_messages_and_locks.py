@@ -1,4 +1,8 @@
-"""The Service Bus shared stream against the AMQP test server, through Airflow's real manager."""
+"""
+What only a Service Bus stream has, against the AMQP test server: the message envelope, the
+dead-letter reason naming the watcher, a lost lock, topic subscriptions and session receivers.
+The behaviour every broker shares is in the contract (test_servicebus_contract.py).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,6 @@ import pytest
 from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 
 from airflow_shared_stream.servicebus import ServiceBusSharedStreamProducer, ServiceBusSharedStreamTrigger
-from airflow_shared_stream.testing import SharedStreamHarness
 from tests.integration.servicebus.conftest import SAS_KEY
 from tests.support.waiting import eventually
 
@@ -18,25 +21,6 @@ pytestmark = pytest.mark.integration
 
 def ids_of(watcher) -> list[str]:
     return [p["message_id"] for p in watcher.payloads]
-
-
-async def test_watchers_with_different_matches_share_one_receiver(servicebus, servicebus_connection, harness):
-    queue = servicebus.create_queue()
-    kinds = ["order", "refund"]
-    watchers = {
-        kind: harness.add(ServiceBusSharedStreamTrigger(queue, match=f"body.kind == '{kind}'"))
-        for kind in kinds
-    }
-    bodies = [{"kind": kinds[i % 2], "n": i} for i in range(20)]
-    sent = servicebus.send(queue, bodies)
-    for watcher in watchers.values():
-        await watcher.wait_for_events(10)
-    await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=30, what="all completed")
-    assert len(harness.manager._groups) == 1
-    for kind, watcher in watchers.items():
-        expected = [mid for mid, body in zip(sent, bodies, strict=True) if body["kind"] == kind]
-        assert sorted(ids_of(watcher)) == sorted(expected)
-        assert {p["delivery_count"] for p in watcher.payloads} == {0}
 
 
 async def test_envelope_has_the_message_metadata_and_no_secret(servicebus, servicebus_connection, harness):
@@ -89,47 +73,6 @@ async def test_reject_dead_letters_with_the_watcher_named(servicebus, servicebus
     assert "body.bad" in properties["DeadLetterErrorDescription"]
 
 
-async def test_oversized_body_is_dead_lettered_as_unprocessable(servicebus, servicebus_connection, harness):
-    queue = servicebus.create_queue()
-    watcher = harness.add(ServiceBusSharedStreamTrigger(queue, max_payload_bytes=100))
-    servicebus.send(queue, [{"pad": "x" * 500}, {"n": 1}])
-    await watcher.wait_for_events(1)
-    await eventually(lambda: servicebus.dead_letters(queue), lambda d: len(d) == 1, timeout=20, what="dlq")
-    [letter] = servicebus.dead_letters(queue)
-    assert letter.application_properties["DeadLetterReason"] == "unprocessable"
-    assert "payload limit" in letter.application_properties["DeadLetterErrorDescription"]
-
-
-async def test_failed_subscriber_abandons_and_delivery_count_rises(servicebus, servicebus_connection):
-    queue = servicebus.create_queue()
-    async with SharedStreamHarness(confirm_after=None, ack_timeout=2.0) as harness:
-        watcher = harness.add(ServiceBusSharedStreamTrigger(queue))
-        [sent] = servicebus.send(queue, [{"n": 1}])
-        await watcher.wait_for_events(1)
-        error = await watcher.wait_for_error(timeout=15)  # never confirmed: AckTimeout
-        assert type(error).__name__ == "AckTimeout"
-        retried = harness.add(ServiceBusSharedStreamTrigger(queue))
-        await retried.wait_for_events(1)
-        assert ids_of(retried) == [sent]
-        assert retried.payloads[0]["delivery_count"] == 1
-        harness.confirm()
-        await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=15, what="completed")
-
-
-async def test_lock_is_renewed_while_the_event_awaits_persistence(servicebus, servicebus_connection):
-    queue = servicebus.create_queue(lock_duration=5)
-    lost_before = servicebus.lock_lost_settlements
-    async with SharedStreamHarness(confirm_after=12.0) as harness:
-        watcher = harness.add(ServiceBusSharedStreamTrigger(queue))
-        sent = servicebus.send(queue, [{"n": i} for i in range(3)])
-        await watcher.wait_for_events(3)
-        # Held more than twice the lock duration, then confirmed and completed.
-        await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=30, what="completed")
-    assert sorted(ids_of(watcher)) == sorted(sent)  # never redelivered while outstanding
-    assert {p["delivery_count"] for p in watcher.payloads} == {0}
-    assert servicebus.lock_lost_settlements == lost_before  # every renewal and completion held
-
-
 async def test_lost_lock_is_a_redelivery_not_a_crash(servicebus, servicebus_connection):
     queue = servicebus.create_queue(lock_duration=3)
     [sent] = servicebus.send(queue, [{"n": 1}])
@@ -158,26 +101,6 @@ async def test_lost_lock_is_a_redelivery_not_a_crash(servicebus, servicebus_conn
         await producer.aclose()
 
 
-async def test_no_subscriber_outcome_holds_the_message_without_counting_a_delivery(
-    servicebus, servicebus_connection
-):
-    queue = servicebus.create_queue()
-    [sent] = servicebus.send(queue, [{"n": 1}])
-    producer = ServiceBusSharedStreamProducer(
-        queue_name=queue, azure_service_bus_conn_id=servicebus_connection, max_in_flight=10, max_wait_time=2
-    )
-    stream = producer.open_stream()
-    try:
-        raw, handle = await anext(stream)
-        await producer.advance([AdvanceItem(handle, AdvanceOutcome(acked=0, failed=0, rejected=0))])
-        raw, handle = await asyncio.wait_for(anext(stream), timeout=10)
-        # Offered again from the stream's hold: the same delivery, no abandon (count unchanged).
-        assert (raw.envelope["message_id"], raw.envelope["delivery_count"]) == (sent, 0)
-    finally:
-        await stream.aclose()
-        await producer.aclose()
-
-
 async def test_topic_subscription_is_a_stream(servicebus, servicebus_connection, harness):
     topic = servicebus.create_topic()
     first, second = servicebus.create_subscription(topic), servicebus.create_subscription(topic)
@@ -194,18 +117,6 @@ async def test_topic_subscription_is_a_stream(servicebus, servicebus_connection,
         await eventually(
             lambda p=path: servicebus.messages(p), lambda m: m == [], timeout=20, what="completed"
         )
-
-
-async def test_sessions_keep_order_within_each_session(servicebus, servicebus_connection, harness):
-    queue = servicebus.create_queue(requires_session=True)
-    watcher = harness.add(ServiceBusSharedStreamTrigger(queue, session_enabled=True, max_wait_time=1))
-    servicebus.send(queue, [{"n": i} for i in range(12)], session_id=lambda i: f"s{i % 3}")
-    await watcher.wait_for_events(12, timeout=60)
-    for session in ("s0", "s1", "s2"):
-        numbers = [p["body"]["n"] for p in watcher.payloads if p["session_id"] == session]
-        assert numbers == sorted(numbers)
-        assert len(numbers) == 4
-    await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=30, what="completed")
 
 
 async def test_a_session_wait_that_times_out_is_not_held_as_a_session(servicebus, servicebus_connection):

@@ -1,0 +1,142 @@
+"""
+What a broker's suite supplies to run the contract: :class:`ContractBroker`, one real upstream per test.
+
+The contract (the other modules of this package) is written once against this adapter; each
+broker's ``test_<broker>_contract.py`` implements it on its real broker and subclasses the
+contract classes that apply (docs/writing-a-broker.rst lists them). The reliability rigs
+(tests/reliability/brokers.py) drive the same adapters.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from airflow.triggers.shared_stream import AdvanceOutcome
+
+from airflow_shared_stream.common.trigger import SharedStreamTrigger
+from airflow_shared_stream.testing import Watcher
+
+NOBODY = AdvanceOutcome(acked=0, failed=0, rejected=0)
+
+DELIVERY_LIMIT = 5
+"""The brokers' delivery limit in the delivery-budget tests (Pub/Sub's lowest ``max_delivery_attempts``)."""
+
+
+@dataclass
+class BrokenConnection:
+    """A trigger whose stream cannot start, and the credential its failure must never show."""
+
+    trigger: SharedStreamTrigger
+    secret: str
+
+
+class ContractBroker(abc.ABC):
+    """A running broker, as the contract sees it: make streams, publish, read settled state, make triggers."""
+
+    broker: str = ""
+    """The trigger's ``broker`` (the metric names' second part: ``shared_stream.<broker>.<stream>``)."""
+
+    lease_seconds_min: int = 2
+    """The shortest lease the broker grants (SQS visibility 2 s; Pub/Sub ack deadline 10 s)."""
+
+    reports_broker_lag: bool = False
+    """Whether the broker tells how much waits on the upstream (the ``broker_lag`` gauge)."""
+
+    gives_back_on_close: bool = True
+    """Whether a closing stream gives what it still holds back to the broker at once (else the
+    leases run out: SQS, whose visibility timeouts are short)."""
+
+    give_back_spends_attempt: bool = True
+    """Whether giving a held message back to the broker (a stream closing) spends one of its
+    delivery attempts: SQS counts every receive and Pub/Sub every redelivery; Service Bus has an
+    outcome that does not count (AMQP ``released``)."""
+
+    @abc.abstractmethod
+    def create_stream(
+        self,
+        *,
+        dead_letter: bool = True,
+        lease_seconds: int = 30,
+        ordered: bool = False,
+        max_deliveries: int | None = None,
+    ) -> Any:
+        """
+        A fresh upstream (queue / subscription / entity), with a dead-letter destination.
+
+        ``max_deliveries``: the broker's own delivery limit, past which it moves a message to the
+        dead-letter destination itself (SQS ``maxReceiveCount``, a Pub/Sub dead-letter policy's
+        ``max_delivery_attempts``, Service Bus ``MaxDeliveryCount``); ``None``: the default.
+        """
+
+    def attempts_spent(self, payload: dict[str, Any]) -> int:
+        """Delivery attempts the broker counted against its limit before this delivery (0: none)."""
+        raise NotImplementedError("only brokers that count deliveries run DeliveryBudgetContract")
+
+    @abc.abstractmethod
+    def publish(self, stream: Any, bodies: list[Any], *, lane: str | None = None) -> list[str]:
+        """Publish JSON bodies (in order, in one lane if given); return their message ids."""
+
+    @abc.abstractmethod
+    def message_id(self, payload: dict[str, Any]) -> str:
+        """The message id in a trigger event payload (the envelope)."""
+
+    @abc.abstractmethod
+    def remaining(self, stream: Any) -> int:
+        """Messages still on the upstream, leased or not (not yet acked or dead-lettered)."""
+
+    @abc.abstractmethod
+    def leased(self, stream: Any) -> int:
+        """Messages currently leased to a consumer (received, not settled, lease not expired)."""
+
+    @abc.abstractmethod
+    def dead_letters(self, stream: Any) -> list[Any]:
+        """Take the decoded bodies that reached the dead-letter destination so far."""
+
+    @abc.abstractmethod
+    def break_dead_letter(self, stream: Any) -> None:
+        """Make every dead-letter copy from now on fail (delete the DLQ, revoke the topic...)."""
+
+    @abc.abstractmethod
+    def trigger(self, stream: Any, **kwargs: Any) -> SharedStreamTrigger:
+        """This broker's trigger on ``stream`` (kwargs: match, reject, max_in_flight...)."""
+
+    # -- what ConnectionContract, TelemetryContract and ShapeConflictContract need ------------
+
+    def metric_prefix(self, stream: Any) -> str:
+        """The StatsD name prefix of ``stream``'s metrics (``airflow.shared_stream.<broker>.<label>``)."""
+        raise NotImplementedError("only brokers that run TelemetryContract")
+
+    def metric_secrets(self) -> list[str]:
+        """Text no metric line may carry (credentials, endpoints with credentials)."""
+        return []
+
+    def other_shape(self, stream: Any) -> dict[str, Any]:
+        """
+        One stream-level trigger kwarg whose value differs from what ``trigger(stream)`` uses (the
+        dead-letter destination, where the trigger names one).
+        """
+        raise NotImplementedError("only brokers that run ShapeConflictContract")
+
+    def missing_upstream(self, request: pytest.FixtureRequest) -> BrokenConnection:
+        """A trigger on an upstream that does not exist, through a working connection."""
+        raise NotImplementedError("only brokers that run ConnectionContract")
+
+    def refused_credentials(self, request: pytest.FixtureRequest) -> BrokenConnection:
+        """A trigger whose connection holds credentials the broker refuses."""
+        raise NotImplementedError("only brokers that run ConnectionContract")
+
+    def unreachable_endpoint(self, request: pytest.FixtureRequest) -> BrokenConnection:
+        """A trigger whose connection points where nothing answers as the broker."""
+        raise NotImplementedError("only brokers that run ConnectionContract")
+
+    def bad_arguments(self) -> dict[str, Callable[[], object]]:
+        """Trigger constructions with this broker's own arguments wrong (no I/O needed to tell), by name."""
+        raise NotImplementedError("only brokers that run ConnectionContract")
+
+
+def ids(broker: ContractBroker, watcher: Watcher) -> list[str]:
+    return [broker.message_id(p) for p in watcher.payloads]

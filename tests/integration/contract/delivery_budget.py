@@ -1,0 +1,139 @@
+"""A message no watcher has seen spends no broker delivery attempt (:class:`DeliveryBudgetContract`)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from airflow_shared_stream.testing import SharedStreamHarness, Watcher
+from tests.integration.contract.broker import DELIVERY_LIMIT, ContractBroker, ids
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+
+class DeliveryBudgetContract:
+    """
+    A message no watcher has seen never spends a broker delivery attempt.
+
+    A stuck watcher stays subscribed, but once the ack timeout failed it the manager leaves it
+    out of the fan-out: every new message reaches nobody (an all-zero outcome). Given back each
+    time, such a message came straight back and spent one of the broker's delivery attempts per
+    round, and the broker dead-lettered it within a minute, unseen. Each broker runs these with
+    its own delivery limit set low (:data:`DELIVERY_LIMIT`).
+    """
+
+    async def _hold_unseen_behind_a_stuck_watcher(
+        self,
+        broker: ContractBroker,
+        stream: Any,
+        harness: SharedStreamHarness,
+        unstick: asyncio.Event,
+        lane: str | None = None,
+    ) -> tuple[Watcher, list[str]]:
+        """
+        Get a watcher stuck, publish two messages and wait until they have reached nobody more
+        times than the broker's limit allows deliveries; return the stuck watcher and their ids.
+        """
+
+        async def hang(event: Any) -> None:
+            await unstick.wait()
+
+        stuck = harness.add(broker.trigger(stream), before_bind=hang)
+        broker.publish(stream, [{"n": 0}], lane=lane)  # the watcher sees this one and hangs on it
+        group = await eventually(
+            lambda: harness.manager._groups.get(stuck.key),
+            lambda g: g is not None and stuck.trigger_id in g._failed_subscribers,
+            timeout=60,
+            what="the ack timeout leaving the stuck watcher out of the fan-out",
+        )
+        first = group._next_event_id
+        unseen = broker.publish(stream, [{"n": 1}, {"n": 2}], lane=lane)
+        dead: list[Any] = []
+
+        def offers_and_dead_letters() -> tuple[int, int]:
+            dead.extend(broker.dead_letters(stream))
+            return group._next_event_id - first, len(dead)
+
+        # The three messages (the stuck one's comes back too) each reach nobody more often than
+        # the broker allows deliveries, or the broker dead-letters them first.
+        await eventually(
+            offers_and_dead_letters,
+            lambda seen: seen[0] >= 3 * (DELIVERY_LIMIT + 1) or seen[1] > 0,
+            timeout=180,
+            what="messages offered to nobody past the delivery limit",
+        )
+        assert not dead, f"the broker dead-lettered messages no watcher saw: {dead}"
+        return stuck, unseen
+
+    async def test_a_stuck_watcher_spends_no_delivery_attempt_of_messages_nobody_saw(self, contract_broker):
+        broker = contract_broker
+        stream = broker.create_stream(max_deliveries=DELIVERY_LIMIT)
+        unstick = asyncio.Event()
+        async with SharedStreamHarness(confirm_after=0.0, ack_timeout=2.0) as harness:
+            try:
+                _, unseen = await self._hold_unseen_behind_a_stuck_watcher(broker, stream, harness, unstick)
+                back = harness.add(broker.trigger(stream))  # a watcher is back: it sees them all
+                await back.wait_for_events(3, timeout=60)
+                await eventually(lambda: broker.remaining(stream), lambda r: r == 0, timeout=60, what="acked")
+            finally:
+                unstick.set()
+        assert set(unseen) <= set(ids(broker, back))
+        spent = {broker.message_id(p): broker.attempts_spent(p) for p in back.payloads}
+        assert [spent[i] for i in unseen] == [0, 0], f"delivery attempts spent while nobody saw them: {spent}"
+        assert broker.dead_letters(stream) == []
+
+    async def test_a_stream_whose_watchers_all_left_gives_back_what_nobody_saw(self, contract_broker):
+        broker = contract_broker
+        stream = broker.create_stream(max_deliveries=DELIVERY_LIMIT, lease_seconds=broker.lease_seconds_min)
+        unstick = asyncio.Event()
+        async with SharedStreamHarness(confirm_after=0.0, ack_timeout=2.0) as harness:
+            try:
+                hold = self._hold_unseen_behind_a_stuck_watcher
+                stuck, unseen = await hold(broker, stream, harness, unstick)
+                await harness.remove(stuck)  # the only watcher leaves: the stream closes
+                assert stuck.key not in harness.manager._groups
+            finally:
+                unstick.set()
+        async with SharedStreamHarness(confirm_after=0.0) as harness:
+            later = harness.add(broker.trigger(stream))
+            await later.wait_for_events(3, timeout=90)
+            await eventually(lambda: broker.remaining(stream), lambda r: r == 0, timeout=60, what="acked")
+        assert set(unseen) <= set(ids(broker, later))
+        budget = 1 if broker.give_back_spends_attempt else 0  # the one give-back as the stream closed
+        spent = {broker.message_id(p): broker.attempts_spent(p) for p in later.payloads}
+        assert all(spent[i] <= budget for i in unseen), f"attempts spent past {budget}: {spent}"
+        assert broker.dead_letters(stream) == []
+
+
+class OrderedDeliveryBudgetContract(DeliveryBudgetContract):
+    """
+    The delivery-budget rule for an ordered lane: held whole, offered again in its order.
+
+    For brokers that lock a lane while it is out (SQS FIFO groups, Service Bus sessions). Pub/Sub
+    does not lock an ordering key, so its ordered lanes are given back at once and it does not
+    subclass this (docs/pubsub.rst).
+    """
+
+    async def test_an_ordered_lane_nobody_saw_spends_no_delivery_attempt_and_keeps_its_order(
+        self, contract_broker
+    ):
+        broker = contract_broker
+        stream = broker.create_stream(max_deliveries=DELIVERY_LIMIT, ordered=True)
+        unstick = asyncio.Event()
+        async with SharedStreamHarness(confirm_after=0.0, ack_timeout=2.0) as harness:
+            try:
+                hold = self._hold_unseen_behind_a_stuck_watcher
+                _, unseen = await hold(broker, stream, harness, unstick, lane="g")
+                back = harness.add(broker.trigger(stream))
+                await back.wait_for_events(3, timeout=60)
+                await eventually(lambda: broker.remaining(stream), lambda r: r == 0, timeout=60, what="acked")
+            finally:
+                unstick.set()
+        order = [p["body"]["n"] for p in back.payloads]
+        assert order == [0, 1, 2], f"the lane came back out of order: {order}"
+        spent = {broker.message_id(p): broker.attempts_spent(p) for p in back.payloads}
+        assert [spent[i] for i in unseen] == [0, 0], f"delivery attempts spent while nobody saw them: {spent}"
+        assert broker.dead_letters(stream) == []

@@ -1,0 +1,82 @@
+"""Leases held against the real broker while events await persistence (:class:`LeasedQueueContract`)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from airflow_shared_stream.testing import SharedStreamHarness, Watcher
+from tests.integration.contract.broker import ids
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+
+class LeasedQueueContract:
+    """Leases of the leased queues (SQS, Pub/Sub, Service Bus), held against the real broker."""
+
+    async def test_a_queued_ack_keeps_its_lease_when_its_batch_also_settles_a_reject(
+        self, contract_broker, monkeypatch
+    ):
+        """
+        On the general advance path (a batch that also rejects or fails something) the ACKs are
+        queued for the ACK batcher as on the plain one; their leases must stay renewed until the
+        ACK is sent, or the broker hands the messages out again while they wait.
+        """
+        broker = contract_broker
+        lease = broker.lease_seconds_min
+        stream = broker.create_stream(lease_seconds=lease)
+        trigger = broker.trigger(stream, reject="body.bad")
+        # The ACKs wait for a fuller batch well past the lease (another message stays in flight).
+        monkeypatch.setattr(trigger.producer_class, "ack_linger_seconds", lease * 3.0)
+        seqs: dict[Any, int] = {}
+
+        def on_bound(watcher: Watcher, seq: int | None, event: Any) -> None:
+            if seq is not None:
+                seqs[event.payload["body"].get("n")] = seq
+
+        # Published before the stream starts, so one receive brings all three: one advance lane,
+        # and the reject behind the two ACKs advances with them.
+        broker.publish(stream, [{"n": 1}, {"n": 2}, {"bad": True}])
+        async with SharedStreamHarness(confirm_after=None, on_bound=on_bound) as harness:
+            watcher = harness.add(trigger)
+            await watcher.wait_for_events(2)
+            broker.publish(stream, [{"n": 3}])
+            await watcher.wait_for_events(3)
+            harness.confirm([seqs[1], seqs[2]])  # 1, 2 and the reject advance; 3 stays in flight
+            dead: list[Any] = []
+
+            def collect() -> list[Any]:
+                dead.extend(broker.dead_letters(stream))
+                return list(dead)
+
+            await eventually(collect, lambda d: len(d) == 1, timeout=30, what="the reject dead-lettered")
+            for _ in range(int(lease * 2.5 / 0.25)):  # sampled: a lapsed lease shows up as a redelivery
+                await asyncio.sleep(0.25)
+                assert len(watcher.events) == 3, "a message whose ACK was queued came back"
+            harness.confirm()
+            await eventually(lambda: broker.remaining(stream), lambda r: r == 0, timeout=60, what="acked")
+        assert sorted(p["body"]["n"] for p in watcher.payloads) == [1, 2, 3]
+
+    async def test_more_leases_than_one_settle_batch_are_all_renewed(self, contract_broker):
+        """
+        The lease keeper renews in chunks of the broker's batch limit (``settle_batch_limit``;
+        SQS takes ten entries per ``ChangeMessageVisibilityBatch``): every chunk, not only the
+        first, while more messages than one batch wait for persistence past the broker's lease.
+        """
+        broker = contract_broker
+        lease = broker.lease_seconds_min
+        stream = broker.create_stream(lease_seconds=lease)
+        batch_limit = broker.trigger(stream).producer_class.settle_batch_limit
+        count = batch_limit + 5
+        sent = broker.publish(stream, [{"n": i} for i in range(count)])
+        async with SharedStreamHarness(confirm_after=lease * 3.5) as harness:
+            watcher = harness.add(broker.trigger(stream, max_in_flight=count + 5))
+            await watcher.wait_for_events(count, timeout=120)
+            await eventually(
+                lambda: broker.remaining(stream), lambda r: r == 0, timeout=lease * 10 + 60, what="acked"
+            )
+            await asyncio.sleep(lease * 1.5)
+        assert sorted(ids(broker, watcher)) == sorted(sent), "a message was redelivered while still held"
