@@ -19,6 +19,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Hashable, Sequence
 
+from airflow_shared_stream.kafka.errors import KafkaConfigurationError, KafkaGroupConflictError
+
 GROUP_DIGEST_TAG = "airflow-shared-stream/kafka"
 """Part of what the derived group id hashes: changing it moves every derived group."""
 DEFAULT_GROUP_PREFIX = "airflow-shared-stream"
@@ -28,7 +30,7 @@ def normalise_topics(topics: str | Sequence[str]) -> list[str]:
     """Topic names sorted and deduplicated; refuses an empty list or a blank name."""
     names = [topics] if isinstance(topics, str) else list(topics)
     if not names or not all(isinstance(t, str) and t.strip() for t in names):
-        raise ValueError(f"topics must be a non-empty list of topic names, got {topics!r}")
+        raise KafkaConfigurationError(f"topics must be a non-empty list of topic names, got {topics!r}")
     return sorted(set(names))
 
 
@@ -68,7 +70,7 @@ class GroupClaims:
         """Record that the stream ``identity`` consumes as ``group``; raise if another does."""
         owner = self._owners.get(group)
         if owner is not None and owner[0] != identity:
-            raise ValueError(
+            raise KafkaGroupConflictError(
                 f"consumer group {group!r} is already used by another stream in this triggerer "
                 f"({_describe(owner[0])}); two different streams in one group would split the "
                 f"topics' partitions between them. Give this watcher ({_describe(identity)}) "

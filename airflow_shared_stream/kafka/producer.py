@@ -57,7 +57,6 @@ from airflow_shared_stream.kafka.dead_letters import DeadLetterWriter  # noqa: E
 from airflow_shared_stream.kafka.envelope import KafkaBrokerPayload, build_raw_message  # noqa: E402
 from airflow_shared_stream.kafka.errors import (  # noqa: E402
     KafkaErrorTranslator,
-    KafkaGroupConflictError,
     KafkaSharedStreamError,
     KafkaTopicNotFoundError,
 )
@@ -240,10 +239,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             group_id=self.requested_group_id,
             connection_group_id=config.group_id,
         )
-        try:
-            group_claims.claim(group_id, self._identity)
-        except ValueError as exc:
-            raise KafkaGroupConflictError(str(exc)) from None
+        group_claims.claim(group_id, self._identity)
         self._claimed_group = group_id
         self.group_id = self.anchors.group_id = group_id
         servers = ",".join(config.common["bootstrap_servers"])
