@@ -771,7 +771,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="remote Python files submitted to a driver that cannot read them",
         broker="spark",
-        path="airflow_shared_stream/spark/hook.py",
+        path="airflow_shared_stream/spark/rest.py",
         original="        if match and match.group(1).lower() not in LOCAL_SCHEMES:\n",
         mutated="        if False:\n",
         caught_by=("test_python_files_the_cluster_cannot_read_are_refused_at_submit",),

@@ -24,7 +24,7 @@ registers a :class:`DriverWatch`; :meth:`DriverWatch.close` (a trigger's ``final
 when it is cancelled) removes it; a poller with no watch left stops and closes its clients.
 
 Credentials: the listing is on the master's web UI, which the JWS filter does not protect, so
-it is requested without the token (:func:`~airflow_shared_stream.spark.hook.async_ui_client`);
+it is requested without the token (:func:`~airflow_shared_stream.spark.master_ui.async_ui_client`);
 only REST status calls carry it.
 """
 
@@ -37,16 +37,11 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from airflow_shared_stream.spark.hook import (
-    AsyncSparkRestClient,
-    DriverStatus,
-    MasterState,
-    SparkRestConfig,
-    SparkRestError,
-    TransientSparkRestError,
-    amaster_state,
-    async_ui_client,
-)
+from airflow_shared_stream.spark.clients import AsyncSparkRestClient
+from airflow_shared_stream.spark.config import SparkRestConfig
+from airflow_shared_stream.spark.errors import SparkRestError, TransientSparkRestError
+from airflow_shared_stream.spark.master_ui import MasterState, amaster_state, async_ui_client
+from airflow_shared_stream.spark.rest import DriverStatus
 
 log = logging.getLogger(__name__)
 
