@@ -671,7 +671,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="an unconfirmed range left to its locks",
         broker="servicebus",
-        path="airflow_shared_stream/servicebus/producer.py",
+        path="airflow_shared_stream/servicebus/completion.py",
         original="            await self._complete_unconfirmed(what, deliveries)\n",
         mutated="            pass  # mutant: the messages come back when their locks run out\n",
         caught_by=(f"{SERVICEBUS_RANGES}::test_a_broker_that_ignores_ranges_costs_speed_not_redeliveries",),

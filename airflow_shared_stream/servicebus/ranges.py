@@ -189,3 +189,34 @@ def split_runs(items: Sequence[T], delivery_id: Callable[[T], int]) -> tuple[lis
         run.append(item)
     close(run)
     return runs, rest
+
+
+def completion_runs(
+    items: Sequence[T], message: Callable[[T], Any], receiver: Callable[[T], Any]
+) -> tuple[list[tuple[RangeLink, list[T]]], list[T]]:
+    """
+    Split an ACK batch into runs completed with one disposition each, and the rest.
+
+    A run is consecutive deliveries of one receiver's current link; what cannot join one (a lone
+    message, one received on an earlier link, a locally expired lock, an SDK without what a
+    range needs) is completed with ``complete_message``.
+    """
+    if len(items) < MIN_RUN or not message_supports_ranges(message(items[0])):
+        return [], list(items)
+    by_receiver: dict[int, list[T]] = {}
+    for item in items:
+        by_receiver.setdefault(id(receiver(item)), []).append(item)
+    runs: list[tuple[RangeLink, list[T]]] = []
+    alone: list[T] = []
+    for group in by_receiver.values():
+        link = range_link(receiver(group[0]))
+        if link is None:
+            alone.extend(group)
+            continue
+        joining: list[T] = []
+        for item in group:
+            (joining if link.can_join(message(item)) else alone).append(item)
+        group_runs, rest = split_runs(joining, lambda i: message(i)._delivery_id)
+        runs.extend((link, run) for run in group_runs)
+        alone.extend(rest)
+    return runs, alone
