@@ -3,9 +3,8 @@ Complete a run of consecutive Service Bus deliveries with one AMQP disposition.
 
 ``complete_message`` settles one message per disposition frame, and in azure-servicebus 7.15
 each call costs the triggerer about as much CPU as receiving the message did: the retry
-wrapper, the checks, a frame encoded in Python and an outcome waited for. At 100 watchers the
-manager's own work and the SDK's share one core, and the SDK's per-message settlement alone
-kept the stream under 80% of the manager's ceiling (bench/results/watchers_servicebus.md).
+wrapper, the checks, a frame encoded in Python and an outcome waited for, on the core the
+manager's own work shares (docs/benchmarks.rst, Service Bus).
 
 AMQP 1.0 settles deliveries in ranges: a disposition names the first and the last delivery id,
 and the peer applies it to every delivery in between (AMQP 1.0 section 2.7.6). Delivery ids are

@@ -1,12 +1,11 @@
 """
 One status poller per Spark master in the triggerer, shared by every trigger waiting on it.
 
-Why: each ``SparkApplicationTrigger`` used to poll ``/v1/submissions/status/<id>`` for its own
-driver. With N deferred Spark tasks that is N requests per poll interval to the master and N
-HTTP round trips of client CPU in the triggerer, whose one event loop also runs every other
-deferred task and every shared stream (bench/results/spark_deferrable.json: one core saturated
-at about 200 waiting drivers). The master already has the answer for all of them in one place:
-its web UI's JSON state lists the active and the retained completed drivers with their states.
+Why: a ``SparkApplicationTrigger`` polling ``/v1/submissions/status/<id>`` for its own driver
+makes, with N deferred Spark tasks, N requests per poll interval to the master and N HTTP round
+trips of client CPU in the triggerer, whose one event loop also runs every other deferred task
+and every shared stream. The master already has the answer for all of them in one place: its
+web UI's JSON state lists the active and the retained completed drivers with their states.
 
 So a :class:`SparkMasterPoller` asks for that listing once per interval and settles every
 watched driver it finds in a final state. A driver the listing does not settle *as absent*
