@@ -714,7 +714,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="an unconfirmed range left to its locks",
         broker="servicebus",
-        path="airflow_shared_stream/servicebus/producer.py",
+        path="airflow_shared_stream/servicebus/completion.py",
         original="            await self._complete_unconfirmed(what, deliveries)\n",
         mutated="            pass  # mutant: the messages come back when their locks run out\n",
         caught_by=(f"{SERVICEBUS_RANGES}::test_a_broker_that_ignores_ranges_costs_speed_not_redeliveries",),
@@ -880,7 +880,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="remote Python files submitted to a driver that cannot read them",
         broker="spark",
-        path="airflow_shared_stream/spark/hook.py",
+        path="airflow_shared_stream/spark/rest.py",
         original="        if match and match.group(1).lower() not in LOCAL_SCHEMES:\n",
         mutated="        if False:\n",
         caught_by=("test_python_files_the_cluster_cannot_read_are_refused_at_submit",),

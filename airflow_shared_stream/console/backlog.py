@@ -47,10 +47,10 @@ async def _read_sqs_depth(conn_id: str, queue_url: str, region_name: str | None)
     from aiobotocore.config import AioConfig
 
     from airflow_shared_stream.sqs.credentials import open_sqs_client
-    from airflow_shared_stream.sqs.hook import QueueUrl, SqsHook
+    from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook
 
     queue = QueueUrl.parse(queue_url)
-    config = await SqsHook(conn_id).aget_client_config(region_name=region_name, queue=queue)
+    config = await SqsSharedStreamHook(conn_id).aget_client_config(region_name=region_name, queue=queue)
     botocore_config = AioConfig(connect_timeout=3, read_timeout=3, retries={"max_attempts": 1})
     async with open_sqs_client(config, botocore_config, on_secrets=lambda _secrets: None) as client:
         answer = await client.get_queue_attributes(

@@ -31,7 +31,7 @@ from airflow_shared_stream.common.redrive import RedriveItem
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.kafka.dead_letters import ORIGIN_HEADERS, REASON_HEADER, SIZE_HEADER
 from airflow_shared_stream.kafka.errors import (
-    KafkaConfigError,
+    KafkaConfigurationError,
     KafkaSharedStreamError,
     KafkaTopicNotFoundError,
 )
@@ -70,9 +70,11 @@ class KafkaDeadLetterSource:
         group_id: str | None = None,
     ) -> None:
         if not dead_letter or not isinstance(dead_letter, str):
-            raise KafkaConfigError("a Kafka redrive needs the dead-letter topic (dead_letter=...)")
+            raise KafkaConfigurationError("a Kafka redrive needs the dead-letter topic (dead_letter=...)")
         if source is not None and source == dead_letter:
-            raise KafkaConfigError(f"the dead-letter topic and the source topic are one topic: {source!r}")
+            raise KafkaConfigurationError(
+                f"the dead-letter topic and the source topic are one topic: {source!r}"
+            )
         self._topic = dead_letter
         self._target = source
         self._conn_id = conn_id or KafkaSharedStreamHook.default_conn_name

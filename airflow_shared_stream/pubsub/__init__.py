@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from airflow_shared_stream.pubsub import hook
 from airflow_shared_stream.pubsub.errors import (
     PubSubAccessError,
     PubSubConfigurationError,
@@ -9,19 +12,27 @@ from airflow_shared_stream.pubsub.errors import (
     PubSubNotFoundError,
     PubSubSharedStreamError,
 )
-from airflow_shared_stream.pubsub.hook import PubSubClientSettings, PubSubHook, ResourceName
+from airflow_shared_stream.pubsub.hook import PubSubClientConfig, PubSubSharedStreamHook, ResourceName
 from airflow_shared_stream.pubsub.producer import PubSubSharedStreamProducer
 from airflow_shared_stream.pubsub.trigger import PubSubSharedStreamTrigger
 
 __all__ = [
     "PubSubAccessError",
-    "PubSubClientSettings",
+    "PubSubClientConfig",
     "PubSubConfigurationError",
     "PubSubEndpointError",
-    "PubSubHook",
     "PubSubNotFoundError",
     "PubSubSharedStreamError",
+    "PubSubSharedStreamHook",
     "PubSubSharedStreamProducer",
     "PubSubSharedStreamTrigger",
     "ResourceName",
 ]
+
+_RENAMED_IN_HOOK = ("PubSubHook", "PubSubClientSettings")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED_IN_HOOK:
+        return hook.renamed(__name__, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,11 +7,11 @@ loop they are created on), bounds every call with a retry deadline, and turns
 and nothing else: the service's own message is scrubbed of the connection's key material
 before it is quoted.
 
-Why unary ``pull`` and not ``streaming_pull``: see bench/results/pubsub_pull.md. In short, the
-shared stream's credit window decides how many messages may be outstanding, and a unary pull asks
-for exactly the free credits; a streaming pull's flow control is the server's to honour (the
-emulator pushed four times the window), and messages a cancelled stream had received stayed
-leased far past their ack deadline on the emulator.
+Why unary ``pull`` and not ``streaming_pull``: the shared stream's credit window decides how
+many messages may be outstanding, and a unary pull asks for exactly the free credits; a
+streaming pull's flow control is the server's to honour (the emulator pushed four times the
+window), and messages a cancelled stream had received stayed leased far past their ack deadline
+on the emulator.
 
 The three calls of the hot path (``Pull``, ``Acknowledge``, ``ModifyAckDeadline``) go through
 :class:`SubscriberCalls`: the generated client's channel and credentials, the metadata its
@@ -28,14 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_shared_stream.common.errors import SecretScrubber
-from airflow_shared_stream.pubsub.errors import (
-    PubSubAccessError,
-    PubSubConfigurationError,
-    PubSubEndpointError,
-    PubSubNotFoundError,
-    PubSubSharedStreamError,
-)
-from airflow_shared_stream.pubsub.hook import PubSubClientSettings
+from airflow_shared_stream.pubsub.errors import PubSubSharedStreamError, explain
+from airflow_shared_stream.pubsub.hook import PubSubClientConfig
 
 log = logging.getLogger(__name__)
 
@@ -55,27 +49,25 @@ class PubSubClient:
     """
     Subscriber (and, for dead-letter copies, publisher) client of one shared stream.
 
-    :param settings: from :meth:`~airflow_shared_stream.pubsub.hook.PubSubHook.aget_client_settings`.
+    :param config: from :meth:`~airflow_shared_stream.pubsub.hook.PubSubSharedStreamHook.aget_client_config`.
     :param gcp_conn_id: named in error messages (never the credentials).
     :param rpc_timeout: the longest one call (with its retries) may take before it fails; an
         endpoint that does not answer fails the stream after this long with a clear error.
     """
 
-    def __init__(
-        self, settings: PubSubClientSettings, *, gcp_conn_id: str, rpc_timeout: float = 30.0
-    ) -> None:
-        self._settings = settings
+    def __init__(self, config: PubSubClientConfig, *, gcp_conn_id: str, rpc_timeout: float = 30.0) -> None:
+        self._config = config
         self._gcp_conn_id = gcp_conn_id
         self._rpc_timeout = rpc_timeout
         self._subscriber: Any = None
         self._calls: SubscriberCalls | None = None
         self._publisher: Any = None
-        self.scrubber = SecretScrubber(settings.secrets)
+        self.scrubber = SecretScrubber(config.secrets)
         """Key material of the connection, kept out of error messages and of Google's SDK logs."""
 
     @property
     def endpoint(self) -> str:
-        return self._settings.emulator_host or "pubsub.googleapis.com"
+        return self._config.emulator_host or "pubsub.googleapis.com"
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -85,12 +77,12 @@ class PubSubClient:
         from google.pubsub_v1 import SubscriberAsyncClient
         from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcAsyncIOTransport
 
-        if self._settings.emulator_host:
+        if self._config.emulator_host:
             self._subscriber = SubscriberAsyncClient(
-                transport=emulator_transport(SubscriberGrpcAsyncIOTransport, self._settings.emulator_host)
+                transport=emulator_transport(SubscriberGrpcAsyncIOTransport, self._config.emulator_host)
             )
         else:
-            self._subscriber = SubscriberAsyncClient(credentials=self._settings.credentials)
+            self._subscriber = SubscriberAsyncClient(credentials=self._config.credentials)
         self._calls = SubscriberCalls.on(self._subscriber.transport.grpc_channel)
 
     @property
@@ -104,12 +96,12 @@ class PubSubClient:
             from google.pubsub_v1 import PublisherAsyncClient
             from google.pubsub_v1.services.publisher.transports import PublisherGrpcAsyncIOTransport
 
-            if self._settings.emulator_host:
+            if self._config.emulator_host:
                 self._publisher = PublisherAsyncClient(
-                    transport=emulator_transport(PublisherGrpcAsyncIOTransport, self._settings.emulator_host)
+                    transport=emulator_transport(PublisherGrpcAsyncIOTransport, self._config.emulator_host)
                 )
             else:
-                self._publisher = PublisherAsyncClient(credentials=self._settings.credentials)
+                self._publisher = PublisherAsyncClient(credentials=self._config.credentials)
         return self._publisher
 
     async def close(self) -> None:
@@ -164,8 +156,7 @@ class PubSubClient:
 
         Returns the raw protobuf ``ReceivedMessage`` objects (``google.pubsub_v1.types.pubsub_pb2``),
         not proto-plus wrappers: every field read through proto-plus is marshalled anew, which
-        cost the stream about 100 µs per message (more than the rest of its path together,
-        bench/results/watchers_pubsub.md); the raw messages read at C speed.
+        cost more than the rest of the stream's path per message; the raw messages read at C speed.
         """
         calls = self.calls
         try:
@@ -281,42 +272,16 @@ class PubSubClient:
     # -- errors ---------------------------------------------------------------------------------
 
     def explain(self, exc: BaseException, operation: str, resource: str) -> PubSubSharedStreamError:
-        """Turn a google.api_core / google.auth error into one of ours; never quotes a credential."""
-        from google.api_core import exceptions
-        from google.auth.exceptions import GoogleAuthError
-
-        where = (
-            f"Pub/Sub {operation} on {resource} (connection {self._gcp_conn_id!r}, endpoint {self.endpoint})"
-        )
-        if isinstance(exc, exceptions.RetryError):
-            exc = exc.cause or exc
-        if isinstance(exc, exceptions.NotFound):
-            kind = "topic" if "/topics/" in resource else "subscription"
-            return PubSubNotFoundError(
-                f"{where} failed: the {kind} does not exist, or the connection's credentials cannot see it"
-            )
-        if isinstance(exc, exceptions.PermissionDenied | exceptions.Unauthenticated | GoogleAuthError):
-            return PubSubAccessError(
-                f"{where} failed: Pub/Sub refused the connection's credentials ({type(exc).__name__}); "
-                "check the key and its roles (roles/pubsub.subscriber, and roles/pubsub.publisher "
-                "on a dead_letter_topic)"
-            )
-        if isinstance(
-            exc, exceptions.ServiceUnavailable | exceptions.DeadlineExceeded | exceptions.RetryError
-        ):
-            hint = " Is the emulator running?" if self._settings.emulator_host else ""
-            return PubSubEndpointError(
-                f"{where} failed: the endpoint did not answer within {self._rpc_timeout:.0f}s "
-                f"({type(exc).__name__}).{hint}"
-            )
-        if isinstance(exc, exceptions.InvalidArgument | exceptions.FailedPrecondition):
-            message = self.scrubber.scrub(str(getattr(exc, "message", "") or exc))
-            return PubSubConfigurationError(f"{where} was refused: {message}")
-        if isinstance(exc, exceptions.GoogleAPICallError):
-            message = self.scrubber.scrub(str(getattr(exc, "message", "") or exc))
-            return PubSubSharedStreamError(f"{where} failed: {type(exc).__name__}: {message}")
-        return PubSubSharedStreamError(
-            f"{where} failed: {type(exc).__name__}: {self.scrubber.scrub(str(exc))}"
+        """Turn a google.api_core / google.auth error into one of ours (:func:`.errors.explain`)."""
+        return explain(
+            exc,
+            operation,
+            resource,
+            conn_id=self._gcp_conn_id,
+            endpoint=self.endpoint,
+            emulator=bool(self._config.emulator_host),
+            rpc_timeout=self._rpc_timeout,
+            scrubber=self.scrubber,
         )
 
 
@@ -369,9 +334,8 @@ class SubscriberCalls:
     Why not the generated ``SubscriberAsyncClient`` methods: each builds a proto-plus request
     (``ack_ids`` extended one id at a time in Python), reads its fields back through proto-plus
     for the routing header, wraps the response again, and runs api_core's retry, timeout and
-    tracing wrappers. Those layers cost the triggerer 100-200 µs of CPU per call in a bare loop
-    against the emulator, which hands out at most 100 messages per pull: 1-2 µs per message
-    (docs/benchmarks.rst, Pub/Sub).
+    tracing wrappers: CPU of the triggerer's one event loop on every call (docs/benchmarks.rst,
+    Pub/Sub).
 
     The stubs sit on the generated client's own channel (its credentials, its TLS) and send the
     metadata its methods send: the client header and the routing header, built once per

@@ -1,5 +1,5 @@
 """
-Airflow Connection -> Pub/Sub client settings, and Pub/Sub resource names.
+Airflow Connection -> Pub/Sub client config, and Pub/Sub resource names.
 
 Reads the ``google_cloud_platform`` connection as ``apache-airflow-providers-google`` does, so an
 existing ``google_cloud_default`` connection works unchanged. ``extra`` may hold (each also under
@@ -22,7 +22,7 @@ When ``PUBSUB_EMULATOR_HOST`` is set (``host:port``), clients talk to that emula
 gRPC with no credentials, exactly as Google's client libraries do; the connection then only
 supplies the project.
 
-Credentials never leave this module except inside :class:`PubSubClientSettings`, whose ``repr``
+Credentials never leave this module except inside :class:`PubSubClientConfig`, whose ``repr``
 leaves them out; error messages name the connection and the field, never a key's content.
 """
 
@@ -32,9 +32,11 @@ import asyncio
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
@@ -124,7 +126,7 @@ def emulator_host() -> str | None:
 
 
 @dataclass(frozen=True)
-class PubSubClientSettings:
+class PubSubClientConfig:
     """What the async clients are built from; ``repr`` leaves the credentials out."""
 
     project: str | None
@@ -137,7 +139,7 @@ class PubSubClientSettings:
     """Key material read from the connection, to keep out of logs and error messages."""
 
 
-class PubSubHook(BaseHook):
+class PubSubSharedStreamHook(BaseHook):
     """
     Resolve a ``google_cloud_platform`` Airflow Connection for the Pub/Sub shared stream.
 
@@ -167,8 +169,8 @@ class PubSubHook(BaseHook):
         extra = self._extra(self._get_connection_sync())
         return _project_from_extra(extra, self.gcp_conn_id)
 
-    async def aget_client_settings(self) -> PubSubClientSettings:
-        """Read the connection (through the triggerer's secrets backends) and build the settings."""
+    async def aget_client_config(self) -> PubSubClientConfig:
+        """Read the connection (through the triggerer's secrets backends) and build the client config."""
         try:
             conn = await BaseHook.aget_connection(self.gcp_conn_id)
         except AirflowNotFoundException:
@@ -177,7 +179,16 @@ class PubSubHook(BaseHook):
             ) from None
         extra = self._extra(conn)
         # Key files, ADC discovery and the metadata server are blocking: keep them off the loop.
-        return await asyncio.to_thread(settings_from_extra, extra, self.gcp_conn_id)
+        return await asyncio.to_thread(config_from_extra, extra, self.gcp_conn_id)
+
+    async def aget_client_settings(self) -> PubSubClientConfig:
+        """Deprecated: :meth:`aget_client_config`."""
+        warnings.warn(
+            "PubSubSharedStreamHook.aget_client_settings is deprecated; use aget_client_config",
+            AirflowProviderDeprecationWarning,
+            stacklevel=2,
+        )
+        return await self.aget_client_config()
 
     def _get_connection_sync(self) -> Any:
         try:
@@ -257,9 +268,9 @@ def _is_true(value: Any) -> bool:
     return value is True or (isinstance(value, str) and value.strip().lower() in ("true", "1", "yes"))
 
 
-def settings_from_extra(extra: dict[str, Any], conn_id: str) -> PubSubClientSettings:
+def config_from_extra(extra: dict[str, Any], conn_id: str) -> PubSubClientConfig:
     """
-    Build client settings from a connection's extra (blocking: may read files or the network).
+    Build the client config from a connection's extra (blocking: may read files or the network).
 
     Order, as the Google provider: emulator (no credentials), anonymous, one key field,
     application default credentials. The project is the one the connection names
@@ -278,11 +289,11 @@ def settings_from_extra(extra: dict[str, Any], conn_id: str) -> PubSubClientSett
     project = _project_from_extra(extra, conn_id)
     host = emulator_host()
     if host is not None:
-        return PubSubClientSettings(project=project, emulator_host=host, credentials_source="emulator")
+        return PubSubClientConfig(project=project, emulator_host=host, credentials_source="emulator")
     if _is_true(_field(extra, "is_anonymous")):
         from google.auth.credentials import AnonymousCredentials
 
-        return PubSubClientSettings(
+        return PubSubClientConfig(
             project=project,
             emulator_host=None,
             credentials_source="anonymous",
@@ -300,7 +311,7 @@ def settings_from_extra(extra: dict[str, Any], conn_id: str) -> PubSubClientSett
     source = given[0]
     value = _field(extra, source)
     credentials, _, secrets = _load_key(source, value, scopes, conn_id)
-    return PubSubClientSettings(
+    return PubSubClientConfig(
         project=project,
         emulator_host=None,
         credentials_source=f"extra.{source}",
@@ -351,7 +362,7 @@ def _load_key(
         ) from None
 
 
-def _application_default(project: str | None, scopes: tuple[str, ...], conn_id: str) -> PubSubClientSettings:
+def _application_default(project: str | None, scopes: tuple[str, ...], conn_id: str) -> PubSubClientConfig:
     import google.auth
     from google.auth.exceptions import DefaultCredentialsError
 
@@ -364,9 +375,33 @@ def _application_default(project: str | None, scopes: tuple[str, ...], conn_id: 
             "credentials were not found (GOOGLE_APPLICATION_CREDENTIALS, gcloud auth "
             "application-default login, or a metadata server)"
         ) from None
-    return PubSubClientSettings(
+    return PubSubClientConfig(
         project=project,
         emulator_host=None,
         credentials_source="application default credentials",
         credentials=credentials,
     )
+
+
+_RENAMED = {
+    "PubSubHook": "PubSubSharedStreamHook",
+    "PubSubClientSettings": "PubSubClientConfig",
+    "settings_from_extra": "config_from_extra",
+}
+
+
+def renamed(module: str, name: str) -> Any:
+    """What a renamed public name of ``module`` now is, with a warning that names the new name."""
+    new = _RENAMED[name]
+    warnings.warn(
+        f"{module}.{name} is deprecated; use {new}",
+        AirflowProviderDeprecationWarning,
+        stacklevel=3,  # the code that used the old name, past __getattr__
+    )
+    return globals()[new]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        return renamed(__name__, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

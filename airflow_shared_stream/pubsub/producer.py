@@ -19,8 +19,8 @@ While a message waits for its trigger events to be persisted, its ack deadline i
 subscription's ``ack_deadline_seconds`` each time, for at most the triggerer's ack timeout), so
 Pub/Sub does not hand it out again while it is still outstanding.
 
-Receiving: unary ``pull`` for exactly the free credits of the window (bench/results/pubsub_pull.md
-says why not ``streaming_pull``). Lanes: on a subscription with message ordering, each
+Receiving: unary ``pull`` for exactly the free credits of the window (:mod:`.client` says why
+not ``streaming_pull``). Lanes: on a subscription with message ordering, each
 ``ordering_key`` is an ordered lane (a redelivered message redelivers the later in-flight
 messages of its key too, which is also what Pub/Sub itself does); messages without a key, and
 every message of a subscription without ordering, share an advance lane per pull.
@@ -56,7 +56,7 @@ from airflow_shared_stream.pubsub.dead_letter import (
     truncate_utf8,
 )
 from airflow_shared_stream.pubsub.errors import PubSubConfigurationError
-from airflow_shared_stream.pubsub.hook import PubSubHook, ResourceName
+from airflow_shared_stream.pubsub.hook import PubSubSharedStreamHook, ResourceName
 
 require_sdk("google.pubsub_v1", "pubsub")
 
@@ -66,10 +66,9 @@ PULLS_IN_FLIGHT = 2
 """Unary pulls in flight at once, each for at most half the credit window (one on a subscription
 with message ordering).
 
-A pull's round trip, not the fan-out, set the stream's pace at one to ten watchers: one pull at
-a time (read ahead while the previous batch was fanned out) waited about 4 ms per 100 messages
-on the emulator, which hands out at most 100 per pull (bench/results/watchers_pubsub.md). Two
-pulls overlap those waits; the window still bounds what the two hold together."""
+A pull's round trip, not the fan-out, sets the stream's pace at a few watchers (the emulator
+hands out at most 100 messages per pull): two pulls overlap those waits, and the window still
+bounds what the two hold together."""
 PULL_WAIT_SECONDS = 10.0
 """Long-poll wait of one pull: Pub/Sub answers as soon as messages are there."""
 CLOSE_NACK_SECONDS = 5.0
@@ -157,18 +156,16 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
     # -- connection ---------------------------------------------------------------------------
 
     async def connect(self) -> float:
-        settings = await PubSubHook(self._gcp_conn_id).aget_client_settings()
+        config = await PubSubSharedStreamHook(self._gcp_conn_id).aget_client_config()
         # The rule the trigger's stream key follows: project_id, else the full path's project,
         # else the project the connection names.
-        project = self._project_id or (None if self._subscription_name.project else settings.project)
+        project = self._project_id or (None if self._subscription_name.project else config.project)
         self.subscription = self._subscription_name.resolve(project)
         if self._dead_letter_name is not None:
             self.dead_letter_topic = self._dead_letter_name.resolve(
                 self._dead_letter_name.project or self.subscription.split("/")[1]
             )
-        self._client = self.client_class(
-            settings, gcp_conn_id=self._gcp_conn_id, rpc_timeout=self._rpc_timeout
-        )
+        self._client = self.client_class(config, gcp_conn_id=self._gcp_conn_id, rpc_timeout=self._rpc_timeout)
         self._client.open()
         subscription = await self._client.get_subscription(self.subscription)
         if subscription.push_config.push_endpoint:
@@ -207,7 +204,7 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
             "ack_deadline=%ss dead_letter_topic=%s subscription_dead_letter_policy=%s max_in_flight=%d",
             self.subscription,
             self._client.endpoint,
-            settings.credentials_source,
+            config.credentials_source,
             self._ordered,
             lease_seconds,
             self.dead_letter_topic,

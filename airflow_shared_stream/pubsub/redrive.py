@@ -31,7 +31,7 @@ from airflow_shared_stream.pubsub.dead_letter import (
     DEAD_LETTER_TRUNCATED_FROM,
 )
 from airflow_shared_stream.pubsub.errors import PubSubConfigurationError, PubSubSharedStreamError
-from airflow_shared_stream.pubsub.hook import PubSubHook, ResourceName
+from airflow_shared_stream.pubsub.hook import PubSubSharedStreamHook, ResourceName
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class PubSubDeadLetterSource:
             raise PubSubConfigurationError("a Pub/Sub redrive needs the original topic (source=...)")
         self._subscription_name = ResourceName.parse(dead_letter, "subscriptions", "dead_letter")
         self._topic_name = ResourceName.parse(source, "topics", "source")
-        self._conn_id = conn_id or PubSubHook.default_conn_name
+        self._conn_id = conn_id or PubSubSharedStreamHook.default_conn_name
         self._keep = keep_origin_attributes
         self._project_id = project_id
         self._lease_seconds = lease_seconds
@@ -84,7 +84,7 @@ class PubSubDeadLetterSource:
         self.label = self._subscription_name.id
 
     async def open(self) -> None:
-        settings = await PubSubHook(self._conn_id).aget_client_settings()
+        settings = await PubSubSharedStreamHook(self._conn_id).aget_client_config()
         project = self._project_id or settings.project
         self.subscription = self._subscription_name.resolve(self._subscription_name.project or project)
         self.topic = self._topic_name.resolve(self._topic_name.project or project)

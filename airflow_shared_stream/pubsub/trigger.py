@@ -15,7 +15,7 @@ from airflow_shared_stream.common.trigger import (
     connection_endpoints,
 )
 from airflow_shared_stream.pubsub.errors import PubSubConfigurationError
-from airflow_shared_stream.pubsub.hook import PubSubHook, ResourceName, validate_project_id
+from airflow_shared_stream.pubsub.hook import PubSubSharedStreamHook, ResourceName, validate_project_id
 from airflow_shared_stream.pubsub.producer import NOWHERE_TO_DEAD_LETTER_FIX, PubSubSharedStreamProducer
 
 
@@ -68,7 +68,7 @@ class PubSubSharedStreamTrigger(SharedStreamTrigger):
         subscription: str,
         *,
         project_id: str | None = None,
-        gcp_conn_id: str = PubSubHook.default_conn_name,
+        gcp_conn_id: str = PubSubSharedStreamHook.default_conn_name,
         match: str | None = None,
         reject: str | None = None,
         dead_letter_topic: str | None = None,
@@ -114,7 +114,7 @@ class PubSubSharedStreamTrigger(SharedStreamTrigger):
         return self._resolved_project
 
     def _connection_project(self) -> str:
-        project = PubSubHook(self.gcp_conn_id).connection_project()
+        project = PubSubSharedStreamHook(self.gcp_conn_id).connection_project()
         if project is None:
             raise PubSubConfigurationError(
                 f"connection {self.gcp_conn_id!r} names no project for subscription {self.subscription!r}"

@@ -9,8 +9,8 @@ from airflow_shared_stream.servicebus.errors import (
     ServiceBusEntityNotFoundError,
     ServiceBusSharedStreamError,
 )
-from airflow_shared_stream.servicebus.hook import ServiceBusClientConfig, ServiceBusSharedStreamHook
-from airflow_shared_stream.servicebus.producer import Entity, ServiceBusSharedStreamProducer
+from airflow_shared_stream.servicebus.hook import Entity, ServiceBusClientConfig, ServiceBusSharedStreamHook
+from airflow_shared_stream.servicebus.producer import ServiceBusSharedStreamProducer
 from airflow_shared_stream.servicebus.trigger import ServiceBusSharedStreamTrigger
 
 __all__ = [

@@ -1,5 +1,5 @@
 """
-Airflow Connection -> ``azure.servicebus.aio.ServiceBusClient``.
+Airflow Connection -> ``azure.servicebus.aio.ServiceBusClient``, and the entity a stream reads.
 
 Reads the ``azure_service_bus`` connection exactly as Airflow's Azure provider does, so existing
 ``azure_service_bus_default`` connections work unchanged:
@@ -29,6 +29,56 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow_shared_stream.servicebus.errors import ServiceBusConfigurationError
 
 _EXTRA_PREFIX = "extra__azure_service_bus__"
+
+
+@dataclass(frozen=True)
+class Entity:
+    """A receivable Service Bus entity: a queue, or a topic's subscription."""
+
+    queue_name: str | None = None
+    topic_name: str | None = None
+    subscription_name: str | None = None
+
+    @classmethod
+    def of(cls, queue_name: str | None, topic_name: str | None, subscription_name: str | None) -> Entity:
+        """Validate "exactly one queue, or a topic with a subscription"; raise naming what is wrong."""
+        for name, value in (
+            ("queue_name", queue_name),
+            ("topic_name", topic_name),
+            ("subscription_name", subscription_name),
+        ):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ServiceBusConfigurationError(f"{name} must be a non-empty string, got {value!r}")
+            if value is not None and ("/" in value.strip("/") or "$" in value):
+                raise ServiceBusConfigurationError(
+                    f"{name} must be an entity name, not a path: {value!r} (dead-letter sub-queues are "
+                    "not streams of their own)"
+                )
+        if queue_name is not None:
+            if topic_name is not None or subscription_name is not None:
+                raise ServiceBusConfigurationError(
+                    "give either queue_name, or topic_name with subscription_name, not both"
+                )
+            return cls(queue_name=queue_name.strip("/"))
+        if topic_name is None or subscription_name is None:
+            raise ServiceBusConfigurationError(
+                "a Service Bus stream reads a queue (queue_name=...) or a topic subscription "
+                "(topic_name=... and subscription_name=...): "
+                + ("subscription_name is missing" if topic_name else "no entity was given")
+            )
+        return cls(topic_name=topic_name.strip("/"), subscription_name=subscription_name.strip("/"))
+
+    @property
+    def path(self) -> str:
+        """The entity path as the service names it (``queue`` or ``topic/Subscriptions/sub``)."""
+        if self.queue_name is not None:
+            return self.queue_name
+        return f"{self.topic_name}/Subscriptions/{self.subscription_name}"
+
+    @property
+    def identity(self) -> str:
+        """Entity names are case-insensitive on Service Bus: the normalised path."""
+        return self.path.lower()
 
 
 @dataclass(frozen=True)

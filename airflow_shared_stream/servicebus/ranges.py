@@ -3,9 +3,8 @@ Complete a run of consecutive Service Bus deliveries with one AMQP disposition.
 
 ``complete_message`` settles one message per disposition frame, and in azure-servicebus 7.15
 each call costs the triggerer about as much CPU as receiving the message did: the retry
-wrapper, the checks, a frame encoded in Python and an outcome waited for. At 100 watchers the
-manager's own work and the SDK's share one core, and the SDK's per-message settlement alone
-kept the stream under 80% of the manager's ceiling (bench/results/watchers_servicebus.md).
+wrapper, the checks, a frame encoded in Python and an outcome waited for, on the core the
+manager's own work shares (docs/benchmarks.rst, Service Bus).
 
 AMQP 1.0 settles deliveries in ranges: a disposition names the first and the last delivery id,
 and the peer applies it to every delivery in between (AMQP 1.0 section 2.7.6). Delivery ids are
@@ -189,3 +188,34 @@ def split_runs(items: Sequence[T], delivery_id: Callable[[T], int]) -> tuple[lis
         run.append(item)
     close(run)
     return runs, rest
+
+
+def completion_runs(
+    items: Sequence[T], message: Callable[[T], Any], receiver: Callable[[T], Any]
+) -> tuple[list[tuple[RangeLink, list[T]]], list[T]]:
+    """
+    Split an ACK batch into runs completed with one disposition each, and the rest.
+
+    A run is consecutive deliveries of one receiver's current link; what cannot join one (a lone
+    message, one received on an earlier link, a locally expired lock, an SDK without what a
+    range needs) is completed with ``complete_message``.
+    """
+    if len(items) < MIN_RUN or not message_supports_ranges(message(items[0])):
+        return [], list(items)
+    by_receiver: dict[int, list[T]] = {}
+    for item in items:
+        by_receiver.setdefault(id(receiver(item)), []).append(item)
+    runs: list[tuple[RangeLink, list[T]]] = []
+    alone: list[T] = []
+    for group in by_receiver.values():
+        link = range_link(receiver(group[0]))
+        if link is None:
+            alone.extend(group)
+            continue
+        joining: list[T] = []
+        for item in group:
+            (joining if link.can_join(message(item)) else alone).append(item)
+        group_runs, rest = split_runs(joining, lambda i: message(i)._delivery_id)
+        runs.extend((link, run) for run in group_runs)
+        alone.extend(rest)
+    return runs, alone

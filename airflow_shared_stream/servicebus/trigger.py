@@ -15,8 +15,8 @@ from airflow_shared_stream.common.trigger import (
     connection_endpoints,
 )
 from airflow_shared_stream.servicebus.errors import ServiceBusConfigurationError
-from airflow_shared_stream.servicebus.hook import ServiceBusSharedStreamHook
-from airflow_shared_stream.servicebus.producer import Entity, ServiceBusSharedStreamProducer
+from airflow_shared_stream.servicebus.hook import Entity, ServiceBusSharedStreamHook
+from airflow_shared_stream.servicebus.producer import ServiceBusSharedStreamProducer
 
 
 class ServiceBusSharedStreamTrigger(SharedStreamTrigger):

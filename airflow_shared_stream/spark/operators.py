@@ -42,19 +42,16 @@ from airflow.sdk.exceptions import (  # noqa: E402
     AirflowTaskTimeout,
 )
 
-from airflow_shared_stream.spark.hook import (  # noqa: E402
-    SUBMISSION_TAG_PROPERTY,
-    SparkRestClient,
-    SparkRestConfig,
+from airflow_shared_stream.spark.clients import SparkRestClient  # noqa: E402
+from airflow_shared_stream.spark.config import SparkRestConfig, rest_submission_supported  # noqa: E402
+from airflow_shared_stream.spark.errors import (  # noqa: E402
     SparkRestError,
-    SparkRestHook,
     TransientSparkRestError,
     UnknownSubmissionError,
-    build_create_request,
-    check_python_files_local,
-    find_driver_by_tag,
-    rest_submission_supported,
 )
+from airflow_shared_stream.spark.hook import SparkRestHook  # noqa: E402
+from airflow_shared_stream.spark.master_ui import SUBMISSION_TAG_PROPERTY, find_driver_by_tag  # noqa: E402
+from airflow_shared_stream.spark.rest import build_create_request, check_python_files_local  # noqa: E402
 from airflow_shared_stream.spark.triggers import (  # noqa: E402
     DEFAULT_MAX_TRANSIENT_ERRORS,
     SparkApplicationTrigger,

@@ -1,12 +1,11 @@
 """
 One status poller per Spark master in the triggerer, shared by every trigger waiting on it.
 
-Why: each ``SparkApplicationTrigger`` used to poll ``/v1/submissions/status/<id>`` for its own
-driver. With N deferred Spark tasks that is N requests per poll interval to the master and N
-HTTP round trips of client CPU in the triggerer, whose one event loop also runs every other
-deferred task and every shared stream (bench/results/spark_deferrable.json: one core saturated
-at about 200 waiting drivers). The master already has the answer for all of them in one place:
-its web UI's JSON state lists the active and the retained completed drivers with their states.
+Why: a ``SparkApplicationTrigger`` polling ``/v1/submissions/status/<id>`` for its own driver
+makes, with N deferred Spark tasks, N requests per poll interval to the master and N HTTP round
+trips of client CPU in the triggerer, whose one event loop also runs every other deferred task
+and every shared stream. The master already has the answer for all of them in one place: its
+web UI's JSON state lists the active and the retained completed drivers with their states.
 
 So a :class:`SparkMasterPoller` asks for that listing once per interval and settles every
 watched driver it finds in a final state. A driver the listing does not settle *as absent*
@@ -24,7 +23,7 @@ registers a :class:`DriverWatch`; :meth:`DriverWatch.close` (a trigger's ``final
 when it is cancelled) removes it; a poller with no watch left stops and closes its clients.
 
 Credentials: the listing is on the master's web UI, which the JWS filter does not protect, so
-it is requested without the token (:func:`~airflow_shared_stream.spark.hook.async_ui_client`);
+it is requested without the token (:func:`~airflow_shared_stream.spark.master_ui.async_ui_client`);
 only REST status calls carry it.
 """
 
@@ -37,16 +36,11 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from airflow_shared_stream.spark.hook import (
-    AsyncSparkRestClient,
-    DriverStatus,
-    MasterState,
-    SparkRestConfig,
-    SparkRestError,
-    TransientSparkRestError,
-    amaster_state,
-    async_ui_client,
-)
+from airflow_shared_stream.spark.clients import AsyncSparkRestClient
+from airflow_shared_stream.spark.config import SparkRestConfig
+from airflow_shared_stream.spark.errors import SparkRestError, TransientSparkRestError
+from airflow_shared_stream.spark.master_ui import MasterState, amaster_state, async_ui_client
+from airflow_shared_stream.spark.rest import DriverStatus
 
 log = logging.getLogger(__name__)
 

@@ -40,16 +40,11 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_shared_stream.spark import poller
-from airflow_shared_stream.spark.hook import (
-    ACTIVE_STATES,
-    AsyncSparkRestClient,
-    DriverStatus,
-    SparkRestConfig,
-    SparkRestError,
-    SparkRestHook,
-    TransientSparkRestError,
-    UnknownSubmissionError,
-)
+from airflow_shared_stream.spark.clients import AsyncSparkRestClient
+from airflow_shared_stream.spark.config import SparkRestConfig
+from airflow_shared_stream.spark.errors import SparkRestError, TransientSparkRestError, UnknownSubmissionError
+from airflow_shared_stream.spark.hook import SparkRestHook
+from airflow_shared_stream.spark.rest import ACTIVE_STATES, DriverStatus
 
 DEFAULT_MAX_TRANSIENT_ERRORS = 5
 KILL_CONFIRM_SECONDS = 30.0

@@ -22,7 +22,7 @@ from google.pubsub_v1 import types
 
 from airflow_shared_stream.pubsub.client import PubSubClient
 from airflow_shared_stream.pubsub.errors import PubSubConfigurationError, PubSubNotFoundError
-from airflow_shared_stream.pubsub.hook import PubSubClientSettings
+from airflow_shared_stream.pubsub.hook import PubSubClientConfig
 
 SUBSCRIPTION = "projects/shop-prod-1/subscriptions/orders"
 
@@ -117,7 +117,7 @@ async def test_our_stubs_send_the_generated_clients_paths_requests_and_headers(s
     theirs, recording.calls = recording.calls, []
 
     ours = PubSubClient(
-        PubSubClientSettings(project="shop-prod-1", emulator_host=address, credentials_source="emulator"),
+        PubSubClientConfig(project="shop-prod-1", emulator_host=address, credentials_source="emulator"),
         gcp_conn_id="google_cloud_default",
     )
     ours.open()
@@ -143,7 +143,7 @@ async def test_a_refused_pull_reads_as_before(server):
     recording, address = server
     recording.refuse_pulls = True
     ours = PubSubClient(
-        PubSubClientSettings(project="shop-prod-1", emulator_host=address, credentials_source="emulator"),
+        PubSubClientConfig(project="shop-prod-1", emulator_host=address, credentials_source="emulator"),
         gcp_conn_id="google_cloud_default",
     )
     ours.open()
@@ -178,7 +178,7 @@ async def test_ack_ids_refused_for_good_on_an_exactly_once_subscription_do_not_f
         {"a1": "PERMANENT_FAILURE_INVALID_ACK_ID"},
     ]
     ours = PubSubClient(
-        PubSubClientSettings(project="shop-prod-1", emulator_host=address, credentials_source="emulator"),
+        PubSubClientConfig(project="shop-prod-1", emulator_host=address, credentials_source="emulator"),
         gcp_conn_id="google_cloud_default",
     )
     ours.open()
@@ -194,7 +194,7 @@ async def test_ack_ids_refused_for_now_are_sent_again_alone(server):
     recording, address = server
     recording.ack_id_failures = [{"a2": "TRANSIENT_FAILURE_UNORDERED_ACK_ID"}, {}]
     ours = PubSubClient(
-        PubSubClientSettings(project="shop-prod-1", emulator_host=address, credentials_source="emulator"),
+        PubSubClientConfig(project="shop-prod-1", emulator_host=address, credentials_source="emulator"),
         gcp_conn_id="google_cloud_default",
     )
     ours.open()
@@ -209,7 +209,7 @@ async def test_a_refused_settlement_that_names_no_ack_id_still_fails_clearly(ser
     recording, address = server
     recording.ack_id_failures = [{"unrelated-id": "PERMANENT_FAILURE_INVALID_ACK_ID"}]
     ours = PubSubClient(
-        PubSubClientSettings(project="shop-prod-1", emulator_host=address, credentials_source="emulator"),
+        PubSubClientConfig(project="shop-prod-1", emulator_host=address, credentials_source="emulator"),
         gcp_conn_id="google_cloud_default",
     )
     ours.open()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
+from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_shared_stream.pubsub.client import PubSubClient
 from airflow_shared_stream.pubsub.errors import (
@@ -13,7 +15,12 @@ from airflow_shared_stream.pubsub.errors import (
     PubSubEndpointError,
     PubSubNotFoundError,
 )
-from airflow_shared_stream.pubsub.hook import PubSubClientSettings, ResourceName, settings_from_extra
+from airflow_shared_stream.pubsub.hook import (
+    PubSubClientConfig,
+    PubSubSharedStreamHook,
+    ResourceName,
+    config_from_extra,
+)
 from airflow_shared_stream.pubsub.trigger import PubSubSharedStreamTrigger
 
 PROJECT = "shop-prod-1"
@@ -184,32 +191,60 @@ def test_a_short_and_a_full_dead_letter_topic_agree(monkeypatch):
 # -- the connection --------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("module", "old", "new"),
+    [
+        ("airflow_shared_stream.pubsub", "PubSubHook", PubSubSharedStreamHook),
+        ("airflow_shared_stream.pubsub", "PubSubClientSettings", PubSubClientConfig),
+        ("airflow_shared_stream.pubsub.hook", "PubSubHook", PubSubSharedStreamHook),
+        ("airflow_shared_stream.pubsub.hook", "PubSubClientSettings", PubSubClientConfig),
+        ("airflow_shared_stream.pubsub.hook", "settings_from_extra", config_from_extra),
+    ],
+)
+def test_the_old_names_still_import_and_say_they_are_deprecated(module, old, new):
+    with pytest.warns(
+        AirflowProviderDeprecationWarning, match=f"{module}.{old} is deprecated; use {new.__name__}"
+    ):
+        assert getattr(importlib.import_module(module), old) is new
+
+
+async def test_aget_client_settings_still_answers_and_says_it_is_deprecated(monkeypatch):
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:1")
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT",
+        json.dumps({"conn_type": "google_cloud_platform", "extra": {"project": PROJECT}}),
+    )
+    with pytest.warns(AirflowProviderDeprecationWarning, match="use aget_client_config"):
+        config = await PubSubSharedStreamHook().aget_client_settings()
+    assert config == await PubSubSharedStreamHook().aget_client_config()
+
+
 def test_emulator_needs_no_credentials(monkeypatch):
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:1")
-    settings = settings_from_extra({"project": PROJECT}, "gcp")
-    assert (settings.project, settings.emulator_host, settings.credentials) == (PROJECT, "127.0.0.1:1", None)
+    config = config_from_extra({"project": PROJECT}, "gcp")
+    assert (config.project, config.emulator_host, config.credentials) == (PROJECT, "127.0.0.1:1", None)
 
 
 def test_keyfile_dict_loads_and_stays_out_of_repr_and_errors(no_emulator, service_account_key):
     raw = json.dumps(service_account_key)
-    settings = settings_from_extra(
+    config = config_from_extra(
         {"keyfile_dict": raw, "scope": "https://www.googleapis.com/auth/pubsub"}, "gcp"
     )
-    assert settings.project == "key-project-9"
-    assert settings.credentials_source == "extra.keyfile_dict"
-    assert settings.credentials.service_account_email == service_account_key["client_email"]
-    assert "PRIVATE KEY" not in repr(settings)
-    assert service_account_key["private_key"] in settings.secrets
+    assert config.project == "key-project-9"
+    assert config.credentials_source == "extra.keyfile_dict"
+    assert config.credentials.service_account_email == service_account_key["client_email"]
+    assert "PRIVATE KEY" not in repr(config)
+    assert service_account_key["private_key"] in config.secrets
 
 
 def test_key_path_loads(no_emulator, service_account_key, tmp_path):
     path = tmp_path / "key.json"
     path.write_text(json.dumps(service_account_key))
-    settings = settings_from_extra(
+    config = config_from_extra(
         {"extra__google_cloud_platform__key_path": str(path), "project": PROJECT}, "gcp"
     )
-    assert settings.project == PROJECT  # the connection's project wins over the key's
-    assert settings.credentials_source == "extra.key_path"
+    assert config.project == PROJECT  # the connection's project wins over the key's
+    assert config.credentials_source == "extra.key_path"
 
 
 def test_a_broken_key_is_named_without_its_content(no_emulator, service_account_key):
@@ -218,11 +253,11 @@ def test_a_broken_key_is_named_without_its_content(no_emulator, service_account_
         private_key="-----BEGIN PRIVATE KEY-----\nnot-a-key-s3cr3t\n-----END PRIVATE KEY-----\n",
     )
     with pytest.raises(PubSubConfigurationError) as exc_info:
-        settings_from_extra({"keyfile_dict": json.dumps(broken)}, "gcp")
+        config_from_extra({"keyfile_dict": json.dumps(broken)}, "gcp")
     assert "extra.keyfile_dict of connection 'gcp'" in str(exc_info.value)
     assert "s3cr3t" not in str(exc_info.value)
     with pytest.raises(PubSubConfigurationError, match="not a JSON object") as exc_info:
-        settings_from_extra({"keyfile_dict": "{s3cr3t"}, "gcp")
+        config_from_extra({"keyfile_dict": "{s3cr3t"}, "gcp")
     assert "s3cr3t" not in str(exc_info.value)
 
 
@@ -239,12 +274,12 @@ def test_a_broken_key_is_named_without_its_content(no_emulator, service_account_
 )
 def test_connection_problems_are_named(no_emulator, extra, message):
     with pytest.raises(PubSubConfigurationError, match=message):
-        settings_from_extra(extra, "gcp")
+        config_from_extra(extra, "gcp")
 
 
 def test_anonymous_credentials(no_emulator):
-    settings = settings_from_extra({"is_anonymous": "true", "project": PROJECT}, "gcp")
-    assert settings.credentials_source == "anonymous"
+    config = config_from_extra({"is_anonymous": "true", "project": PROJECT}, "gcp")
+    assert config.credentials_source == "anonymous"
 
 
 # -- errors ----------------------------------------------------------------------------------
@@ -265,10 +300,10 @@ def test_google_errors_become_ours_without_secrets(error, kind, text):
     from google.api_core import exceptions
 
     secret = "-----BEGIN PRIVATE KEY-----s3cr3t"
-    settings = PubSubClientSettings(
+    config = PubSubClientConfig(
         project=PROJECT, emulator_host=None, credentials_source="x", secrets=(secret,)
     )
-    client = PubSubClient(settings, gcp_conn_id="gcp")
+    client = PubSubClient(config, gcp_conn_id="gcp")
     exc = getattr(exceptions, error)(f"server said: {secret}")
     ours = client.explain(exc, "Pull", f"projects/{PROJECT}/subscriptions/orders")
     assert isinstance(ours, kind)

@@ -15,7 +15,8 @@ from airflow_shared_stream.servicebus import (
     ServiceBusSharedStreamHook,
     ServiceBusSharedStreamTrigger,
 )
-from airflow_shared_stream.servicebus.producer import Entity, _jsonable
+from airflow_shared_stream.servicebus.envelope import jsonable
+from airflow_shared_stream.servicebus.hook import Entity
 
 KEY = "c2VjcmV0LWtleS0x"
 EMULATOR = (
@@ -139,6 +140,6 @@ def test_lock_duration_seconds_is_deprecated_ignored_and_old_serializations_stil
 def test_sdk_values_become_json():
     when = datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc)
     token = uuid.uuid4()
-    value = _jsonable({b"k": b"v", "t": when, "u": token, "bin": b"\xff\x00", "n": [1, b"x"]})
+    value = jsonable({b"k": b"v", "t": when, "u": token, "bin": b"\xff\x00", "n": [1, b"x"]})
     assert value == {"k": "v", "t": when.isoformat(), "u": str(token), "bin": "/wA=", "n": [1, "x"]}
     json.dumps(value)

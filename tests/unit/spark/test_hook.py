@@ -233,3 +233,49 @@ def test_submission_tag_is_found_only_as_a_whole_property():
     assert not tag_in_launch_command(head, "bc123")
     # The property name must survive Spark's default redaction of launch commands.
     assert not re.search(r"(?i)secret|password|token|access[.]?key", SUBMISSION_TAG_PROPERTY)
+
+
+HOOK_MODULE_NAMES = [
+    "ACTIVE_STATES",
+    "AsyncSparkRestClient",
+    "DEFAULT_REST_PORT",
+    "DriverStatus",
+    "FAILED_STATES",
+    "LOCAL_SCHEMES",
+    "ListedDriver",
+    "MasterState",
+    "PYTHON_RUNNER",
+    "SUBMISSION_TAG_PROPERTY",
+    "SUCCEEDED_STATES",
+    "SparkRestAuthError",
+    "SparkRestClient",
+    "SparkRestConfig",
+    "SparkRestError",
+    "SparkRestHook",
+    "TagLookup",
+    "TransientSparkRestError",
+    "UnknownSubmissionError",
+    "amaster_state",
+    "async_ui_client",
+    "build_create_request",
+    "check_python_files_local",
+    "config_from_connection",
+    "find_driver_by_tag",
+    "master_state",
+    "parse_create_response",
+    "parse_kill_response",
+    "parse_master_state",
+    "parse_status_response",
+    "rest_submission_supported",
+    "summarize_driver_output",
+    "tag_in_launch_command",
+    "ui_client",
+]
+"""Every public name spark/hook.py defined before the REST path was split into modules."""
+
+
+def test_every_public_name_of_the_hook_module_still_imports_from_it():
+    import airflow_shared_stream.spark.hook as hook
+
+    assert sorted(name for name in HOOK_MODULE_NAMES if not hasattr(hook, name)) == []
+    assert set(HOOK_MODULE_NAMES) <= set(hook.__all__)

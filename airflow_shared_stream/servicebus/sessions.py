@@ -1,0 +1,191 @@
+"""
+The sessions of a session-enabled Service Bus entity: each an ordered lane with its own receiver.
+
+The producer holds up to ``max_concurrent_sessions`` session receivers, accepting the next
+available session whenever it has room; a session whose receiver stays empty is released for
+other consumers.
+
+Two things keep a session's order through a redelivery. Session receivers prefetch: without
+prefetch the SDK gives back ("releases") a message that arrives while no receive call waits,
+and the service sends an abandoned session message straight back, so a redelivered message
+could be released while the one after it was handed out. And an abandon gives the session up:
+the service puts an abandoned message back at the head of its session, but what the receiver
+already holds (prefetched, or received and not yet handed out) is ahead of it on the link.
+Closing the receiver releases all of that; the session is then taken again from its head.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_shared_stream.common.leased_queue import Delivery
+from airflow_shared_stream.servicebus.errors import ServiceBusSharedStreamError, is_lock_lost, is_timeout
+
+log = logging.getLogger(__name__)
+
+SESSION_ACCEPT_RETRY_SECONDS = 2.0
+"""While sessions are held, how long after finding no free session the producer asks again."""
+
+IDLE_RECEIVES_BEFORE_RELEASE = 3
+"""Empty receives in a row after which a session with nothing in flight is released."""
+
+
+@dataclass(eq=False)
+class SessionReceiver:
+    """One accepted session: its receiver and when it last gave us something."""
+
+    receiver: Any
+    session_id: str
+    idle_receives: int = 0
+    in_flight: set[str] = field(default_factory=set)
+    restarting: bool = False
+    """A message of it was abandoned: given up at the next receive, taken again from its head."""
+    closed: bool = False
+    """Its receiver is closed: the service has its session lock and every message it held back."""
+
+
+class SessionReceivers:
+    """
+    The sessions one stream holds: accepted, received from in turn, and given up.
+
+    :param open_receiver: builds a (not yet opened) session receiver from the SDK's keyword
+        arguments.
+    :param on_lock_lost: told of a session whose lock was lost while receiving (it is released).
+    :param explain: turns an SDK error into the stream's error.
+    """
+
+    def __init__(
+        self,
+        *,
+        entity_path: str,
+        max_sessions: int,
+        max_wait_time: float,
+        prefetch: int,
+        open_receiver: Callable[..., Any],
+        on_lock_lost: Callable[[str, BaseException], None],
+        explain: Callable[[str, BaseException], ServiceBusSharedStreamError],
+    ) -> None:
+        self._entity_path = entity_path
+        self._max_sessions = max_sessions
+        self._max_wait_time = max_wait_time
+        self._prefetch = prefetch
+        self._open_receiver = open_receiver
+        self._on_lock_lost = on_lock_lost
+        self._explain = explain
+        self.held: list[SessionReceiver] = []
+        self._next_accept = 0.0
+
+    def ids(self) -> list[str]:
+        """The sessions held, in receive order."""
+        return [str(session.session_id) for session in self.held]
+
+    async def receive(
+        self, max_messages: int, deliver: Callable[[Any, SessionReceiver], Delivery[Any]]
+    ) -> list[Delivery[Any]]:
+        """One receive from each held session (sharing ``max_messages``); ``deliver`` wraps each message."""
+        for session in [s for s in self.held if s.restarting]:
+            await self.release(session)
+        await self._accept()
+        if not self.held:
+            return []
+        deliveries: list[Delivery[Any]] = []
+        per_session = max(1, max_messages // len(self.held))
+        for session in list(self.held):
+            want = min(per_session, max_messages - len(deliveries))
+            if want <= 0:
+                break
+            try:
+                messages = await session.receiver.receive_messages(
+                    max_message_count=want, max_wait_time=min(1.0, self._max_wait_time)
+                )
+            except Exception as exc:
+                if is_lock_lost(exc):
+                    self._on_lock_lost(f"session {session.session_id!r}", exc)
+                    await self.release(session)
+                    continue
+                if is_timeout(exc):
+                    # The SDK re-attached a dropped session link and found no session: drop it.
+                    log.debug("Session receiver of %s found no session; releasing it", self._entity_path)
+                    await self.release(session)
+                    continue
+                raise self._explain("receive from", exc) from None
+            if session.restarting:
+                # A message of it was abandoned while this receive waited: what it brought is
+                # later in the session, and closing the receiver gives it back.
+                await self.release(session)
+                continue
+            session.idle_receives = 0 if messages else session.idle_receives + 1
+            for message in messages:
+                delivery = deliver(message, session)
+                session.in_flight.add(str(delivery.lease))
+                deliveries.append(delivery)
+            if session.idle_receives >= IDLE_RECEIVES_BEFORE_RELEASE and not session.in_flight:
+                await self.release(session)
+        return deliveries
+
+    async def _accept(self) -> None:
+        """
+        Accept the next available sessions while there is room (a short wait each).
+
+        A wait that found no free session is not repeated for ``SESSION_ACCEPT_RETRY_SECONDS``
+        while sessions are held: each wait costs a receive cycle up to a second, and the sessions
+        already held must be read (and settled) well within their lock duration.
+        """
+        from azure.servicebus import NEXT_AVAILABLE_SESSION
+
+        loop = asyncio.get_running_loop()
+        if self.held and loop.time() < self._next_accept:
+            return
+        while len(self.held) < self._max_sessions:
+            receiver = self._open_receiver(
+                session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1, prefetch_count=self._prefetch
+            )
+            try:
+                await receiver.__aenter__()
+            except Exception as exc:
+                await close_quietly(receiver)
+                if not is_timeout(exc):
+                    raise self._explain("accept a session of", exc) from None
+                session_id = None
+            else:
+                session_id = receiver.session.session_id
+            if not isinstance(session_id, str):
+                # No session was free. Service Bus answers the attach and then refuses it
+                # (com.microsoft:timeout); the SDK can return such a receiver as if it held a
+                # session, its id still the NEXT_AVAILABLE filter. It holds nothing: drop it.
+                await close_quietly(receiver)
+                self._next_accept = loop.time() + SESSION_ACCEPT_RETRY_SECONDS
+                if not self.held:
+                    await asyncio.sleep(min(1.0, self._max_wait_time))
+                return
+            self.held.append(SessionReceiver(receiver, session_id))
+            log.debug("Accepted session %r of %s", session_id, self._entity_path)
+
+    async def release(self, session: SessionReceiver) -> None:
+        """Give a session up: closing its receiver gives back its lock and all it held."""
+        if session in self.held:
+            self.held.remove(session)
+        session.closed = True
+        await close_quietly(session.receiver)
+
+    def forget(self, lease: str) -> None:
+        """A message was settled: no session has it in flight any more."""
+        for session in self.held:
+            session.in_flight.discard(lease)
+
+    async def close(self) -> None:
+        for session in self.held:
+            await close_quietly(session.receiver)
+        self.held.clear()
+
+
+async def close_quietly(closable: Any) -> None:
+    """Close an SDK receiver or client, best effort: a lock left behind runs out on the broker."""
+    try:
+        await closable.close()
+    except Exception as exc:
+        log.debug("Closing %s failed: %s", type(closable).__name__, type(exc).__name__)
