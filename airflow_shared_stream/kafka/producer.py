@@ -89,6 +89,7 @@ from airflow_shared_stream.kafka.errors import (  # noqa: E402
     KafkaSharedStreamError,
     KafkaTopicNotFoundError,
 )
+from airflow_shared_stream.kafka.fair_fetch import fetch_evenly  # noqa: E402
 from airflow_shared_stream.kafka.hook import KafkaHook  # noqa: E402
 from airflow_shared_stream.kafka.identity import consumer_group_id, group_claims  # noqa: E402
 from airflow_shared_stream.kafka.offsets import OffsetLedger  # noqa: E402
@@ -305,7 +306,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             if self.watchers.pending:
                 await self.positions.admit(consumer, self.ownership, self._seq)
             try:
-                fetched = await consumer.getmany(timeout_ms=self.poll_timeout_ms, max_records=available)
+                fetched = await fetch_evenly(consumer, available, self.poll_timeout_ms)
             except KafkaError as exc:
                 raise self._error("reading from Kafka failed", exc) from None
             for tp, records in fetched.items():
