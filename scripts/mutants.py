@@ -596,6 +596,15 @@ MUTANTS: tuple[Mutant, ...] = (
         module="tests/integration/kafka/test_kafka_partitions_read_evenly.py",
     ),
     Mutant(
+        name="a JSON record's envelope loses its headers",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/producer.py",
+        original='                    "headers": {name: _text(data) for name, data in headers} if headers else {},\n',
+        mutated='                    "headers": {},\n',
+        caught_by=("test_every_record_gets_the_general_builders_envelope",),
+        module="tests/unit/kafka/test_envelope_fast_path.py",
+    ),
+    Mutant(
         name="a refused watcher keeps running silently",
         broker="kafka",
         path="airflow_shared_stream/kafka/watchers.py",
