@@ -599,7 +599,10 @@ MUTANTS: tuple[Mutant, ...] = (
         name="a JSON record's envelope loses its headers",
         broker="kafka",
         path="airflow_shared_stream/kafka/producer.py",
-        original='                    "headers": {name: _text(data) for name, data in headers} if headers else {},\n',
+        original=(
+            '                    "headers": '
+            "{name: _text(data) for name, data in headers} if headers else {},\n"
+        ),
         mutated='                    "headers": {},\n',
         caught_by=("test_every_record_gets_the_general_builders_envelope",),
         module="tests/unit/kafka/test_envelope_fast_path.py",
