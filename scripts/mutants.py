@@ -630,6 +630,27 @@ MUTANTS: tuple[Mutant, ...] = (
         module=KAFKA_POSITIONS,
     ),
     Mutant(
+        name="partitions read one after another",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/fair_fetch.py",
+        original="    if 1 < len(partitions) <= max_records:\n",
+        mutated="    if False:  # mutant: each fetch drains the first buffered partition first\n",
+        caught_by=("test_a_backlog_on_several_partitions_is_read_side_by_side",),
+        module="tests/integration/kafka/test_kafka_partitions_read_evenly.py",
+    ),
+    Mutant(
+        name="a JSON record's envelope loses its headers",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/envelope.py",
+        original=(
+            '                    "headers": '
+            "{name: _text(data) for name, data in headers} if headers else {},\n"
+        ),
+        mutated='                    "headers": {},\n',
+        caught_by=("test_every_record_gets_the_general_builders_envelope",),
+        module="tests/unit/kafka/test_envelope_fast_path.py",
+    ),
+    Mutant(
         name="a refused watcher keeps running silently",
         broker="kafka",
         path="airflow_shared_stream/kafka/watchers.py",

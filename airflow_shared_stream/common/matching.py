@@ -28,10 +28,14 @@ class Verdict(enum.Enum):
     REJECT = "reject"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RawMessage:
     """
     What a producer broadcasts to its subscribers for one broker message.
+
+    Read-only by convention, not frozen: one is built per message on every stream's hot path, and
+    a frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``, which costs
+    more than the rest of the object.
 
     ``envelope`` is the JSON-able mapping matched against and used, unchanged, as the trigger
     event payload. ``unprocessable`` names why the message cannot become a trigger event at all

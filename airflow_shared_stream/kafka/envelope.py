@@ -9,6 +9,7 @@ commit, seek or dead-letter the record.
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any, NamedTuple
 
 from airflow_shared_stream.common.matching import RawMessage, build_message
@@ -50,19 +51,41 @@ def build_raw_message(record: Any, max_payload_bytes: int) -> RawMessage:
 
     A value that is not UTF-8 is unprocessable (dead-lettered with its bytes intact) rather than
     base64-encoded into the payload: Kafka values are often binary formats (Avro, Protobuf) that
-    a JMESPath ``match`` cannot read anyway.
+    a JMESPath ``match`` cannot read anyway. The usual record, a JSON object within the payload
+    limit, is built here directly: the envelope :func:`build_message` makes, without its checks
+    for the other cases.
     """
     key = record.key
+    headers = record.headers
+    value = record.value
+    if value is not None and len(value) <= max_payload_bytes and value[:1] == b"{":
+        try:
+            body = json.loads(value.decode("utf-8"))
+        except ValueError:  # not UTF-8 (UnicodeDecodeError is one) or not JSON: the general path
+            pass
+        else:
+            return RawMessage(
+                {
+                    "value": body,
+                    "topic": record.topic,
+                    "partition": record.partition,
+                    "offset": record.offset,
+                    "timestamp": record.timestamp,
+                    "key": None if key is None else _text(key),
+                    "headers": {name: _text(data) for name, data in headers} if headers else {},
+                },
+                f"{record.topic}/{record.partition}@{record.offset}",
+            )
     metadata = {
         "topic": record.topic,
         "partition": record.partition,
         "offset": record.offset,
         "timestamp": record.timestamp,
         "key": None if key is None else _text(key),  # most records have none: no call for them
-        "headers": {name: _text(value) for name, value in record.headers} if record.headers else {},
+        "headers": {name: _text(data) for name, data in headers} if headers else {},
     }
     return build_message(
-        record.value,
+        value,
         metadata=metadata,
         label=f"{record.topic}/{record.partition}@{record.offset}",
         max_payload_bytes=max_payload_bytes,

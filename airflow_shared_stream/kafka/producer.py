@@ -7,7 +7,8 @@ several triggerers never split them), and every watcher keeps its own durable po
 the watchers this process serves, and a partition without any has its start committed before its
 first record is read (:mod:`.anchors`).
 
-Records are fetched in batches (``getmany``) sized by the credit window, so no more than
+Records are fetched in batches shared between the partitions (:mod:`.fair_fetch`) and sized by
+the credit window, so no more than
 ``max_in_flight`` are ever yielded and unsettled. Each record is its own raw event (the envelope
 is :mod:`.envelope`'s); its lane is its ``(topic, partition)``, settled by :mod:`.settler`:
 
@@ -60,6 +61,7 @@ from airflow_shared_stream.kafka.errors import (  # noqa: E402
     KafkaSharedStreamError,
     KafkaTopicNotFoundError,
 )
+from airflow_shared_stream.kafka.fair_fetch import fetch_evenly  # noqa: E402
 from airflow_shared_stream.kafka.hook import KafkaSharedStreamHook  # noqa: E402
 from airflow_shared_stream.kafka.identity import consumer_group_id, group_claims  # noqa: E402
 from airflow_shared_stream.kafka.positions import PositionStore  # noqa: E402
@@ -191,7 +193,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             if self.watchers.pending:
                 await self.positions.admit(consumer, self._rewind, self._seq)
             try:
-                fetched = await consumer.getmany(timeout_ms=self.poll_timeout_ms, max_records=available)
+                fetched = await fetch_evenly(consumer, available, self.poll_timeout_ms)
             except KafkaError as exc:
                 raise self._error("reading from Kafka failed", exc) from None
             for tp, records in fetched.items():
