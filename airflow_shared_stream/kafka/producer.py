@@ -51,6 +51,7 @@ from airflow_shared_stream.common.trigger import (  # noqa: E402
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_PAYLOAD_BYTES,
 )
+from airflow_shared_stream.console.figures import stream_figures  # noqa: E402
 from airflow_shared_stream.kafka.anchors import StartAnchors  # noqa: E402
 from airflow_shared_stream.kafka.committer import OffsetCommitter  # noqa: E402
 from airflow_shared_stream.kafka.dead_letters import DeadLetterWriter  # noqa: E402
@@ -356,7 +357,18 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             committed = self.ledger.committed((tp.topic, tp.partition))
             if end is not None and committed is not None:
                 lag += max(0, end - committed)
+        stream_figures.set_lag(self.metrics.broker, self.metrics.stream, self._watcher_lag(consumer))
         self.metrics.gauge(m.BROKER_LAG, lag)
+
+    def _watcher_lag(self, consumer: AIOKafkaConsumer) -> dict[str, dict[str, int]]:
+        """Each watcher's lag per partition: the end offset (as last fetched) minus its position."""
+        lag: dict[str, dict[str, int]] = {}
+        for cursor in self.watchers.admitted():
+            for tp in consumer.assignment():
+                end, position = consumer.highwater(tp), cursor.next.get(tp)
+                if end is not None and position is not None:
+                    lag.setdefault(cursor.label, {})[f"{tp.topic}/{tp.partition}"] = max(0, end - position)
+        return lag
 
     async def _dead_letter(self, payloads: list[KafkaBrokerPayload]) -> None:
         """Produce ``payloads`` to the dead-letter topic, acknowledged (see :mod:`.dead_letters`)."""

@@ -139,6 +139,7 @@ async def test_the_published_value_holds_counts_and_names_only() -> None:
         "totals",
         "in_flight",
         "history",
+        "lag",
     }
 
 
