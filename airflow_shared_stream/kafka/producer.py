@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Hashable, Sequence
 
 from airflow_shared_stream.common.errors import require_sdk
@@ -77,6 +78,8 @@ POLL_TIMEOUT_MS = 500
 """How long one ``getmany`` waits for records; bounds how late a stop or a credit is noticed."""
 
 POSITION_REFRESH_INTERVAL = 60.0
+LAG_NOTE_INTERVAL = 1.0
+"""Least time between two notes of the watchers' lag after a fetch (the page shows it every 5 s)."""
 """Seconds between two commits of unchanged positions: far below any offsets retention, and the
 liveness a position's mark shows to other triggerers (:data:`~.marks.LIVE_FOR` is five of them)."""
 
@@ -121,6 +124,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         )
         self.anchors = StartAnchors(self.committer, self._error)
         self.fetch_epochs: dict[TopicPartition, int] = {}
+        self._lag_noted_at = 0.0
         """Bumped on every seek of a partition: records fetched before it are stale, not yielded."""
         self.watchers = watchers_of(stream_ref(self.topics, kafka_config_id, group_id))
         self.positions = WatcherPositions(
@@ -226,6 +230,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                     await yield_point()
             if fetched:
                 metrics.gauge(m.IN_FLIGHT, credits.in_flight)
+                self._note_lag(consumer)
 
     async def _wait_for_credit(self) -> int:
         """Wait until a message is settled (the whole window is in flight)."""
@@ -359,6 +364,16 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 lag += max(0, end - committed)
         stream_figures.set_lag(self.metrics.broker, self.metrics.stream, self._watcher_lag(consumer))
         self.metrics.gauge(m.BROKER_LAG, lag)
+
+    def _note_lag(self, consumer: AIOKafkaConsumer) -> None:
+        """
+        Note the watchers' lag after a fetch moved the end offsets, at most once a second: a
+        stream whose watchers settle nothing has no commit round to report it after.
+        """
+        now = time.monotonic()
+        if now - self._lag_noted_at >= LAG_NOTE_INTERVAL:
+            self._lag_noted_at = now
+            stream_figures.set_lag(self.metrics.broker, self.metrics.stream, self._watcher_lag(consumer))
 
     def _watcher_lag(self, consumer: AIOKafkaConsumer) -> dict[str, dict[str, int]]:
         """Each watcher's lag per partition: the end offset (as last fetched) minus its position."""

@@ -48,6 +48,29 @@ async def test_each_watchers_lag_per_partition_reaches_zero_when_it_has_everythi
         )
 
 
+async def test_a_watcher_that_settles_nothing_shows_its_lag_without_a_commit(kafka: Any) -> None:
+    topic = kafka.name("orders")
+    await kafka.create_topics(topic)
+    async with SharedStreamHarness(confirm_after=0.0) as harness:
+        harness.persisting = False  # no event is ever persisted: nothing settles, nothing commits
+        await kafka.produce(topic, [{"n": n} for n in range(3)], partition=0)
+        watcher = harness.add(KafkaSharedStreamTrigger(topics=[topic], kafka_config_id=kafka.conn_id))
+        await watcher.wait_for_events(3)
+        await eventually(
+            lambda: _lag(harness),
+            lambda lag: list(lag.values()) == [{f"{topic}/0": 3}],
+            timeout=30,
+            what="a lag of 3 on the partition",
+        )
+        harness.persisting = True
+        await eventually(
+            lambda: _lag(harness),
+            lambda lag: list(lag.values()) == [{f"{topic}/0": 0}],
+            timeout=30,
+            what="the lag back at 0 once the events are persisted",
+        )
+
+
 async def test_dead_letter_depth_is_what_the_redrive_group_has_not_taken(
     kafka: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
