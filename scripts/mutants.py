@@ -820,6 +820,15 @@ MUTANTS: tuple[Mutant, ...] = (
         module="tests/integration/servicebus/test_servicebus_dead_letter_depth.py",
     ),
     Mutant(
+        name="Service Bus dead-letter depth counted by receiving (locks the dead letters)",
+        broker="console",
+        path="airflow_shared_stream/console/backlog.py",
+        original="await receiver.peek_messages(max_message_count=want, sequence_number=next_sequence)",
+        mutated="await receiver.receive_messages(max_message_count=want, max_wait_time=1)",
+        caught_by=("test_a_queues_dead_letters_are_counted_and_left_as_they_were",),
+        module="tests/integration/servicebus/test_servicebus_dead_letter_depth.py",
+    ),
+    Mutant(
         name="Service Bus dead-letter depth counts one peek only",
         broker="console",
         path="airflow_shared_stream/console/backlog.py",

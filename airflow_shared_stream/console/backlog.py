@@ -103,8 +103,8 @@ async def _read_kafka_depth(conn_id: str, topic: str) -> dict[str, Any]:
     config = await KafkaSharedStreamHook(conn_id).aget_client_config()
     # The redrive's group, never joined (no subscribe): only its committed offsets are read.
     consumer = AIOKafkaConsumer(**config.consumer_kwargs(default_group_id(topic)))
-    await consumer.start()
     try:
+        await consumer.start()  # inside: a start cut short by the timeout still closes the client
         if topic not in await consumer.topics():
             raise KafkaTopicNotFoundError(topic)
         partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
@@ -146,9 +146,8 @@ async def _peek_count(conn_id: str, entity_path: str) -> dict[str, Any]:
         async with receiver:
             count, next_sequence = 0, 0
             while count < PEEK_LIMIT:
-                batch = await receiver.peek_messages(
-                    max_message_count=min(PEEK_BATCH, PEEK_LIMIT - count), sequence_number=next_sequence
-                )
+                want = min(PEEK_BATCH, PEEK_LIMIT - count)
+                batch = await receiver.peek_messages(max_message_count=want, sequence_number=next_sequence)
                 if not batch:
                     break
                 count += len(batch)

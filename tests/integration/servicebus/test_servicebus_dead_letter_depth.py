@@ -28,8 +28,10 @@ async def test_a_queues_dead_letters_are_counted_and_left_as_they_were(
     queue = servicebus.create_queue()
     assert await servicebus_dead_letter_depth(servicebus_connection, queue) == {"depth": 0, "at_least": False}
     dead_lettered(servicebus, queue, queue, 7)
+    locked_before = servicebus.locked_deliveries
 
     assert await servicebus_dead_letter_depth(servicebus_connection, queue) == {"depth": 7, "at_least": False}
+    assert servicebus.locked_deliveries == locked_before  # no lock taken, no delivery counted
     # Counting locked nothing: a redrive at once takes all seven.
     summary = await redrive(dead_letter_source("servicebus", source=queue))
     assert summary.moved == 7
