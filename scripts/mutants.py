@@ -865,6 +865,15 @@ MUTANTS: tuple[Mutant, ...] = (
         module=CONSOLE_REDRIVE_FORM,
     ),
     Mutant(
+        name="the Streams page missing from the UI's Browse menu",
+        broker="console",
+        path="airflow_shared_stream/console/plugin.py",
+        original='            "category": "browse",\n',
+        mutated='            "category": "streams",\n',
+        caught_by=("test_the_page_in_a_browser_shows_moving_figures_and_starts_a_redrive",),
+        module=CONSOLE_E2E,
+    ),
+    Mutant(
         name="the redrive form offered to a viewer",
         broker="console",
         path="airflow_shared_stream/console/api.py",
