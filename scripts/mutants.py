@@ -58,6 +58,8 @@ SPARK_FORGOTTEN = "tests/integration/spark/test_forgotten_driver.py"
 CONSOLE_E2E = "tests/e2e/test_streams_page.py"
 CONSOLE_FIGURES = "tests/unit/console/test_figures.py"
 CONSOLE_STREAMS = "tests/unit/console/test_streams.py"
+CONSOLE_REDRIVE_FORM = "tests/unit/console/test_redrive_form.py"
+CONSOLE_KAFKA = "tests/integration/kafka/test_kafka_console_figures.py"
 
 SUITE = {"kafka": "Kafka", "sqs": "Sqs", "pubsub": "PubSub", "servicebus": "ServiceBus"}
 """The name of each broker's contract class (``Test<name>Contract``)."""
@@ -784,6 +786,114 @@ MUTANTS: tuple[Mutant, ...] = (
     # ``--broker console``: the Streams page's guarantees (its auth against a real api-server).
     # (Dropping the redrive route's own permission check survives: Airflow's REST API, which
     # creates the run with the person's own token, refuses the viewer too.)
+    Mutant(
+        name="Kafka lag per watcher ignores the watcher's position",
+        broker="console",
+        path="airflow_shared_stream/kafka/producer.py",
+        original='[f"{tp.topic}/{tp.partition}"] = max(0, end - position)\n',
+        mutated='[f"{tp.topic}/{tp.partition}"] = max(0, end)\n',
+        caught_by=("test_each_watchers_lag_per_partition_reaches_zero_when_it_has_everything",),
+        module=CONSOLE_KAFKA,
+    ),
+    Mutant(
+        name="Kafka lag noted only after a commit round (stale while nothing settles)",
+        broker="console",
+        path="airflow_shared_stream/kafka/producer.py",
+        original="                self._note_lag(consumer)\n",
+        mutated="",
+        caught_by=("test_a_watcher_that_settles_nothing_shows_its_lag_without_a_commit",),
+        module=CONSOLE_KAFKA,
+    ),
+    Mutant(
+        name="Kafka lag kept by the triggerer but not written with the figures",
+        broker="console",
+        path="airflow_shared_stream/console/figures.py",
+        original='            "lag": self.lag,\n',
+        mutated='            "lag": {},\n',
+        caught_by=("test_the_lag_a_producer_notes_is_written_with_the_next_flush",),
+        module=CONSOLE_FIGURES,
+    ),
+    Mutant(
+        name="Kafka lag of one triggerer hides another's partitions",
+        broker="console",
+        path="airflow_shared_stream/console/streams.py",
+        original="            lag.setdefault(watcher, {}).update(partitions)\n",
+        mutated="            lag[watcher] = dict(partitions)\n",
+        caught_by=("test_kafka_lag_of_two_triggerers_is_each_ones_partitions_together",),
+        module=CONSOLE_STREAMS,
+    ),
+    Mutant(
+        name="Kafka dead-letter depth counts what a redrive already took",
+        broker="console",
+        path="airflow_shared_stream/console/backlog.py",
+        original="ends[tp] - max(starts[tp], taken or 0)",
+        mutated="ends[tp] - starts[tp]",
+        caught_by=("test_dead_letter_depth_is_what_the_redrive_group_has_not_taken",),
+        module=CONSOLE_KAFKA,
+    ),
+    Mutant(
+        name="Service Bus dead-letter depth peeks the queue, not its dead letters",
+        broker="console",
+        path="airflow_shared_stream/console/backlog.py",
+        original="client.get_queue_receiver(entity.queue_name, sub_queue=ServiceBusSubQueue.DEAD_LETTER)",
+        mutated="client.get_queue_receiver(entity.queue_name)",
+        caught_by=("test_a_queues_dead_letters_are_counted_and_left_as_they_were",),
+        module="tests/integration/servicebus/test_servicebus_dead_letter_depth.py",
+    ),
+    Mutant(
+        name="Service Bus dead-letter depth counted by receiving (locks the dead letters)",
+        broker="console",
+        path="airflow_shared_stream/console/backlog.py",
+        original="await receiver.peek_messages(max_message_count=want, sequence_number=next_sequence)",
+        mutated="await receiver.receive_messages(max_message_count=want, max_wait_time=1)",
+        caught_by=("test_a_queues_dead_letters_are_counted_and_left_as_they_were",),
+        module="tests/integration/servicebus/test_servicebus_dead_letter_depth.py",
+    ),
+    Mutant(
+        name="Service Bus dead-letter depth counts one peek only",
+        broker="console",
+        path="airflow_shared_stream/console/backlog.py",
+        original="                count += len(batch)\n",
+        mutated="                count += len(batch)\n                break\n",
+        caught_by=("test_a_subscriptions_dead_letters_are_its_own_and_counted_up_to_the_limit",),
+        module="tests/integration/servicebus/test_servicebus_dead_letter_depth.py",
+    ),
+    Mutant(
+        name="SQS dead-letter depth leaves out the messages in flight",
+        broker="console",
+        path="airflow_shared_stream/console/backlog.py",
+        original='"depth": visible + in_flight}',
+        mutated='"depth": visible}',
+        caught_by=("test_the_queue_and_its_dead_letter_queue_are_counted",),
+        module="tests/integration/sqs/test_sqs_console_backlog.py",
+    ),
+    Mutant(
+        name="the page sends the source as a list the redrive Dag refuses",
+        broker="console",
+        path="airflow_shared_stream/console/streams.py",
+        original='        source, dead_letter = upstream.get("queue_url"), stream.dead_letter\n',
+        mutated='        source, dead_letter = [upstream.get("queue_url")], stream.dead_letter\n',
+        caught_by=("test_each_brokers_run_conf_is_valid_for_the_dag",),
+        module=CONSOLE_REDRIVE_FORM,
+    ),
+    Mutant(
+        name="the redrive form names a field the Dag has no param for",
+        broker="console",
+        path="airflow_shared_stream/console/static/streams.html",
+        original='name: "max_messages", min: 1',
+        mutated='name: "max_count", min: 1',
+        caught_by=("test_the_pages_form_has_a_field_for_each_choice_the_person_makes",),
+        module=CONSOLE_REDRIVE_FORM,
+    ),
+    Mutant(
+        name="the Streams page missing from the UI's Browse menu",
+        broker="console",
+        path="airflow_shared_stream/console/plugin.py",
+        original='            "category": "browse",\n',
+        mutated='            "category": "streams",\n',
+        caught_by=("test_the_page_in_a_browser_shows_moving_figures_and_starts_a_redrive",),
+        module=CONSOLE_E2E,
+    ),
     Mutant(
         name="the redrive form offered to a viewer",
         broker="console",

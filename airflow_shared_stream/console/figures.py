@@ -90,6 +90,8 @@ class StreamFigures:
         default_factory=lambda: deque(maxlen=HISTORY_SAMPLES)
     )
     """(time, received total, dead-lettered total, in flight) at each publish."""
+    lag: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Kafka: watcher -> ``topic/partition`` -> end offset minus the watcher's position."""
     carriers: dict[int, AssetStateWriter] = field(default_factory=dict)
     """Trigger id -> the state store of a watcher of the stream running in this triggerer."""
     published_at: float = 0.0
@@ -115,6 +117,7 @@ class StreamFigures:
             "totals": {metric: self.totals.get(metric, 0) for metric in COUNTED},
             "in_flight": self.gauges.get(m.IN_FLIGHT, 0),
             "history": [list(sample) for sample in self.history],
+            "lag": self.lag,
         }
 
     def publish_due(self, now: float) -> bool:
@@ -167,6 +170,16 @@ class FiguresPublisher:
             self._publish_if_due(figures, now)
         except Exception as exc:  # pragma: no cover - figures must never hurt a stream
             log.debug("Keeping the figures of %s stream %s failed: %s", broker, stream, exc)
+
+    def set_lag(self, broker: str, stream: str, lag: Mapping[str, Mapping[str, int]]) -> None:
+        """
+        The stream's lag per watcher and partition, as its producer computed it from what it holds
+        (no broker call): written with the next publish. Never raises.
+        """
+        try:
+            self._figures(broker, stream).lag = {w: dict(p) for w, p in lag.items()}
+        except Exception as exc:  # pragma: no cover - figures must never hurt a stream
+            log.debug("Keeping the lag of %s stream %s failed: %s", broker, stream, exc)
 
     def _publish_if_due(self, figures: StreamFigures, now: float) -> None:
         """Write now if the interval has passed, else once when it has: the last change always lands."""

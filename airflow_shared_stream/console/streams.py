@@ -28,6 +28,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from airflow_shared_stream.console.backlog import servicebus_entity_path
 from airflow_shared_stream.console.figures import FIGURES_KEY_PREFIX
 
 CLASSPATH_PREFIX = "airflow_shared_stream."
@@ -50,6 +51,8 @@ DEAD_LETTER_FIELDS = {
     "pubsub": "dead_letter_topic",
 }
 """The trigger argument naming the stream's dead-letter destination (Service Bus: the entity's own)."""
+STREAM_REDRIVE_PARAMS = ("broker", "conn_id", "source", "dead_letter")
+"""The redrive Dag's params the stream decides; the person chooses the rest (``RedriveRequest``)."""
 
 
 def without_userinfo(value: Any) -> Any:
@@ -175,20 +178,29 @@ def group_streams(rows: Iterable[tuple[int, str, dict[str, Any], int | None]]) -
 
 
 def redrive_params(stream: Stream) -> dict[str, Any]:
-    """The redrive Dag's params that name this stream; empty when it has no dead-letter destination."""
-    source = stream.upstream
+    """
+    The redrive Dag's params that name this stream (each a string, as the Dag declares them);
+    empty when the page cannot name both ends.
+
+    Kafka produces each record back to the topic its origin header names (``source`` empty); SQS
+    goes from the dead-letter queue to the stream's queue; Service Bus from the entity's own
+    ``$deadletterqueue`` (``dead_letter`` empty). Pub/Sub is left out: its redrive reads a
+    dead-letter *subscription* and publishes to the subscription's topic, and a stream names
+    neither (only its dead-letter topic).
+    """
+    upstream = stream.upstream
+    source: str | None
     if stream.broker == "servicebus":
-        dead_letter: Any = "$deadletterqueue"
-    elif stream.dead_letter:
-        dead_letter = stream.dead_letter
+        source, dead_letter = servicebus_entity_path(upstream), None
+    elif stream.broker == "sqs" and stream.dead_letter:
+        source, dead_letter = upstream.get("queue_url"), stream.dead_letter
+    elif stream.broker == "kafka" and stream.dead_letter:
+        source, dead_letter = None, stream.dead_letter
     else:
         return {}
-    return {
-        "broker": stream.broker,
-        "conn_id": stream.connection_id,
-        "source": {k: v for k, v in source.items() if k != CONNECTION_FIELDS.get(stream.broker)},
-        "dead_letter": dead_letter,
-    }
+    return dict(
+        zip(STREAM_REDRIVE_PARAMS, (stream.broker, stream.connection_id, source, dead_letter), strict=True)
+    )
 
 
 def read_streams(session: Any, *, now: datetime | None = None) -> list[Stream]:
@@ -332,12 +344,17 @@ def merge_figures(published: list[dict[str, Any]], live_carriers: set[int]) -> d
             totals[metric] = totals.get(metric, 0) + int(count)
     last_received = [v["last_received_at"] for v in live if v.get("last_received_at")]
     longest = max(live, key=lambda v: len(v.get("history") or []))
+    lag: dict[str, dict[str, int]] = {}
+    for value in live:  # each triggerer reports the partitions it is assigned
+        for watcher, partitions in (value.get("lag") or {}).items():
+            lag.setdefault(watcher, {}).update(partitions)
     return {
         "published_at": max(float(v.get("published_at") or 0) for v in live),
         "last_received_at": max(last_received) if last_received else None,
         "in_flight": sum(float(v.get("in_flight") or 0) for v in live),
         "totals": totals,
         "history": longest.get("history") or [] if len(live) == 1 else _summed_history(live),
+        "lag": lag,
     }
 
 

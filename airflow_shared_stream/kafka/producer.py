@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Hashable, Sequence
 
 from airflow_shared_stream.common.errors import require_sdk
@@ -52,6 +53,7 @@ from airflow_shared_stream.common.trigger import (  # noqa: E402
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_PAYLOAD_BYTES,
 )
+from airflow_shared_stream.console.figures import stream_figures  # noqa: E402
 from airflow_shared_stream.kafka.anchors import StartAnchors  # noqa: E402
 from airflow_shared_stream.kafka.committer import OffsetCommitter  # noqa: E402
 from airflow_shared_stream.kafka.dead_letters import DeadLetterWriter  # noqa: E402
@@ -77,6 +79,8 @@ POLL_TIMEOUT_MS = 500
 """How long one ``getmany`` waits for records; bounds how late a stop or a credit is noticed."""
 
 POSITION_REFRESH_INTERVAL = 60.0
+LAG_NOTE_INTERVAL = 1.0
+"""Least time between two notes of the watchers' lag after a fetch (the page shows it every 5 s)."""
 """Seconds between two commits of unchanged positions: far below any offsets retention, and the
 liveness a position's mark shows to other triggerers (:data:`~.marks.LIVE_FOR` is five of them)."""
 
@@ -121,6 +125,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         )
         self.anchors = StartAnchors(self.committer, self._error)
         self.fetch_epochs: dict[TopicPartition, int] = {}
+        self._lag_noted_at = 0.0
         """Bumped on every seek of a partition: records fetched before it are stale, not yielded."""
         self.watchers = watchers_of(stream_ref(self.topics, kafka_config_id, group_id))
         self.positions = WatcherPositions(
@@ -226,6 +231,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                     await yield_point()
             if fetched:
                 metrics.gauge(m.IN_FLIGHT, credits.in_flight)
+                self._note_lag(consumer)
 
     async def _wait_for_credit(self) -> int:
         """Wait until a message is settled (the whole window is in flight)."""
@@ -354,7 +360,28 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             committed = self.ledger.committed((tp.topic, tp.partition))
             if end is not None and committed is not None:
                 lag += max(0, end - committed)
+        stream_figures.set_lag(self.metrics.broker, self.metrics.stream, self._watcher_lag(consumer))
         self.metrics.gauge(m.BROKER_LAG, lag)
+
+    def _note_lag(self, consumer: AIOKafkaConsumer) -> None:
+        """
+        Note the watchers' lag after a fetch moved the end offsets, at most once a second: a
+        stream whose watchers settle nothing has no commit round to report it after.
+        """
+        now = time.monotonic()
+        if now - self._lag_noted_at >= LAG_NOTE_INTERVAL:
+            self._lag_noted_at = now
+            stream_figures.set_lag(self.metrics.broker, self.metrics.stream, self._watcher_lag(consumer))
+
+    def _watcher_lag(self, consumer: AIOKafkaConsumer) -> dict[str, dict[str, int]]:
+        """Each watcher's lag per partition: the end offset (as last fetched) minus its position."""
+        lag: dict[str, dict[str, int]] = {}
+        for cursor in self.watchers.admitted():
+            for tp in consumer.assignment():
+                end, position = consumer.highwater(tp), cursor.next.get(tp)
+                if end is not None and position is not None:
+                    lag.setdefault(cursor.label, {})[f"{tp.topic}/{tp.partition}"] = max(0, end - position)
+        return lag
 
     async def _dead_letter(self, payloads: list[KafkaBrokerPayload]) -> None:
         """Produce ``payloads`` to the dead-letter topic, acknowledged (see :mod:`.dead_letters`)."""

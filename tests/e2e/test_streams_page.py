@@ -11,8 +11,9 @@ watchers and figures that move as messages are published, a redrive started from
 the screenshots docs/console.rst shows, at desktop and phone widths (written to docs/_static with
 ``RECORD_CONSOLE_SCREENSHOTS=1``, to the test's temporary directory otherwise).
 
-One deployment for the whole module; the redrive Dag is a stand-in with the example Dag's id and
-params (tests/e2e/console_dags/redrive_stand_in.py), paused, so a run is created and never runs.
+One deployment for the whole module; the redrive Dag is the provider's own example Dag
+(example_dags/shared_stream_redrive_dead_letters.py), paused (as new Dags are), so a run is
+created, its conf checked against the Dag's params by Airflow, and never runs.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = Path(__file__).resolve().parent / "console_dags"
+REDRIVE_DAG_FILE = REPO / "example_dags" / "shared_stream_redrive_dead_letters.py"
 DOCS_STATIC = REPO / "docs" / "_static"
 RECORD_SCREENSHOTS = os.environ.get("RECORD_CONSOLE_SCREENSHOTS") == "1"
 """Write the screenshots to docs/_static (what docs/console.rst shows), as RECORD_E2E_LATENCY does."""
@@ -132,7 +134,7 @@ def console(e2e_dir: Path, sqs: SqsServer, postgres: PostgresServer) -> Iterator
     home = e2e_dir / "airflow-console"
     dags = home / "dags"
     dags.mkdir(parents=True)
-    for dag_file in DAGS.glob("*.py"):
+    for dag_file in [*DAGS.glob("*.py"), REDRIVE_DAG_FILE]:
         (dags / dag_file.name).symlink_to(dag_file)
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps(PASSWORDS))
@@ -205,7 +207,7 @@ def test_figures_move_as_messages_are_published_and_show_no_secret(console: Cons
 
     def moved() -> bool:
         stream = console.stream()
-        dead_letters = ((stream.get("backlog") or {}).get("dead_letter") or {}).get("visible", 0)
+        dead_letters = ((stream.get("backlog") or {}).get("dead_letter") or {}).get("depth", 0)
         return _received(stream) >= before + 8 and dead_letters >= 2
 
     wait_until(moved, 120, "the stream's figures to count the published messages", interval=1.0)
@@ -239,7 +241,7 @@ def test_the_admin_starts_a_redrive_as_a_run_of_the_redrive_dag(console: Console
     assert conf == {
         "broker": "sqs",
         "conn_id": "aws_default",
-        "source": {"queue_url": console.queue_url},
+        "source": console.queue_url,
         "dead_letter": console.dead_letter_queue_url,
         "filter": "body.poison",
         "max_messages": 10,
@@ -260,11 +262,11 @@ def _browser(playwright: Any) -> Any:
         raise RuntimeError(f"Chromium ({CHROMIUM}) could not start: {exc}") from exc
 
 
-def _open_page(browser: Any, console: Console, width: int, height: int) -> Any:
+def _open_page(browser: Any, console: Console, width: int, height: int, path: str = PAGE) -> Any:
     context = browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=1)
     context.add_cookies([{"name": "_token", "value": console.tokens["admin"], "url": console.url}])
     page = context.new_page()
-    page.goto(console.url + PAGE)
+    page.goto(console.url + path)
     return page
 
 
@@ -281,6 +283,12 @@ def test_the_page_in_a_browser_shows_moving_figures_and_starts_a_redrive(
     with sync_playwright() as playwright:
         browser = _browser(playwright)
         try:
+            ui = _open_page(browser, console, 1280, 800, path="/")
+            ui.get_by_role("button", name="Browse").click()
+            ui.get_by_role("menuitem", name="Streams").click()
+            expect(ui.frame_locator("iframe").locator(row)).to_be_visible(timeout=30_000)
+            ui.close()
+
             page = _open_page(browser, console, 1280, 800)
             expect(page.locator(row)).to_be_visible(timeout=30_000)
             page.locator(row).click()

@@ -73,6 +73,21 @@ async def test_a_flush_is_published_to_the_watchers_asset_under_the_streams_key(
     assert value["history"][-1][1:] == [3, 1, 2]
 
 
+async def test_the_lag_a_producer_notes_is_written_with_the_next_flush(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AIRFLOW__SHARED_STREAM__FIGURES_PUBLISH_INTERVAL", "0.1")
+    store = RecordingStore()
+    with f.stream_figures.watching(_watcher(1, store)):
+        await until(lambda: bool(store.writes), "the first write")
+        f.stream_figures.set_lag("sqs", "orders", {"trigger 1": {"orders/0": 4}})
+        metrics = StreamMetrics("sqs", "orders", flush_interval=0.01)
+        metrics.gauge(m.IN_FLIGHT, 1)
+        metrics.flush()
+        await until(lambda: store.writes[-1][1]["in_flight"] == 1, "the flush after the lag")
+    assert store.writes[-1][1]["lag"] == {"trigger 1": {"orders/0": 4}}
+
+
 async def test_writes_are_bounded_and_the_last_change_still_lands(monkeypatch: pytest.MonkeyPatch) -> None:
     """Flushes within one interval make no write of their own, and one write when it ends."""
     monkeypatch.setenv("AIRFLOW__SHARED_STREAM__FIGURES_PUBLISH_INTERVAL", "0.5")
@@ -139,6 +154,7 @@ async def test_the_published_value_holds_counts_and_names_only() -> None:
         "totals",
         "in_flight",
         "history",
+        "lag",
     }
 
 

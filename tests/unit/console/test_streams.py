@@ -37,7 +37,7 @@ def test_watchers_of_one_queue_are_one_stream_whatever_they_are_called() -> None
     assert stream.redrive_params == {
         "broker": "sqs",
         "conn_id": "aws_default",
-        "source": {"queue_url": QUEUE},
+        "source": QUEUE,
         "dead_letter": DLQ,
     }
     assert "producer_kwargs" not in stream.to_json()
@@ -84,6 +84,22 @@ def test_figures_of_dead_triggerers_are_left_out_and_live_ones_summed() -> None:
     assert merged["published_at"] == 12
     assert merged["last_received_at"] == 11
     assert merge_figures(published, live_carriers=set()) is None
+
+
+def test_kafka_lag_of_two_triggerers_is_each_ones_partitions_together() -> None:
+    def published(carrier: int, lag: dict[str, dict[str, int]]) -> dict[str, object]:
+        return {"carrier_trigger_id": carrier, "published_at": 1, "totals": {}, "history": [], "lag": lag}
+
+    merged = merge_figures(
+        [
+            published(1, {"trigger 1": {"orders/0": 4}, "trigger 2": {"orders/0": 0}}),
+            published(2, {"trigger 1": {"orders/1": 7}}),
+            published(3, {"trigger 1": {"orders/2": 99}}),  # no live triggerer runs it
+        ],
+        live_carriers={1, 2},
+    )
+    assert merged is not None
+    assert merged["lag"] == {"trigger 1": {"orders/0": 4, "orders/1": 7}, "trigger 2": {"orders/0": 0}}
 
 
 def _stream(triggerers: list[int | None], every_triggerer_reads_everything: bool = False) -> Stream:
