@@ -349,6 +349,15 @@ MUTANTS: tuple[Mutant, ...] = (
         module=KAFKA_LOSS_PATHS,
     ),
     Mutant(
+        name="dead-letter batches not split by bytes",
+        broker="sqs",
+        path="airflow_shared_stream/common/delivery.py",
+        original="        too_big = max_bytes is not None and batch and batch_bytes + item_bytes > max_bytes\n",  # noqa: E501
+        mutated="        too_big = False  # mutant: one batch over the broker's request size\n",
+        caught_by=("test_dead_letter_batches_are_split_by_bytes",),
+        module="tests/integration/sqs/test_sqs_loss_fixes.py",
+    ),
+    Mutant(
         name="role_arn ignored: the stream runs as the keys that should only assume the role",
         broker="sqs",
         path="airflow_shared_stream/sqs/credentials.py",
