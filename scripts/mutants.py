@@ -340,6 +340,15 @@ MUTANTS: tuple[Mutant, ...] = (
         module=KAFKA_LOSS_PATHS,
     ),
     Mutant(
+        name="the consumer left on aiokafka's default auto-commit",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/hook.py",
+        original='        kwargs["enable_auto_commit"] = False\n',
+        mutated='        kwargs["enable_auto_commit"] = True\n',
+        caught_by=("test_a_record_read_but_never_persisted_is_not_committed_when_the_stream_closes",),
+        module=KAFKA_LOSS_PATHS,
+    ),
+    Mutant(
         name="a dead letter too large for its topic fails the stream on it forever",
         broker="kafka",
         path="airflow_shared_stream/kafka/dead_letters.py",
