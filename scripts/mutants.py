@@ -76,6 +76,9 @@ KAFKA_ADVANCE = "tests/unit/kafka/test_producer_advance.py"
 KAFKA_POSITIONS = "tests/integration/kafka/test_kafka_positions.py"
 """Kafka watchers' own positions across triggerers (guarantees no other broker has)."""
 
+KAFKA_LOSS_PATHS = "tests/integration/kafka/test_kafka_loss_paths.py"
+"""Kafka's loss paths on a real broker: first position, group sharing, dead-letter sizes."""
+
 TIMED_DEAD_LETTER = (
     "        if dead:\n"
     "            with self.metrics.timed(m.ADVANCE_LATENCY):  # the one broker call an advance makes\n"
@@ -322,6 +325,51 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="",
         caught_by=("test_nobody_subscribed_redelivers_after_a_pause_that_ends_once_someone_is",),
         module=KAFKA_ADVANCE,
+    ),
+    Mutant(
+        name="a commit passes a record held for redelivery",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/offsets.py",
+        original="        target = last_settled + 1 if floor is None else min(last_settled + 1, floor)\n",
+        mutated="        target = last_settled + 1  # mutant: the floor no longer bounds the commit\n",
+        caught_by=("test_redeliver_holds_floor_and_seeks_back",),
+        module="tests/unit/kafka/test_offsets.py",
+    ),
+    Mutant(
+        name="a partition's start not committed before its first record",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/anchors.py",
+        original="            await consumer.commit({tp: position})\n",
+        mutated="            pass  # mutant: the group has no position until a record settles\n",
+        caught_by=("test_first_start_position_is_committed_and_survives_a_restart",),
+        module=KAFKA_LOSS_PATHS,
+    ),
+    Mutant(
+        name="the consumer left on aiokafka's default auto-commit",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/hook.py",
+        original='        kwargs["enable_auto_commit"] = False\n',
+        mutated='        kwargs["enable_auto_commit"] = True\n',
+        caught_by=("test_a_record_read_but_never_persisted_is_not_committed_when_the_stream_closes",),
+        module=KAFKA_LOSS_PATHS,
+    ),
+    Mutant(
+        name="a dead letter too large for its topic fails the stream on it forever",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/dead_letters.py",
+        original="TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError)\n",
+        mutated="TOO_LARGE: tuple[type[Exception], ...] = ()  # mutant: no pointer record\n",
+        caught_by=("test_record_too_large_for_the_dead_letter_topic_still_leaves_the_stream",),
+        module=KAFKA_LOSS_PATHS,
+    ),
+    Mutant(
+        name="dead-letter batches not split by bytes",
+        broker="sqs",
+        path="airflow_shared_stream/common/delivery.py",
+        original="        too_big = max_bytes is not None and batch and batch_bytes + item_bytes > max_bytes\n",  # noqa: E501
+        mutated="        too_big = False  # mutant: one batch over the broker's request size\n",
+        caught_by=("test_dead_letter_batches_are_split_by_bytes",),
+        module="tests/integration/sqs/test_sqs_loss_fixes.py",
     ),
     Mutant(
         name="role_arn ignored: the stream runs as the keys that should only assume the role",

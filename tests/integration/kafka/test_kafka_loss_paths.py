@@ -101,6 +101,27 @@ async def test_first_start_position_is_committed_and_survives_a_restart(kafka):
         assert await kafka.wait_committed(group, topic, {0: 4}) == {0: 4}
 
 
+async def test_a_record_read_but_never_persisted_is_not_committed_when_the_stream_closes(kafka):
+    """
+    the stream's group commits only what was persisted, never what was merely read.
+
+    An aiokafka consumer left at its default ``enable_auto_commit=True`` commits every record it
+    read, on its interval and once more when it stops; closing the stream is that stop.
+    """
+    topic = kafka.name("t")
+    await kafka.create_topics(topic)
+    conn = kafka.connection("latest", **LATEST)
+    group = kafka.name("g")
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=conn, group_id=group)
+    async with SharedStreamHarness(confirm_after=None) as h:
+        w = h.add(trigger)
+        assert await kafka.wait_committed(group, topic, {0: 0}, timeout=30) == {0: 0}
+        await kafka.produce(topic, ["read, never persisted"])
+        await w.wait_for_events(1)
+    # The stream has closed: its consumer stopped, and nothing past the unpersisted record moved.
+    assert await kafka.committed(group, topic) == {0: 0}
+
+
 # -- no two different streams share a consumer group ---------------------------------
 
 
