@@ -1262,8 +1262,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="watcher deliveries of a leased queue's advance not counted",
         broker="servicebus",
-        path="airflow_shared_stream/common/leased_advance.py",
-        original="        metrics.incr(m.FANNED_OUT, fanned_out)\n",
+        path="airflow_shared_stream/common/metrics.py",
+        original="        self.incr(FANNED_OUT, fanned_out)\n",
         mutated="        pass\n",
         caught_by=("test_stream_metrics_count_each_outcome_and_carry_no_secret",),
     ),

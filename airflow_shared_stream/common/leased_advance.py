@@ -268,23 +268,12 @@ class LeasedQueueAdvance(LeasedQueueBroker[Handle]):
             self._backoff.someone_subscribed()
 
     def _count(self, batch: Sequence[AdvanceItem], plan: dict[Settlement, list[Any]]) -> None:
-        fanned_out = nobody = failed = failed_messages = 0
-        for item in batch:  # one pass: this runs once per message at one watcher
-            outcome = item.outcome
-            resolved = outcome.acked + outcome.failed + outcome.rejected
-            fanned_out += resolved
-            if resolved == 0:
-                nobody += 1
-            elif outcome.failed:
-                failed += outcome.failed
-                failed_messages += 1
-        metrics = self.metrics
-        metrics.incr(m.ACKED, len(plan[Settlement.ACK]))
-        metrics.incr(m.REDELIVERED, len(plan[Settlement.REDELIVER]))
-        metrics.incr(m.DEAD_LETTERED, len(plan[Settlement.DEAD_LETTER]))
-        metrics.incr(m.NO_SUBSCRIBER, nobody)
-        metrics.incr(m.FANNED_OUT, fanned_out)
-        metrics.failed_deliveries(failed, failed_messages)
+        self.metrics.settled(
+            batch,
+            acked=len(plan[Settlement.ACK]),
+            redelivered=len(plan[Settlement.REDELIVER]),
+            dead_lettered=len(plan[Settlement.DEAD_LETTER]),
+        )
         log.debug(
             "%s advance: ack=%d redeliver=%d dead_letter=%d",
             self.broker,

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import warnings
-from typing import Any
-
-from airflow.exceptions import AirflowProviderDeprecationWarning
-
+from airflow_shared_stream.common.renamed import renamed_names
 from airflow_shared_stream.kafka.errors import (
     KafkaAccessError,
     KafkaConfigurationError,
@@ -32,16 +28,6 @@ __all__ = [
     "KafkaTopicNotFoundError",
 ]
 
-_RENAMED = {"KafkaHook": "KafkaSharedStreamHook", "KafkaConfigError": "KafkaConfigurationError"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        warnings.warn(
-            f"{__name__}.{name} is deprecated; use {new}",
-            AirflowProviderDeprecationWarning,
-            stacklevel=2,
-        )
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_names(
+    __name__, globals(), {"KafkaHook": "KafkaSharedStreamHook", "KafkaConfigError": "KafkaConfigurationError"}
+)

@@ -7,11 +7,6 @@ the connection's secrets before it becomes part of one.
 
 from __future__ import annotations
 
-import warnings
-from typing import Any
-
-from airflow.exceptions import AirflowProviderDeprecationWarning
-
 from airflow_shared_stream.common.errors import (
     SecretScrubber,
     SharedStreamAccessError,
@@ -20,6 +15,7 @@ from airflow_shared_stream.common.errors import (
     SharedStreamError,
     SharedStreamNotFoundError,
 )
+from airflow_shared_stream.common.renamed import renamed_names
 
 
 class KafkaSharedStreamError(SharedStreamError, RuntimeError):
@@ -85,16 +81,4 @@ class KafkaErrorTranslator:
         return self(f"cannot connect to Kafka at {servers}", exc, kind=kind)
 
 
-_RENAMED = {"KafkaConfigError": "KafkaConfigurationError"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        warnings.warn(
-            f"{__name__}.{name} is deprecated; use {new}",
-            AirflowProviderDeprecationWarning,
-            stacklevel=2,
-        )
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_names(__name__, globals(), {"KafkaConfigError": "KafkaConfigurationError"})

@@ -25,6 +25,7 @@ from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk import BaseHook
 
 from airflow_shared_stream.common.errors import SecretScrubber
+from airflow_shared_stream.common.renamed import renamed_names
 from airflow_shared_stream.kafka.errors import KafkaConfigurationError
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -351,16 +352,6 @@ class KafkaSharedStreamHook(BaseHook):
         return config
 
 
-_RENAMED = {"KafkaHook": "KafkaSharedStreamHook", "KafkaConfigError": "KafkaConfigurationError"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        warnings.warn(
-            f"{__name__}.{name} is deprecated; use {new}",
-            AirflowProviderDeprecationWarning,
-            stacklevel=2,
-        )
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_names(
+    __name__, globals(), {"KafkaHook": "KafkaSharedStreamHook", "KafkaConfigError": "KafkaConfigurationError"}
+)

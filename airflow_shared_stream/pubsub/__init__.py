@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from airflow_shared_stream.pubsub import hook
+from airflow_shared_stream.common.renamed import renamed_names
 from airflow_shared_stream.pubsub.errors import (
     PubSubAccessError,
     PubSubConfigurationError,
@@ -29,10 +27,8 @@ __all__ = [
     "ResourceName",
 ]
 
-_RENAMED_IN_HOOK = ("PubSubHook", "PubSubClientSettings")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED_IN_HOOK:
-        return hook.renamed(__name__, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_names(
+    __name__,
+    globals(),
+    {"PubSubHook": "PubSubSharedStreamHook", "PubSubClientSettings": "PubSubClientConfig"},
+)

@@ -40,6 +40,7 @@ from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_shared_stream.common.renamed import renamed_names
 from airflow_shared_stream.pubsub.errors import PubSubConfigurationError
 
 EMULATOR_HOST_ENV = "PUBSUB_EMULATOR_HOST"
@@ -383,25 +384,12 @@ def _application_default(project: str | None, scopes: tuple[str, ...], conn_id: 
     )
 
 
-_RENAMED = {
-    "PubSubHook": "PubSubSharedStreamHook",
-    "PubSubClientSettings": "PubSubClientConfig",
-    "settings_from_extra": "config_from_extra",
-}
-
-
-def renamed(module: str, name: str) -> Any:
-    """What a renamed public name of ``module`` now is, with a warning that names the new name."""
-    new = _RENAMED[name]
-    warnings.warn(
-        f"{module}.{name} is deprecated; use {new}",
-        AirflowProviderDeprecationWarning,
-        stacklevel=3,  # the code that used the old name, past __getattr__
-    )
-    return globals()[new]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        return renamed(__name__, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_names(
+    __name__,
+    globals(),
+    {
+        "PubSubHook": "PubSubSharedStreamHook",
+        "PubSubClientSettings": "PubSubClientConfig",
+        "settings_from_extra": "config_from_extra",
+    },
+)

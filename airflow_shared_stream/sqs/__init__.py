@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from airflow_shared_stream.common.renamed import renamed_names
 from airflow_shared_stream.sqs.errors import (
     SqsAccessError,
     SqsConfigurationError,
@@ -11,7 +10,7 @@ from airflow_shared_stream.sqs.errors import (
     SqsQueueNotFoundError,
     SqsSharedStreamError,
 )
-from airflow_shared_stream.sqs.hook import QueueUrl, SqsClientConfig, SqsSharedStreamHook, renamed_hook
+from airflow_shared_stream.sqs.hook import QueueUrl, SqsClientConfig, SqsSharedStreamHook
 from airflow_shared_stream.sqs.producer import SqsSharedStreamProducer
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
 
@@ -29,7 +28,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "SqsHook":
-        return renamed_hook()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_names(__name__, globals(), {"SqsHook": "SqsSharedStreamHook"})

@@ -15,15 +15,14 @@ change who the stream runs as.
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_shared_stream.common.renamed import renamed_names
 from airflow_shared_stream.sqs.credentials import refused_extras
 from airflow_shared_stream.sqs.errors import SqsConfigurationError
 
@@ -241,17 +240,4 @@ class SqsSharedStreamHook(BaseHook):
         return (pairs[0][1], pairs[0][2]) if pairs else (None, None)
 
 
-def renamed_hook(stacklevel: int = 3) -> type[SqsSharedStreamHook]:
-    """The hook under its old name ``SqsHook``, with a deprecation warning for the caller."""
-    warnings.warn(
-        "SqsHook is deprecated; use SqsSharedStreamHook (the same class)",
-        AirflowProviderDeprecationWarning,
-        stacklevel=stacklevel,
-    )
-    return SqsSharedStreamHook
-
-
-def __getattr__(name: str) -> Any:
-    if name == "SqsHook":
-        return renamed_hook()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_names(__name__, globals(), {"SqsHook": "SqsSharedStreamHook"})
