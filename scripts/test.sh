@@ -19,4 +19,4 @@ export SHARED_STREAM_DOCS_HTML="$docs_out"
 workers=${PYTEST_WORKERS:-3}
 xdist=()
 if [ "$workers" != 0 ]; then xdist=(-n "$workers"); fi
-.venv/bin/python -m pytest "${xdist[@]}" "$@"
+.venv/bin/python -m pytest "${xdist[@]}" --durations=30 "$@"
