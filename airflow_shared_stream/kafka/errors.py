@@ -7,6 +7,9 @@ the connection's secrets before it becomes part of one.
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from airflow_shared_stream.common.errors import (
     SecretScrubber,
     SharedStreamAccessError,
@@ -56,6 +59,44 @@ def _access_refused() -> tuple[type[BaseException], ...]:
         errors.TopicAuthorizationFailedError,
         errors.UnsupportedSaslMechanismError,
     )
+
+
+async def login_refusal_behind(client: Any, exc: BaseException) -> BaseException:
+    """
+    The cluster's refusal of the login behind a failed bootstrap, else ``exc`` itself.
+
+    aiokafka's bootstrap logs each server's connection error and raises only ``KafkaConnectionError``
+    ("Unable to bootstrap"), so a refused SASL login would read as an unreachable endpoint. One
+    connection per bootstrap server, opened as the bootstrap opened it (``client``: the
+    ``AIOKafkaClient`` whose bootstrap failed), gives back the error its SASL handshake raised.
+    """
+    from aiokafka.conn import create_conn
+    from aiokafka.errors import KafkaConnectionError, KafkaError
+
+    if not isinstance(exc, KafkaConnectionError):
+        return exc
+    for host, port, _ in client.hosts:
+        try:
+            connection = await create_conn(
+                host,
+                port,
+                client_id=client._client_id,
+                request_timeout_ms=client._request_timeout_ms,
+                ssl_context=client._ssl_context,
+                security_protocol=client._security_protocol,
+                sasl_mechanism=client._sasl_mechanism,
+                sasl_plain_username=client._sasl_plain_username,
+                sasl_plain_password=client._sasl_plain_password,
+                sasl_kerberos_service_name=client._sasl_kerberos_service_name,
+                sasl_kerberos_domain_name=client._sasl_kerberos_domain_name,
+                sasl_oauth_token_provider=client._sasl_oauth_token_provider,
+            )
+        except _access_refused() as refused:
+            return refused
+        except (OSError, KafkaError, asyncio.TimeoutError):
+            continue
+        connection.close()
+    return exc
 
 
 class KafkaErrorTranslator:

@@ -62,6 +62,7 @@ from airflow_shared_stream.kafka.errors import (  # noqa: E402
     KafkaErrorTranslator,
     KafkaSharedStreamError,
     KafkaTopicNotFoundError,
+    login_refusal_behind,
 )
 from airflow_shared_stream.kafka.fair_fetch import fetch_evenly  # noqa: E402
 from airflow_shared_stream.kafka.hook import KafkaSharedStreamHook  # noqa: E402
@@ -256,7 +257,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         try:
             await consumer.start()
         except Exception as exc:
-            raise self._error.connect_failed(servers, exc) from None
+            cause = await login_refusal_behind(consumer._client, exc)
+            raise self._error.connect_failed(servers, cause) from None
         try:
             existing = await consumer.topics()
         except KafkaError as exc:
