@@ -1267,6 +1267,54 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="        pass\n",
         caught_by=("test_stream_metrics_count_each_outcome_and_carry_no_secret",),
     ),
+    Mutant(
+        name="a closing SQS stream keeps what it holds until the visibility timeout",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/producer.py",
+        original="        handles = [d.handle for d in deliveries]\n        await asyncio.wait_for(\n",
+        mutated=(
+            "        return  # mutant: nothing given back on close\n"
+            "        handles = [d.handle for d in deliveries]\n        await asyncio.wait_for(\n"
+        ),
+        caught_by=("test_a_closing_stream_sends_what_was_done_and_gives_back_the_rest_at_once",),
+    ),
+    Mutant(
+        name="a closing SQS stream gives back while its receive still polls",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/producer.py",
+        original="    receives_take_given_back = True\n",
+        mutated="    receives_take_given_back = False\n",
+        caught_by=("test_a_closing_stream_spends_no_delivery_attempt_of_its_own",),
+    ),
+    Mutant(
+        name="a refused Kafka login reported as an unreachable endpoint",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/producer.py",
+        original="            cause = await login_refusal_behind(consumer._client, exc)\n",
+        mutated="            cause = exc\n",
+        caught_by=("test_refused_credentials_are_an_access_error_without_the_secret",),
+    ),
+    Mutant(
+        name="Kafka auto-commit in the connection taken",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/hook.py",
+        original=(
+            '    if "enable.auto.commit" in extra and '
+            '_flag("enable.auto.commit", extra["enable.auto.commit"]):\n'
+        ),
+        mutated="    if False:  # mutant: auto-commit let through\n",
+        caught_by=("test_auto_commit_refused",),
+        module="tests/unit/kafka/test_hook.py",
+    ),
+    Mutant(
+        name="Kafka reads aborted transactions by default",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/hook.py",
+        original='    isolation = str(extra.get("isolation.level", "read_committed")).strip().lower()\n',
+        mutated='    isolation = str(extra.get("isolation.level", "read_uncommitted")).strip().lower()\n',
+        caught_by=("test_aborted_transactions_are_not_read_by_default",),
+        module=KAFKA_LOSS_PATHS,
+    ),
 )
 
 

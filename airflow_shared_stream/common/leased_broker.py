@@ -41,6 +41,10 @@ class LeasedQueueBroker(Generic[Handle], abc.ABC):
     receive_wait_on_close: float = 0.0
     """How long ``aclose`` lets the receives in flight return, when it gave messages back, before
     it cancels them (a broker that gives messages back on close sets it to its long-poll wait)."""
+    receives_take_given_back: ClassVar[bool] = False
+    """A receive in flight takes a message given back meanwhile, and the broker counts that as a
+    delivery attempt (an SQS long poll): ``aclose`` then lets the receives return (up to
+    ``receive_wait_on_close``) before it gives anything back."""
     hold_ordered_lanes: ClassVar[bool] = True
     """Hold an ordered lane's messages that reached nobody too (:mod:`.unseen`). Only for a broker
     that hands out nothing of a lane while an earlier message of it is out or on its way back

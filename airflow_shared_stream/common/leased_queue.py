@@ -324,7 +324,11 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
             # Give back what the stream holds while its receives are still in flight, let them
             # return (up to receive_wait_on_close), give back what they brought, then cancel the
             # rest: Google's Pub/Sub emulator hands a message given back after a pull was
-            # cancelled to that dead pull, leased for the whole ack deadline.
+            # cancelled to that dead pull, leased for the whole ack deadline. Where a receive
+            # would take what is given back and count it (receives_take_given_back), the
+            # receives return first.
+            if self.receives_take_given_back and self.held_deliveries():
+                await self._reads.stop(wait=self.receive_wait_on_close)
             released = await self._release_held(set())
             await self._reads.stop(wait=self.receive_wait_on_close if released else 0.0)
             await self._release_held(released)

@@ -18,6 +18,7 @@ standard queue has no order to keep; the messages of one receive call share an a
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_shared_stream.common.errors import SecretScrubber, require_sdk
-from airflow_shared_stream.common.leased_queue import DeadLetter, Delivery, LeasedQueueProducer
+from airflow_shared_stream.common.leased_queue import DeadLetter, Delivery, LeasedQueueProducer, chunked
 from airflow_shared_stream.common.matching import build_message
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.sqs.credentials import open_sqs_client
@@ -76,6 +77,9 @@ def sdk_logger_names() -> list[str]:
 
 log = logging.getLogger(__name__)
 
+CLOSE_RELEASE_SECONDS = 5.0
+"""How long closing the stream may spend giving unsettled messages back."""
+
 
 @dataclass(slots=True)
 class SqsMessageHandle:
@@ -101,6 +105,7 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
     settle_batch_limit = SQS_BATCH_LIMIT
     dead_letter_batch_limit = SQS_BATCH_LIMIT
     dead_letter_batch_bytes = SQS_MAX_MESSAGE_BYTES
+    receives_take_given_back = True
 
     def __init__(
         self,
@@ -119,6 +124,8 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
         self._aws_conn_id = aws_conn_id
         self._region_name = region_name
         self._wait_time_seconds = wait_time_seconds
+        # A receive cancelled on close may still be handed messages by SQS: let it return first.
+        self.receive_wait_on_close = wait_time_seconds + 1.0
         self._max_payload_bytes = max_payload_bytes
         self._dead_letter_max_bytes = SQS_MAX_MESSAGE_BYTES
         self._exit_stack = contextlib.AsyncExitStack()
@@ -258,6 +265,23 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
 
     async def redeliver(self, deliveries: Sequence[Delivery[SqsMessageHandle]]) -> None:
         await self._change_visibility([d.handle for d in deliveries], 0)
+
+    async def release_unsettled(self, deliveries: Sequence[Delivery[SqsMessageHandle]]) -> None:
+        """
+        On close, make what the stream still holds visible again at once (visibility 0).
+
+        Else the next stream on the queue waits out each message's visibility timeout, which the
+        lease keeper may have pushed out. The template sent the queued ACKs (deletes) first.
+        """
+        if self._client is None:
+            return
+        handles = [d.handle for d in deliveries]
+        await asyncio.wait_for(
+            asyncio.gather(
+                *(self._change_visibility(chunk, 0) for chunk in chunked(handles, max_count=SQS_BATCH_LIMIT))
+            ),
+            timeout=CLOSE_RELEASE_SECONDS,
+        )
 
     async def extend_leases(
         self, deliveries: Sequence[Delivery[SqsMessageHandle]], seconds: float

@@ -4,8 +4,8 @@ A closing stream (its last watcher left, the triggerer stops) settles what is do
 :class:`CloseContract`: what the manager advanced as done before the close is settled by the
 close (an ACK still queued for its batch is sent, never undone); what is still in flight goes
 back to the broker, so the next stream on the upstream gets it (at once where the broker
-gives leases back on close, :attr:`ContractBroker.gives_back_on_close`; SQS lets the visibility
-timeout run out), and gets nothing that was done.
+gives leases back on close, :attr:`ContractBroker.gives_back_on_close`; a broker without it lets
+the lease run out), and gets nothing that was done.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import uuid
@@ -13,8 +14,9 @@ import pytest
 
 from airflow_shared_stream.common.metrics import stream_label
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
+from airflow_shared_stream.testing import SharedStreamHarness
 from tests.integration.contract.broker import BrokenConnection, ContractBroker
-from tests.integration.contract.close import CloseContract
+from tests.integration.contract.close import LEASE_SECONDS, CloseContract
 from tests.integration.contract.connection import ConnectionContract
 from tests.integration.contract.delivery_budget import OrderedDeliveryBudgetContract
 from tests.integration.contract.leases import LeasedQueueContract
@@ -40,7 +42,7 @@ class SqsContractBroker(ContractBroker):
     broker = "sqs"
     lease_seconds_min = 2
     reports_broker_lag = True
-    gives_back_on_close = False
+    gives_back_on_close = True
 
     def __init__(self, sqs: SqsServer) -> None:
         self.sqs = sqs
@@ -156,3 +158,25 @@ class TestSqsContract(
     @pytest.fixture
     def contract_broker(self, sqs, aws_connection) -> SqsContractBroker:
         return SqsContractBroker(sqs)
+
+    async def test_a_closing_stream_spends_no_delivery_attempt_of_its_own(self, contract_broker):
+        """
+        A receive still polling as the stream closes takes what the close gives back, and SQS
+        counts that receive against ``maxReceiveCount``: the close gives back once it returned.
+        """
+        broker = contract_broker
+        stream = broker.create_stream(lease_seconds=LEASE_SECONDS)
+        trigger = broker.trigger(stream)
+        producer = type(trigger).create_shared_stream_producer(trigger.serialize()[1])
+        broker.publish(stream, [{"n": 1}])
+        events = producer.open_stream()
+        try:
+            await asyncio.wait_for(anext(events), timeout=30)  # the next receive is read ahead
+        finally:
+            await events.aclose()
+            await producer.aclose()
+        async with SharedStreamHarness(confirm_after=0.0) as harness:
+            later = harness.add(broker.trigger(stream))
+            await later.wait_for_events(1, timeout=LEASE_SECONDS / 3)
+        spent = [broker.attempts_spent(payload) for payload in later.payloads]
+        assert spent == [1], f"receives before this stream's, past the closed stream's one: {spent}"
