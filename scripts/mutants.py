@@ -1287,6 +1287,14 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_a_closing_stream_spends_no_delivery_attempt_of_its_own",),
     ),
     Mutant(
+        name="a closing SQS stream gives back only its first batch call",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/producer.py",
+        original="for chunk in chunked(handles, max_count=SQS_BATCH_LIMIT))\n",
+        mutated="for chunk in list(chunked(handles, max_count=SQS_BATCH_LIMIT))[:1])\n",
+        caught_by=("test_a_closing_stream_gives_back_more_than_one_batch_call",),
+    ),
+    Mutant(
         name="a refused Kafka login reported as an unreachable endpoint",
         broker="kafka",
         path="airflow_shared_stream/kafka/producer.py",
