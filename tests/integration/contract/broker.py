@@ -10,9 +10,10 @@ contract classes that apply (docs/writing-a-broker.rst lists them). The reliabil
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from airflow.triggers.shared_stream import AdvanceOutcome
@@ -24,6 +25,11 @@ NOBODY = AdvanceOutcome(acked=0, failed=0, rejected=0)
 
 DELIVERY_LIMIT = 5
 """The brokers' delivery limit in the delivery-budget tests (Pub/Sub's lowest ``max_delivery_attempts``)."""
+
+
+ConnectionFailure = Literal["endpoint", "auth"]
+"""How a connection fails: ``"endpoint"``, nothing listens where it points; ``"auth"``, the
+broker (or the identity service in front of it) refuses its credentials."""
 
 
 @dataclass
@@ -45,6 +51,9 @@ class ContractBroker(abc.ABC):
 
     reports_broker_lag: bool = False
     """Whether the broker tells how much waits on the upstream (the ``broker_lag`` gauge)."""
+
+    conn_id_argument: str = ""
+    """The trigger's keyword for its connection id (``aws_conn_id``, ``kafka_config_id``...)."""
 
     gives_back_on_close: bool = True
     """Whether a closing stream gives what it still holds back to the broker at once (else the
@@ -136,6 +145,40 @@ class ContractBroker(abc.ABC):
     def bad_arguments(self) -> dict[str, Callable[[], object]]:
         """Trigger constructions with this broker's own arguments wrong (no I/O needed to tell), by name."""
         raise NotImplementedError("only brokers that run ConnectionContract")
+
+    # -- what the secret-sentinel test needs (tests/integration/test_secret_sentinels.py) ----------
+
+    def use_secret_connection(
+        self,
+        request: pytest.FixtureRequest,
+        conn_id: str,
+        secret: str,
+        failure: ConnectionFailure | None = None,
+    ) -> dict[str, Any]:
+        """
+        Set connection ``conn_id`` with ``secret`` in every field that holds a credential (for
+        the test's duration); return the ``trigger()`` kwargs that use it. ``failure``: the
+        connection fails that way instead of working.
+        """
+        raise NotImplementedError("only brokers that run the secret-sentinel test")
+
+    def use_connection(
+        self, request: pytest.FixtureRequest, conn_id: str, connection: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Set connection ``conn_id`` (JSON form) for the test; return the ``trigger()`` kwargs using it."""
+        request.getfixturevalue("monkeypatch").setenv(
+            f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection)
+        )
+        return {self.conn_id_argument: conn_id}
+
+    def use_misconfigured_connection(
+        self, request: pytest.FixtureRequest, conn_id: str, secret: str
+    ) -> tuple[dict[str, Any], str]:
+        """
+        Set connection ``conn_id`` with a credential or TLS/SASL option set wrong and ``secret``
+        beside it; return the ``trigger()`` kwargs that use it and what its error must name.
+        """
+        raise NotImplementedError("only brokers that run the secret-sentinel test")
 
 
 def ids(broker: ContractBroker, watcher: Watcher) -> list[str]:

@@ -24,7 +24,7 @@ import pytest
 from airflow_shared_stream.common.metrics import stream_label
 from airflow_shared_stream.pubsub.producer import PubSubSharedStreamProducer
 from airflow_shared_stream.pubsub.trigger import PubSubSharedStreamTrigger
-from tests.integration.contract.broker import BrokenConnection, ContractBroker
+from tests.integration.contract.broker import BrokenConnection, ConnectionFailure, ContractBroker
 from tests.integration.contract.close import CloseContract
 from tests.integration.contract.connection import ConnectionContract
 from tests.integration.contract.delivery_budget import DeliveryBudgetContract
@@ -65,6 +65,7 @@ class PubSubStream:
 
 class PubSubContractBroker(ContractBroker):
     broker = "pubsub"
+    conn_id_argument = "gcp_conn_id"
     lease_seconds_min = 10  # Pub/Sub's shortest ack deadline
 
     def __init__(self, pubsub: PubSubEmulator) -> None:
@@ -156,6 +157,44 @@ class PubSubContractBroker(ContractBroker):
     def unreachable_endpoint(self, request: pytest.FixtureRequest) -> BrokenConnection:
         self._keyed_connection(request, f"127.0.0.1:{free_port()}")
         return BrokenConnection(QuickTimeoutTrigger("orders"), SECRET)
+
+    def use_secret_connection(
+        self,
+        request: pytest.FixtureRequest,
+        conn_id: str,
+        secret: str,
+        failure: ConnectionFailure | None = None,
+    ) -> dict[str, Any]:
+        """
+        A service-account key whose key id and private key hold the secret. The emulator takes no
+        credentials: the key is used (and refused, at a token endpoint where nothing listens) only
+        against "Google", without ``PUBSUB_EMULATOR_HOST``.
+        """
+        key = {
+            "type": "service_account",
+            "project_id": self.pubsub.project,
+            "private_key_id": secret,
+            "private_key": f"-----BEGIN PRIVATE KEY-----\n{secret}\n-----END PRIVATE KEY-----\n",
+            "client_email": "sentinel@example.iam.gserviceaccount.com",
+            "token_uri": f"http://127.0.0.1:{free_port()}/token",
+        }
+        monkeypatch = request.getfixturevalue("monkeypatch")
+        if failure == "endpoint":
+            monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{free_port()}")
+        elif failure == "auth":
+            monkeypatch.delenv("PUBSUB_EMULATOR_HOST")
+        return self.use_connection(request, conn_id, self._keyed(json.dumps(key)))
+
+    def use_misconfigured_connection(
+        self, request: pytest.FixtureRequest, conn_id: str, secret: str
+    ) -> tuple[dict[str, Any], str]:
+        """A key that is not a service-account JSON object (away from the emulator, which takes no key)."""
+        request.getfixturevalue("monkeypatch").delenv("PUBSUB_EMULATOR_HOST")
+        return self.use_connection(request, conn_id, self._keyed("{" + secret)), "not a JSON object"
+
+    def _keyed(self, keyfile_dict: str) -> dict[str, Any]:
+        extra = {"project": self.pubsub.project, "keyfile_dict": keyfile_dict}
+        return {"conn_type": "google_cloud_platform", "extra": extra}
 
     def bad_arguments(self) -> dict[str, Callable[[], object]]:
         trigger = PubSubSharedStreamTrigger

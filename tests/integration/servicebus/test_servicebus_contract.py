@@ -12,7 +12,7 @@ import pytest
 
 from airflow_shared_stream.common.metrics import stream_label
 from airflow_shared_stream.servicebus.trigger import ServiceBusSharedStreamTrigger
-from tests.integration.contract.broker import BrokenConnection, ContractBroker
+from tests.integration.contract.broker import BrokenConnection, ConnectionFailure, ContractBroker
 from tests.integration.contract.close import CloseContract
 from tests.integration.contract.connection import ConnectionContract
 from tests.integration.contract.delivery_budget import OrderedDeliveryBudgetContract
@@ -39,6 +39,7 @@ class ServiceBusStream:
 
 class ServiceBusContractBroker(ContractBroker):
     broker = "servicebus"
+    conn_id_argument = "azure_service_bus_conn_id"
     lease_seconds_min = 5
     """Service Bus's shortest lock duration."""
     give_back_spends_attempt = False
@@ -113,6 +114,30 @@ class ServiceBusContractBroker(ContractBroker):
         )
         self._use_connection(request, {"conn_type": "azure_service_bus", "schema": schema})
         return BrokenConnection(ServiceBusSharedStreamTrigger("orders"), SAS_KEY)
+
+    def use_secret_connection(
+        self,
+        request: pytest.FixtureRequest,
+        conn_id: str,
+        secret: str,
+        failure: ConnectionFailure | None = None,
+    ) -> dict[str, Any]:
+        """The connection string's ``SharedAccessKey``; refused: the server knows another key by that name."""
+        self.server.sas_keys["SentinelKey"] = "not-the-sentinel" if failure == "auth" else secret
+        port = free_port() if failure == "endpoint" else self.server.port
+        schema = (
+            f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=SentinelKey;"
+            f"SharedAccessKey={secret};UseDevelopmentEmulator=true;"
+        )
+        return self.use_connection(request, conn_id, {"conn_type": "azure_service_bus", "schema": schema})
+
+    def use_misconfigured_connection(
+        self, request: pytest.FixtureRequest, conn_id: str, secret: str
+    ) -> tuple[dict[str, Any], str]:
+        schema = f"Endpoint=nonsense;SharedAccessKeyName=SentinelKey;SharedAccessKey={secret}"
+        return self.use_connection(
+            request, conn_id, {"conn_type": "azure_service_bus", "schema": schema}
+        ), "not a Service Bus connection string"
 
     def bad_arguments(self) -> dict[str, Callable[[], object]]:
         trigger = ServiceBusSharedStreamTrigger

@@ -13,7 +13,7 @@ import pytest
 
 from airflow_shared_stream.common.metrics import stream_label
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
-from tests.integration.contract.broker import BrokenConnection, ContractBroker
+from tests.integration.contract.broker import BrokenConnection, ConnectionFailure, ContractBroker
 from tests.integration.contract.close import CloseContract
 from tests.integration.contract.connection import ConnectionContract
 from tests.integration.contract.delivery_budget import OrderedDeliveryBudgetContract
@@ -38,6 +38,7 @@ class SqsStream:
 
 class SqsContractBroker(ContractBroker):
     broker = "sqs"
+    conn_id_argument = "aws_conn_id"
     lease_seconds_min = 2
     reports_broker_lag = True
     gives_back_on_close = False
@@ -129,6 +130,41 @@ class SqsContractBroker(ContractBroker):
         conn_id = self._connection(request, "aws_unreachable", endpoint)
         trigger = SqsSharedStreamTrigger(f"{endpoint}/123456789012/orders", aws_conn_id=conn_id)
         return BrokenConnection(trigger, self.sqs.secret_key)
+
+    def use_secret_connection(
+        self,
+        request: pytest.FixtureRequest,
+        conn_id: str,
+        secret: str,
+        failure: ConnectionFailure | None = None,
+    ) -> dict[str, Any]:
+        """The secret access key and the session token; refused by a moto server that checks them."""
+        endpoint = self.sqs.endpoint_url
+        if failure == "endpoint":
+            endpoint = f"http://127.0.0.1:{free_port()}"
+        elif failure == "auth":
+            endpoint = request.getfixturevalue("authenticating_sqs")
+        return self.use_connection(request, conn_id, self._secret_connection(secret, endpoint))
+
+    def use_misconfigured_connection(
+        self, request: pytest.FixtureRequest, conn_id: str, secret: str
+    ) -> tuple[dict[str, Any], str]:
+        """A secret key without its key id."""
+        connection = self._secret_connection(secret, self.sqs.endpoint_url)
+        del connection["login"]
+        return self.use_connection(request, conn_id, connection), "only one of login"
+
+    def _secret_connection(self, secret: str, endpoint_url: str) -> dict[str, Any]:
+        return {
+            "conn_type": "aws",
+            "login": "AKIDSENTINELTEST",
+            "password": secret,
+            "extra": {
+                "region_name": self.sqs.region,
+                "endpoint_url": endpoint_url,
+                "aws_session_token": secret,
+            },
+        }
 
     def bad_arguments(self) -> dict[str, Callable[[], object]]:
         return {
