@@ -3,8 +3,9 @@ What a broker's suite supplies to run the contract: :class:`ContractBroker`, one
 
 The contract (the other modules of this package) is written once against this adapter; each
 broker's ``test_<broker>_contract.py`` implements it on its real broker and subclasses the
-contract classes that apply (docs/writing-a-broker.rst lists them). The reliability rigs
-(tests/reliability/brokers.py) drive the same adapters.
+contract classes that apply (docs/writing-a-broker.rst lists them). It is each broker's one
+setup: the reliability rigs (tests/reliability/brokers.py) and the secret-sentinel test
+(tests/integration/test_secret_sentinels.py) drive the same adapters.
 """
 
 from __future__ import annotations
@@ -38,6 +39,16 @@ class BrokenConnection:
 
     trigger: SharedStreamTrigger
     secret: str
+
+
+@dataclass
+class DeadLetters:
+    """What one read of a stream's dead-letter destinations took (bodies, in arrival order)."""
+
+    rejected: list[Any]
+    """Dead-lettered by the provider's reject (the trigger's dead-letter destination)."""
+    over_limit: list[Any]
+    """Dead-lettered by the broker itself, past its delivery limit."""
 
 
 class ContractBroker(abc.ABC):
@@ -80,6 +91,22 @@ class ContractBroker(abc.ABC):
         dead-letter destination itself (SQS ``maxReceiveCount``, a Pub/Sub dead-letter policy's
         ``max_delivery_attempts``, Service Bus ``MaxDeliveryCount``); ``None``: the default.
         """
+
+    def create_limited_stream(self, *, lease_seconds: int, max_deliveries: int) -> Any:
+        """
+        A fresh upstream whose broker-side delivery limit is ``max_deliveries``, dead-lettering past
+        it apart from the reject's destination (see :meth:`take_dead_letters`): the reliability
+        scenarios count what the broker moved there, which must stay nothing.
+        """
+        raise NotImplementedError("only brokers with a delivery limit of their own")
+
+    def take_dead_letters(self, stream: Any) -> DeadLetters:
+        """Take what reached ``stream``'s dead-letter destinations since the last take, by who moved it."""
+        return DeadLetters(rejected=self.dead_letters(stream), over_limit=[])
+
+    def delivery_limit(self, stream: Any) -> int | None:
+        """The delivery limit as the broker reports it for ``stream`` (read back, not assumed)."""
+        return None
 
     def attempts_spent(self, payload: dict[str, Any]) -> int:
         """Delivery attempts the broker counted against its limit before this delivery (0: none)."""

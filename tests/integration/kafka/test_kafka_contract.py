@@ -152,9 +152,7 @@ class KafkaContractBroker(ContractBroker):
         """A connection with :data:`SECRET` as its password, ``extra`` as its settings."""
         conn_id = f"kafka_{self.kafka.prefix}_{what}".replace("-", "_")
         connection = {"conn_type": "kafka", "login": "svc", "password": SECRET, "extra": extra}
-        request.getfixturevalue("monkeypatch").setenv(
-            f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection)
-        )
+        self.use_connection(request, conn_id, connection)
         return conn_id
 
     def missing_upstream(self, request: pytest.FixtureRequest) -> BrokenConnection:

@@ -13,7 +13,7 @@ import pytest
 
 from airflow_shared_stream.common.metrics import stream_label
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
-from tests.integration.contract.broker import BrokenConnection, ConnectionFailure, ContractBroker
+from tests.integration.contract.broker import BrokenConnection, ConnectionFailure, ContractBroker, DeadLetters
 from tests.integration.contract.close import CloseContract
 from tests.integration.contract.connection import ConnectionContract
 from tests.integration.contract.delivery_budget import OrderedDeliveryBudgetContract
@@ -34,6 +34,8 @@ class SqsStream:
     url: str
     dead_letter_url: str | None
     fifo: bool
+    over_limit_url: str | None = None
+    """Where SQS moves a message past ``maxReceiveCount``, when apart from the reject's queue."""
 
 
 class SqsContractBroker(ContractBroker):
@@ -61,6 +63,26 @@ class SqsContractBroker(ContractBroker):
 
     def attempts_spent(self, payload: dict[str, Any]) -> int:
         return int(payload["attributes"]["ApproximateReceiveCount"]) - 1
+
+    def create_limited_stream(self, *, lease_seconds: int, max_deliveries: int) -> SqsStream:
+        """The RedrivePolicy targets a queue of its own, not the trigger's dead-letter queue."""
+        rejected = self.sqs.create_queue()
+        over_limit = self.sqs.create_queue()
+        url = self.sqs.create_queue(
+            visibility_timeout=lease_seconds, dead_letter_queue_url=over_limit, max_receives=max_deliveries
+        )
+        return SqsStream(url=url, dead_letter_url=rejected, fifo=False, over_limit_url=over_limit)
+
+    def take_dead_letters(self, stream: SqsStream) -> DeadLetters:
+        over_limit = self.sqs.drain(stream.over_limit_url) if stream.over_limit_url else []
+        return DeadLetters(self.dead_letters(stream), [json.loads(m["Body"]) for m in over_limit])
+
+    def delivery_limit(self, stream: SqsStream) -> int | None:
+        attributes = self.sqs.client.get_queue_attributes(
+            QueueUrl=stream.url, AttributeNames=["RedrivePolicy"]
+        )
+        policy = attributes["Attributes"].get("RedrivePolicy")
+        return int(json.loads(policy)["maxReceiveCount"]) if policy else None
 
     def publish(self, stream: SqsStream, bodies: list[Any], *, lane: str | None = None) -> list[str]:
         extra: dict[str, Any] = {}
@@ -113,9 +135,7 @@ class SqsContractBroker(ContractBroker):
 
     def _connection(self, request: pytest.FixtureRequest, conn_id: str, endpoint_url: str) -> str:
         connection = {**self.sqs.connection(), "extra": {"region_name": REGION, "endpoint_url": endpoint_url}}
-        request.getfixturevalue("monkeypatch").setenv(
-            f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection)
-        )
+        self.use_connection(request, conn_id, connection)
         return conn_id
 
     def refused_credentials(self, request: pytest.FixtureRequest) -> BrokenConnection:
