@@ -1,8 +1,9 @@
 """
 A sentinel secret in every credential field of every broker's connection never leaks.
 
-One module for all four brokers (each on its real test broker, through the reliability rigs of
-tests/reliability/brokers.py): the sentinel goes into every field that holds a secret
+One module for all four brokers (each on its real test broker, started by the reliability rigs of
+tests/reliability/brokers.py; each broker's contract adapter builds the connections and triggers,
+``use_secret_connection``): the sentinel goes into every field that holds a secret
 
 =============  ===========================================================================
 SQS            password (secret access key), extra ``aws_session_token``
@@ -26,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import sys
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -34,13 +34,8 @@ from typing import Any
 import pytest
 
 from airflow_shared_stream.common.errors import SharedStreamConfigurationError
-from airflow_shared_stream.kafka import KafkaSharedStreamTrigger
-from airflow_shared_stream.pubsub import PubSubSharedStreamTrigger
-from airflow_shared_stream.servicebus import ServiceBusSharedStreamTrigger
-from airflow_shared_stream.sqs import SqsSharedStreamTrigger
 from airflow_shared_stream.testing import SharedStreamHarness
 from tests.reliability.brokers import BROKERS, BrokerRig, broker_rig
-from tests.support.processes import free_port, running, wait_for_port
 from tests.support.statsd import StatsdListener
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -48,7 +43,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 SENTINEL = "SeNtInEl7c1d9e4bQ"
 """Valid in every field (an AWS secret, a SASL password, a SAS key), and found by substring."""
 CONN_ID = "sentinel_conn"
-FAKE_PEM = f"-----BEGIN PRIVATE KEY-----\n{SENTINEL}\n-----END PRIVATE KEY-----\n"
 
 
 @pytest.fixture(scope="module", params=BROKERS)
@@ -62,95 +56,6 @@ def observed(caplog: pytest.LogCaptureFixture, statsd: StatsdListener) -> Callab
     """Everything the provider logged or sent as metrics so far, as one text to search."""
     caplog.set_level(logging.DEBUG)
     return lambda: caplog.text + "\n" + "\n".join(statsd.read())
-
-
-# -- per broker: a connection with the sentinel in every secret, and a trigger using it -------
-
-
-def sentinel_connection(
-    rig: BrokerRig, *, failure: str | None = None, auth_endpoint: str | None = None
-) -> dict[str, Any]:
-    """
-    ``rig``'s connection with the sentinel in every secret field. ``failure``: ``"endpoint"``
-    (nothing listens there) or ``"auth"`` (the broker refuses the credentials).
-    """
-    dead = f"127.0.0.1:{free_port()}"
-    if rig.name == "sqs":
-        endpoint = {"endpoint": f"http://{dead}", "auth": auth_endpoint}.get(failure or "")
-        return {
-            "conn_type": "aws",
-            "login": "AKIDSENTINELTEST",
-            "password": SENTINEL,
-            "extra": {
-                "region_name": "us-east-1",
-                "endpoint_url": endpoint or rig.contract.sqs.endpoint_url,
-                "aws_session_token": SENTINEL,
-            },
-        }
-    if rig.name == "kafka":
-        bootstrap = dead if failure == "endpoint" else rig.contract.kafka.bootstrap
-        return {
-            "conn_type": "kafka",
-            "login": "svc",
-            "password": SENTINEL,
-            "extra": {
-                "bootstrap.servers": bootstrap,
-                "security.protocol": "SASL_PLAINTEXT",
-                # noida-db accepts any PLAIN password and refuses SCRAM: the refusal takes the
-                # client's bad-credentials path.
-                "sasl.mechanism": "SCRAM-SHA-512" if failure == "auth" else "PLAIN",
-                "sasl.username": "svc",
-                "sasl.password": SENTINEL,
-                "auto.offset.reset": "earliest",
-                "request.timeout.ms": "12000",
-            },
-        }
-    if rig.name == "pubsub":
-        key = {
-            "type": "service_account",
-            "project_id": rig.contract.pubsub.project,
-            "private_key_id": SENTINEL,
-            "private_key": FAKE_PEM,
-            "client_email": "sentinel@example.iam.gserviceaccount.com",
-            "token_uri": f"http://{dead}/token",
-        }
-        return {
-            "conn_type": "google_cloud_platform",
-            "extra": {"project": rig.contract.pubsub.project, "keyfile_dict": json.dumps(key)},
-        }
-    if rig.name == "servicebus":
-        server = rig.contract.server
-        server.sas_keys["SentinelKey"] = "not-the-sentinel" if failure == "auth" else SENTINEL
-        port = int(dead.rsplit(":", 1)[1]) if failure == "endpoint" else server.port
-        return {
-            "conn_type": "azure_service_bus",
-            "schema": f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=SentinelKey;"
-            f"SharedAccessKey={SENTINEL};UseDevelopmentEmulator=true;",
-        }
-    raise AssertionError(rig.name)
-
-
-def sentinel_trigger(rig: BrokerRig, stream: Any, **kwargs: Any) -> Any:
-    if rig.name == "sqs":
-        return SqsSharedStreamTrigger(
-            stream.url, dead_letter_queue_url=stream.dead_letter_url, aws_conn_id=CONN_ID, **kwargs
-        )
-    if rig.name == "kafka":
-        kwargs = {k: v.replace("body.", "value.") for k, v in kwargs.items()}
-        return KafkaSharedStreamTrigger(
-            [stream.topic],
-            kafka_config_id=CONN_ID,
-            group_id=stream.group,
-            dead_letter_topic=stream.dead_letter_topic,
-            **kwargs,
-        )
-    if rig.name == "pubsub":
-        return PubSubSharedStreamTrigger(
-            stream.subscription, dead_letter_topic=stream.dead_letter_topic, gcp_conn_id=CONN_ID, **kwargs
-        )
-    return ServiceBusSharedStreamTrigger(
-        stream.queue, azure_service_bus_conn_id=CONN_ID, max_wait_time=1, **kwargs,
-    )  # fmt: skip
 
 
 # -- the checks ---------------------------------------------------------------------------------
@@ -170,23 +75,10 @@ def _around(text: str) -> str:
     return text[max(0, at - 200) : at + 60]
 
 
-@pytest.fixture
-def auth_endpoint(rig: BrokerRig, tmp_path: Any) -> Iterator[str | None]:
-    """SQS only: a moto server that checks signatures (the in-process one accepts any)."""
-    if rig.name != "sqs":
-        yield None
-        return
-    port = free_port()
-    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    with running(argv, log_path=tmp_path / "moto.log", env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as proc:
-        wait_for_port(port, timeout=60, proc=proc, what="authenticating moto server")
-        yield f"http://127.0.0.1:{port}"
-
-
-async def test_a_working_stream_never_shows_the_secret(rig, observed, monkeypatch):
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(sentinel_connection(rig)))
+async def test_a_working_stream_never_shows_the_secret(rig, observed, request):
+    connection = rig.contract.use_secret_connection(request, CONN_ID, SENTINEL)
     stream = rig.contract.create_stream()
-    trigger = sentinel_trigger(rig, stream, reject="body.bad")
+    trigger = rig.contract.trigger(stream, reject="body.bad", **connection)
     assert_no_sentinel("serialize()", json.dumps(trigger.serialize()))
     async with SharedStreamHarness(confirm_after=0.0) as harness:
         watcher = harness.add(trigger)
@@ -205,19 +97,10 @@ async def test_a_working_stream_never_shows_the_secret(rig, observed, monkeypatc
 
 
 @pytest.mark.parametrize("failure", ["endpoint", "auth"])
-async def test_a_failing_connection_never_shows_the_secret(
-    rig, failure, observed, monkeypatch, auth_endpoint
-):
-    connection = sentinel_connection(rig, failure=failure, auth_endpoint=auth_endpoint)
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(connection))
-    if rig.name == "pubsub":
-        # The emulator takes no credentials: the key is used (and refused) only against "Google".
-        if failure == "endpoint":
-            monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{free_port()}")
-        else:
-            monkeypatch.delenv("PUBSUB_EMULATOR_HOST")
+async def test_a_failing_connection_never_shows_the_secret(rig, failure, observed, request):
     stream = rig.contract.create_stream()
-    trigger = sentinel_trigger(rig, stream)
+    connection = rig.contract.use_secret_connection(request, CONN_ID, SENTINEL, failure)
+    trigger = rig.contract.trigger(stream, **connection)
     assert_no_sentinel("serialize()", json.dumps(trigger.serialize()))
     async with SharedStreamHarness(confirm_after=0.0) as harness:
         watcher = harness.add(trigger)
@@ -226,31 +109,11 @@ async def test_a_failing_connection_never_shows_the_secret(
     assert_no_sentinel("logs or metrics", observed())
 
 
-def misconfigured_connection(rig: BrokerRig) -> tuple[dict[str, Any], str]:
-    """A credential or TLS/SASL option set wrong, the sentinel beside it; and what the error names."""
-    if rig.name == "sqs":  # a secret key without its key id
-        connection = sentinel_connection(rig)
-        del connection["login"]
-        return connection, "only one of login"
-    if rig.name == "kafka":  # a SASL mechanism aiokafka cannot do, over TLS
-        connection = sentinel_connection(rig)
-        connection["extra"].update({"security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI"})
-        return connection, "sasl.mechanism"
-    if rig.name == "pubsub":  # a key that is not a service-account JSON object
-        extra = {"project": rig.contract.pubsub.project, "keyfile_dict": "{" + SENTINEL}
-        return {"conn_type": "google_cloud_platform", "extra": extra}, "not a JSON object"
-    schema = f"Endpoint=nonsense;SharedAccessKeyName=SentinelKey;SharedAccessKey={SENTINEL}"
-    return {"conn_type": "azure_service_bus", "schema": schema}, "not a Service Bus connection string"
-
-
-async def test_a_misconfigured_credential_is_named_without_the_secret(rig, observed, monkeypatch):
-    connection, names = misconfigured_connection(rig)
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(connection))
-    if rig.name == "pubsub":
-        monkeypatch.delenv("PUBSUB_EMULATOR_HOST")  # the emulator would take no key at all
+async def test_a_misconfigured_credential_is_named_without_the_secret(rig, observed, request):
     stream = rig.contract.create_stream()
+    connection, names = rig.contract.use_misconfigured_connection(request, CONN_ID, SENTINEL)
     async with SharedStreamHarness(confirm_after=0.0) as harness:
-        watcher = harness.add(sentinel_trigger(rig, stream))
+        watcher = harness.add(rig.contract.trigger(stream, **connection))
         error = await watcher.wait_for_error(timeout=60)
     assert isinstance(error, SharedStreamConfigurationError), repr(error)
     assert names in str(error)

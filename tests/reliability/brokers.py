@@ -3,10 +3,11 @@ One rig per broker for the reliability scenarios, built on the shared contract's
 
 A :class:`BrokerRig` runs the broker (TEST_RIG.md: moto, noida-db/Tansu, the Pub/Sub emulator,
 the Service Bus AMQP fake), points a connection of its own at it, and hands the scenarios the
-broker's :class:`~tests.integration.contract.broker.ContractBroker` (create a stream, publish, count
-what is left, take the dead letters, make a trigger): the same adapters the contract suite runs,
-so a reader who knows one broker's scenarios knows all four. What differs per broker is only
-how the broker is started, stopped and restarted, and what it cannot do here:
+broker's :class:`~tests.integration.contract.broker.ContractBroker` (create a stream, with a
+delivery limit of the broker's own whose dead letters go apart from the reject's, publish, count
+what is left, take the dead letters, make a trigger): the same adapters the contract suite and the
+secret-sentinel test run, so each broker's setup is written once. A rig adds only how the broker
+is started, stopped and restarted, and what it cannot do here:
 
 =============  ===================================  ==========================================
 broker         outage mid-stream (broker_restart)   SIGKILL of the consumer
@@ -57,16 +58,6 @@ run counts (it must stay 0); 5 is Pub/Sub's minimum. A fault of the scenarios re
 at most a few times (one per kill, one for the hung watcher, one for an outage)."""
 
 
-@dataclass
-class DeadLetters:
-    """What one read of a stream's dead-letter destinations took (bodies, in arrival order)."""
-
-    rejected: list[Any]
-    """Dead-lettered by the provider's reject (the trigger's dead-letter destination)."""
-    over_limit: list[Any]
-    """Dead-lettered by the broker itself, past its delivery limit."""
-
-
 class _Environment:
     """Environment variables a rig sets (connections, emulator host), restored when it closes."""
 
@@ -107,22 +98,11 @@ class BrokerRig(abc.ABC):
     def __init__(self) -> None:
         self.env = _Environment()
         self.contract: ContractBroker
+        self.conn_id: str
 
-    def create_stream(self, contract: ContractBroker, *, lease_seconds: int) -> Any:
-        """A fresh stream for one run, with the rig's :attr:`delivery_limit` at the broker."""
-        return contract.create_stream(lease_seconds=lease_seconds)
-
-    def take_dead_letters(self, contract: ContractBroker, stream: Any) -> DeadLetters:
-        """Take what reached the stream's dead-letter destinations since the last take."""
-        return DeadLetters(rejected=contract.dead_letters(stream), over_limit=[])
-
-    def configured_limit(self, stream: Any) -> int | None:
-        """The delivery limit as the broker reports it for ``stream`` (read back, not assumed)."""
-        return None
-
-    @abc.abstractmethod
     def trigger_kwargs(self) -> dict[str, Any]:
         """The rig's own connection id, as the trigger's keyword argument."""
+        return {self.contract.conn_id_argument: self.conn_id}
 
     def contract_for(self, *, kills: bool = False, short_lease: bool = False) -> ContractBroker:
         """
@@ -175,35 +155,6 @@ class SqsRig(BrokerRig):
         self.conn_id = self.env.connection("aws_reliability", server.connection())
         self.server = server
         self.contract = SqsContractBroker(server)
-        self._over_limit_queues: dict[str, str] = {}
-
-    def trigger_kwargs(self) -> dict[str, Any]:
-        return {"aws_conn_id": self.conn_id}
-
-    def create_stream(self, contract: ContractBroker, *, lease_seconds: int) -> Any:
-        """
-        The queue's RedrivePolicy targets a queue of its own, not the trigger's dead-letter queue,
-        so what SQS moved past ``maxReceiveCount`` is told apart from what the reject sent.
-        """
-        from tests.integration.sqs.test_sqs_contract import SqsStream
-
-        rejected = self.server.create_queue()
-        over_limit = self.server.create_queue()
-        url = self.server.create_queue(
-            visibility_timeout=lease_seconds, dead_letter_queue_url=over_limit, max_receives=DELIVERY_LIMIT
-        )
-        self._over_limit_queues[url] = over_limit
-        return SqsStream(url=url, dead_letter_url=rejected, fifo=False)
-
-    def take_dead_letters(self, contract: ContractBroker, stream: Any) -> DeadLetters:
-        over_limit = self.server.drain(self._over_limit_queues[stream.url])
-        return DeadLetters(contract.dead_letters(stream), [json.loads(m["Body"]) for m in over_limit])
-
-    def configured_limit(self, stream: Any) -> int | None:
-        attributes = self.server.client.get_queue_attributes(
-            QueueUrl=stream.url, AttributeNames=["RedrivePolicy"]
-        )
-        return int(json.loads(attributes["Attributes"]["RedrivePolicy"])["maxReceiveCount"])
 
     def _command(self, command: str) -> None:
         assert self._server.stdin is not None
@@ -381,39 +332,6 @@ class PubSubRig(BrokerRig):
         self.env.set("PUBSUB_EMULATOR_HOST", emulator.host)
         self.conn_id = self.env.connection("gcp_reliability", emulator.connection())
         self.contract = PubSubContractBroker(emulator)
-        self._over_limit_readers: dict[str, str] = {}
-
-    def trigger_kwargs(self) -> dict[str, Any]:
-        return {"gcp_conn_id": self.conn_id}
-
-    def create_stream(self, contract: ContractBroker, *, lease_seconds: int) -> Any:
-        """
-        The subscription's dead-letter policy targets a topic of its own, not the trigger's
-        ``dead_letter_topic``, so what the emulator forwarded past ``max_delivery_attempts`` is
-        told apart from what the reject published.
-        """
-        from tests.integration.pubsub.recording import LEDGERS, Ledger
-        from tests.integration.pubsub.test_pubsub_contract import PubSubStream
-
-        rejected_topic, rejected_reader = self.emulator.topic_with_subscription()
-        over_limit_topic, over_limit_reader = self.emulator.topic_with_subscription()
-        deadline = max(self.lease_seconds_min, lease_seconds)
-        topic, subscription = self.emulator.topic_with_subscription(
-            ack_deadline_seconds=deadline,
-            dead_letter_topic=over_limit_topic,
-            max_delivery_attempts=DELIVERY_LIMIT,
-        )
-        LEDGERS[subscription] = Ledger(ack_deadline=deadline)  # what the contract adapter reads
-        self._over_limit_readers[subscription] = over_limit_reader
-        return PubSubStream(topic, subscription, rejected_topic, rejected_reader)
-
-    def take_dead_letters(self, contract: ContractBroker, stream: Any) -> DeadLetters:
-        over_limit = self.emulator.pull(self._over_limit_readers[stream.subscription])
-        return DeadLetters(contract.dead_letters(stream), [json.loads(m.message.data) for m in over_limit])
-
-    def configured_limit(self, stream: Any) -> int | None:
-        subscription = self.emulator.subscriber.get_subscription(subscription=stream.subscription)
-        return int(subscription.dead_letter_policy.max_delivery_attempts)
 
     def stop_broker(self) -> None:
         # The emulator keeps topics, subscriptions and messages in memory only: a restarted one
@@ -430,10 +348,6 @@ class PubSubRig(BrokerRig):
 
 
 # -- Service Bus -------------------------------------------------------------------------------
-
-
-OVER_LIMIT_REASON = "MaxDeliveryCountExceeded"
-"""The reason Service Bus gives a message it dead-letters past ``MaxDeliveryCount``."""
 
 
 class ServiceBusRig(BrokerRig):
@@ -453,26 +367,6 @@ class ServiceBusRig(BrokerRig):
             "azure_service_bus_reliability", self.server.connection(key_name=key_name, key=key)
         )
         self.contract = ServiceBusContractBroker(self.server)
-
-    def trigger_kwargs(self) -> dict[str, Any]:
-        return {"azure_service_bus_conn_id": self.conn_id}
-
-    def create_stream(self, contract: ContractBroker, *, lease_seconds: int) -> Any:
-        return contract.create_stream(lease_seconds=lease_seconds, max_deliveries=DELIVERY_LIMIT)
-
-    def take_dead_letters(self, contract: ContractBroker, stream: Any) -> DeadLetters:
-        """
-        An entity has one dead-letter sub-queue: what the broker moved past ``MaxDeliveryCount``
-        is told apart from the reject's by the reason the broker gives it.
-        """
-        letters = DeadLetters(rejected=[], over_limit=[])
-        for message in self.server.take_dead_letters(stream.queue):
-            over = message.application_properties.get("DeadLetterReason") == OVER_LIMIT_REASON
-            (letters.over_limit if over else letters.rejected).append(json.loads(message.body))
-        return letters
-
-    def configured_limit(self, stream: Any) -> int | None:
-        return self.server.max_delivery_count(stream.queue)
 
     def stop_broker(self) -> None:
         self.server.stop()

@@ -281,9 +281,15 @@ class ScenarioRun:
         self.out.mkdir(parents=True, exist_ok=True)
         for name in (BOUND, PERSISTED, ERRORS):
             (self.out / name).unlink(missing_ok=True)
-        self.stream = await asyncio.to_thread(self.rig.create_stream, self.contract, lease_seconds=self.lease)
-        if self.rig.delivery_limit is not None:
-            self.result.delivery_limit = await asyncio.to_thread(self.rig.configured_limit, self.stream)
+        if self.rig.delivery_limit is None:
+            self.stream = await asyncio.to_thread(self.contract.create_stream, lease_seconds=self.lease)
+        else:
+            self.stream = await asyncio.to_thread(
+                self.contract.create_limited_stream,
+                lease_seconds=self.lease,
+                max_deliveries=self.rig.delivery_limit,
+            )
+            self.result.delivery_limit = await asyncio.to_thread(self.contract.delivery_limit, self.stream)
         for start in range(0, len(self.bodies), 100):
             await asyncio.to_thread(self.contract.publish, self.stream, self.bodies[start : start + 100])
         self._specs = self.watcher_specs()
@@ -426,7 +432,7 @@ class ScenarioRun:
         return self._left_on_broker() in (0, None)
 
     def _take_dead_letters(self) -> None:
-        letters = self.rig.take_dead_letters(self.contract, self.stream)
+        letters = self.contract.take_dead_letters(self.stream)
         for body in letters.rejected:
             self.dead[body["n"]] += 1
         for body in letters.over_limit:

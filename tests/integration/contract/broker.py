@@ -3,16 +3,18 @@ What a broker's suite supplies to run the contract: :class:`ContractBroker`, one
 
 The contract (the other modules of this package) is written once against this adapter; each
 broker's ``test_<broker>_contract.py`` implements it on its real broker and subclasses the
-contract classes that apply (docs/writing-a-broker.rst lists them). The reliability rigs
-(tests/reliability/brokers.py) drive the same adapters.
+contract classes that apply (docs/writing-a-broker.rst lists them). It is each broker's one
+setup: the reliability rigs (tests/reliability/brokers.py) and the secret-sentinel test
+(tests/integration/test_secret_sentinels.py) drive the same adapters.
 """
 
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from airflow.triggers.shared_stream import AdvanceOutcome
@@ -26,12 +28,27 @@ DELIVERY_LIMIT = 5
 """The brokers' delivery limit in the delivery-budget tests (Pub/Sub's lowest ``max_delivery_attempts``)."""
 
 
+ConnectionFailure = Literal["endpoint", "auth"]
+"""How a connection fails: ``"endpoint"``, nothing listens where it points; ``"auth"``, the
+broker (or the identity service in front of it) refuses its credentials."""
+
+
 @dataclass
 class BrokenConnection:
     """A trigger whose stream cannot start, and the credential its failure must never show."""
 
     trigger: SharedStreamTrigger
     secret: str
+
+
+@dataclass
+class DeadLetters:
+    """What one read of a stream's dead-letter destinations took (bodies, in arrival order)."""
+
+    rejected: list[Any]
+    """Dead-lettered by the provider's reject (the trigger's dead-letter destination)."""
+    over_limit: list[Any]
+    """Dead-lettered by the broker itself, past its delivery limit."""
 
 
 class ContractBroker(abc.ABC):
@@ -45,6 +62,9 @@ class ContractBroker(abc.ABC):
 
     reports_broker_lag: bool = False
     """Whether the broker tells how much waits on the upstream (the ``broker_lag`` gauge)."""
+
+    conn_id_argument: str = ""
+    """The trigger's keyword for its connection id (``aws_conn_id``, ``kafka_config_id``...)."""
 
     gives_back_on_close: bool = True
     """Whether a closing stream gives what it still holds back to the broker at once (else the
@@ -71,6 +91,22 @@ class ContractBroker(abc.ABC):
         dead-letter destination itself (SQS ``maxReceiveCount``, a Pub/Sub dead-letter policy's
         ``max_delivery_attempts``, Service Bus ``MaxDeliveryCount``); ``None``: the default.
         """
+
+    def create_limited_stream(self, *, lease_seconds: int, max_deliveries: int) -> Any:
+        """
+        A fresh upstream whose broker-side delivery limit is ``max_deliveries``, dead-lettering past
+        it apart from the reject's destination (see :meth:`take_dead_letters`): the reliability
+        scenarios count what the broker moved there, which must stay nothing.
+        """
+        raise NotImplementedError("only brokers with a delivery limit of their own")
+
+    def take_dead_letters(self, stream: Any) -> DeadLetters:
+        """Take what reached ``stream``'s dead-letter destinations since the last take, by who moved it."""
+        return DeadLetters(rejected=self.dead_letters(stream), over_limit=[])
+
+    def delivery_limit(self, stream: Any) -> int | None:
+        """The delivery limit as the broker reports it for ``stream`` (read back, not assumed)."""
+        return None
 
     def attempts_spent(self, payload: dict[str, Any]) -> int:
         """Delivery attempts the broker counted against its limit before this delivery (0: none)."""
@@ -136,6 +172,40 @@ class ContractBroker(abc.ABC):
     def bad_arguments(self) -> dict[str, Callable[[], object]]:
         """Trigger constructions with this broker's own arguments wrong (no I/O needed to tell), by name."""
         raise NotImplementedError("only brokers that run ConnectionContract")
+
+    # -- what the secret-sentinel test needs (tests/integration/test_secret_sentinels.py) ----------
+
+    def use_secret_connection(
+        self,
+        request: pytest.FixtureRequest,
+        conn_id: str,
+        secret: str,
+        failure: ConnectionFailure | None = None,
+    ) -> dict[str, Any]:
+        """
+        Set connection ``conn_id`` with ``secret`` in every field that holds a credential (for
+        the test's duration); return the ``trigger()`` kwargs that use it. ``failure``: the
+        connection fails that way instead of working.
+        """
+        raise NotImplementedError("only brokers that run the secret-sentinel test")
+
+    def use_connection(
+        self, request: pytest.FixtureRequest, conn_id: str, connection: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Set connection ``conn_id`` (JSON form) for the test; return the ``trigger()`` kwargs using it."""
+        request.getfixturevalue("monkeypatch").setenv(
+            f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection)
+        )
+        return {self.conn_id_argument: conn_id}
+
+    def use_misconfigured_connection(
+        self, request: pytest.FixtureRequest, conn_id: str, secret: str
+    ) -> tuple[dict[str, Any], str]:
+        """
+        Set connection ``conn_id`` with a credential or TLS/SASL option set wrong and ``secret``
+        beside it; return the ``trigger()`` kwargs that use it and what its error must name.
+        """
+        raise NotImplementedError("only brokers that run the secret-sentinel test")
 
 
 def ids(broker: ContractBroker, watcher: Watcher) -> list[str]:

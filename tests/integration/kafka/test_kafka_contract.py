@@ -33,7 +33,7 @@ from airflow_shared_stream.common.matching import RawMessage
 from airflow_shared_stream.kafka import KafkaSharedStreamProducer, KafkaSharedStreamTrigger
 from airflow_shared_stream.kafka.envelope import KafkaBrokerPayload
 from airflow_shared_stream.testing import SharedStreamHarness
-from tests.integration.contract.broker import BrokenConnection, ContractBroker
+from tests.integration.contract.broker import BrokenConnection, ConnectionFailure, ContractBroker
 from tests.integration.contract.close import CloseContract
 from tests.integration.contract.connection import ConnectionContract
 from tests.integration.contract.ordered_lanes import OrderedLanesContract
@@ -85,6 +85,7 @@ class KafkaStream:
 
 class KafkaContractBroker(ContractBroker):
     broker = "kafka"
+    conn_id_argument = "kafka_config_id"
     lease_seconds_min = 2
     reports_broker_lag = True
 
@@ -134,9 +135,8 @@ class KafkaContractBroker(ContractBroker):
 
     def trigger(self, stream: KafkaStream, **kwargs: Any) -> KafkaSharedStreamTrigger:
         kwargs.setdefault("dead_letter_topic", stream.dead_letter_topic)
-        return ContractKafkaTrigger(
-            [stream.topic], kafka_config_id=self.conn_id, group_id=stream.group, **kwargs
-        )
+        kwargs.setdefault("kafka_config_id", self.conn_id)
+        return ContractKafkaTrigger([stream.topic], group_id=stream.group, **kwargs)
 
     def metric_prefix(self, stream: KafkaStream) -> str:
         return f"airflow.shared_stream.kafka.{stream.topic}"
@@ -151,9 +151,7 @@ class KafkaContractBroker(ContractBroker):
         """A connection with :data:`SECRET` as its password, ``extra`` as its settings."""
         conn_id = f"kafka_{self.kafka.prefix}_{what}".replace("-", "_")
         connection = {"conn_type": "kafka", "login": "svc", "password": SECRET, "extra": extra}
-        request.getfixturevalue("monkeypatch").setenv(
-            f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection)
-        )
+        self.use_connection(request, conn_id, connection)
         return conn_id
 
     def missing_upstream(self, request: pytest.FixtureRequest) -> BrokenConnection:
@@ -183,6 +181,44 @@ class KafkaContractBroker(ContractBroker):
         }
         conn_id = self._connection(request, "unreachable", **settings)
         return BrokenConnection(ContractKafkaTrigger(["events"], kafka_config_id=conn_id), SECRET)
+
+    def use_secret_connection(
+        self,
+        request: pytest.FixtureRequest,
+        conn_id: str,
+        secret: str,
+        failure: ConnectionFailure | None = None,
+    ) -> dict[str, Any]:
+        """
+        The password and SASL/PLAIN's ``sasl.password`` (the brokers here accept any PLAIN
+        password); refused: SCRAM, which they refuse, taking the client's bad-credentials path.
+        """
+        connection = self._secret_connection(secret)
+        if failure == "endpoint":
+            connection["extra"]["bootstrap.servers"] = f"127.0.0.1:{free_port()}"
+        elif failure == "auth":
+            connection["extra"]["sasl.mechanism"] = "SCRAM-SHA-512"
+        return self.use_connection(request, conn_id, connection)
+
+    def use_misconfigured_connection(
+        self, request: pytest.FixtureRequest, conn_id: str, secret: str
+    ) -> tuple[dict[str, Any], str]:
+        """A SASL mechanism aiokafka cannot do, over TLS."""
+        connection = self._secret_connection(secret)
+        connection["extra"].update({"security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI"})
+        return self.use_connection(request, conn_id, connection), "sasl.mechanism"
+
+    def _secret_connection(self, secret: str) -> dict[str, Any]:
+        extra = {
+            "bootstrap.servers": self.kafka.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "svc",
+            "sasl.password": secret,
+            "auto.offset.reset": "earliest",
+            "request.timeout.ms": "12000",
+        }
+        return {"conn_type": "kafka", "login": "svc", "password": secret, "extra": extra}
 
     def bad_arguments(self) -> dict[str, Callable[[], object]]:
         trigger = KafkaSharedStreamTrigger

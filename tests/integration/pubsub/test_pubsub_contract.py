@@ -24,7 +24,7 @@ import pytest
 from airflow_shared_stream.common.metrics import stream_label
 from airflow_shared_stream.pubsub.producer import PubSubSharedStreamProducer
 from airflow_shared_stream.pubsub.trigger import PubSubSharedStreamTrigger
-from tests.integration.contract.broker import BrokenConnection, ContractBroker
+from tests.integration.contract.broker import BrokenConnection, ConnectionFailure, ContractBroker, DeadLetters
 from tests.integration.contract.close import CloseContract
 from tests.integration.contract.connection import ConnectionContract
 from tests.integration.contract.delivery_budget import DeliveryBudgetContract
@@ -61,10 +61,13 @@ class PubSubStream:
     dead_letter_topic: str | None
     dead_letter_reader: str | None
     published: list[str] = field(default_factory=list)
+    over_limit_reader: str | None = None
+    """A subscription on the topic the dead-letter policy forwards to, when apart from the reject's."""
 
 
 class PubSubContractBroker(ContractBroker):
     broker = "pubsub"
+    conn_id_argument = "gcp_conn_id"
     lease_seconds_min = 10  # Pub/Sub's shortest ack deadline
 
     def __init__(self, pubsub: PubSubEmulator) -> None:
@@ -89,6 +92,29 @@ class PubSubContractBroker(ContractBroker):
         )
         LEDGERS[subscription] = Ledger(ack_deadline=max(self.lease_seconds_min, lease_seconds))
         return PubSubStream(topic, subscription, dead_topic, dead_reader)
+
+    def create_limited_stream(self, *, lease_seconds: int, max_deliveries: int) -> PubSubStream:
+        """The dead-letter policy targets a topic of its own, not the trigger's ``dead_letter_topic``."""
+        rejected_topic, rejected_reader = self.pubsub.topic_with_subscription()
+        over_limit_topic, over_limit_reader = self.pubsub.topic_with_subscription()
+        deadline = max(self.lease_seconds_min, lease_seconds)
+        topic, subscription = self.pubsub.topic_with_subscription(
+            ack_deadline_seconds=deadline,
+            dead_letter_topic=over_limit_topic,
+            max_delivery_attempts=max_deliveries,
+        )
+        LEDGERS[subscription] = Ledger(ack_deadline=deadline)
+        stream = PubSubStream(topic, subscription, rejected_topic, rejected_reader)
+        stream.over_limit_reader = over_limit_reader
+        return stream
+
+    def take_dead_letters(self, stream: PubSubStream) -> DeadLetters:
+        over_limit = self.pubsub.pull(stream.over_limit_reader) if stream.over_limit_reader else []
+        return DeadLetters(self.dead_letters(stream), [json.loads(m.message.data) for m in over_limit])
+
+    def delivery_limit(self, stream: PubSubStream) -> int | None:
+        subscription = self.pubsub.subscriber.get_subscription(subscription=stream.subscription)
+        return int(subscription.dead_letter_policy.max_delivery_attempts)
 
     def publish(self, stream: PubSubStream, bodies: list[Any], *, lane: str | None = None) -> list[str]:
         ids = []
@@ -141,7 +167,7 @@ class PubSubContractBroker(ContractBroker):
             "client_email": "a@b.iam.gserviceaccount.com",
         }
         connection = self.pubsub.connection(keyfile_dict=json.dumps(key))
-        monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(connection))
+        self.use_connection(request, "google_cloud_default", connection)
         monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulator_host)
         return "google_cloud_default"
 
@@ -156,6 +182,44 @@ class PubSubContractBroker(ContractBroker):
     def unreachable_endpoint(self, request: pytest.FixtureRequest) -> BrokenConnection:
         self._keyed_connection(request, f"127.0.0.1:{free_port()}")
         return BrokenConnection(QuickTimeoutTrigger("orders"), SECRET)
+
+    def use_secret_connection(
+        self,
+        request: pytest.FixtureRequest,
+        conn_id: str,
+        secret: str,
+        failure: ConnectionFailure | None = None,
+    ) -> dict[str, Any]:
+        """
+        A service-account key whose key id and private key hold the secret. The emulator takes no
+        credentials: the key is used (and refused, at a token endpoint where nothing listens) only
+        against "Google", without ``PUBSUB_EMULATOR_HOST``.
+        """
+        key = {
+            "type": "service_account",
+            "project_id": self.pubsub.project,
+            "private_key_id": secret,
+            "private_key": f"-----BEGIN PRIVATE KEY-----\n{secret}\n-----END PRIVATE KEY-----\n",
+            "client_email": "sentinel@example.iam.gserviceaccount.com",
+            "token_uri": f"http://127.0.0.1:{free_port()}/token",
+        }
+        monkeypatch = request.getfixturevalue("monkeypatch")
+        if failure == "endpoint":
+            monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{free_port()}")
+        elif failure == "auth":
+            monkeypatch.delenv("PUBSUB_EMULATOR_HOST")
+        return self.use_connection(request, conn_id, self._keyed(json.dumps(key)))
+
+    def use_misconfigured_connection(
+        self, request: pytest.FixtureRequest, conn_id: str, secret: str
+    ) -> tuple[dict[str, Any], str]:
+        """A key that is not a service-account JSON object (away from the emulator, which takes no key)."""
+        request.getfixturevalue("monkeypatch").delenv("PUBSUB_EMULATOR_HOST")
+        return self.use_connection(request, conn_id, self._keyed("{" + secret)), "not a JSON object"
+
+    def _keyed(self, keyfile_dict: str) -> dict[str, Any]:
+        extra = {"project": self.pubsub.project, "keyfile_dict": keyfile_dict}
+        return {"conn_type": "google_cloud_platform", "extra": extra}
 
     def bad_arguments(self) -> dict[str, Callable[[], object]]:
         trigger = PubSubSharedStreamTrigger

@@ -12,7 +12,7 @@ import pytest
 
 from airflow_shared_stream.common.metrics import stream_label
 from airflow_shared_stream.servicebus.trigger import ServiceBusSharedStreamTrigger
-from tests.integration.contract.broker import BrokenConnection, ContractBroker
+from tests.integration.contract.broker import BrokenConnection, ConnectionFailure, ContractBroker, DeadLetters
 from tests.integration.contract.close import CloseContract
 from tests.integration.contract.connection import ConnectionContract
 from tests.integration.contract.delivery_budget import OrderedDeliveryBudgetContract
@@ -24,6 +24,9 @@ from tests.integration.contract.telemetry import LeaseTelemetryContract, Telemet
 from tests.integration.servicebus.conftest import KEY_NAME, SAS_KEY
 from tests.support.processes import free_port
 from tests.support.servicebus_server import ServiceBusServer
+
+OVER_LIMIT_REASON = "MaxDeliveryCountExceeded"
+"""The reason Service Bus gives a message it dead-letters past ``MaxDeliveryCount``."""
 
 WRONG_KEY = "d3Jvbmcta2V5LWFsc28tc2VjcmV0LTQ0"
 
@@ -39,6 +42,7 @@ class ServiceBusStream:
 
 class ServiceBusContractBroker(ContractBroker):
     broker = "servicebus"
+    conn_id_argument = "azure_service_bus_conn_id"
     lease_seconds_min = 5
     """Service Bus's shortest lock duration."""
     give_back_spends_attempt = False
@@ -59,6 +63,23 @@ class ServiceBusContractBroker(ContractBroker):
         limit = {"max_delivery_count": max_deliveries} if max_deliveries else {}
         queue = self.server.create_queue(lock_duration=lock, requires_session=ordered, **limit)
         return ServiceBusStream(queue=queue, lock_seconds=lock, sessions=ordered)
+
+    def create_limited_stream(self, *, lease_seconds: int, max_deliveries: int) -> ServiceBusStream:
+        return self.create_stream(lease_seconds=lease_seconds, max_deliveries=max_deliveries)
+
+    def take_dead_letters(self, stream: ServiceBusStream) -> DeadLetters:
+        """
+        An entity has one dead-letter sub-queue: what the broker moved past ``MaxDeliveryCount``
+        is told apart from the reject's by the reason the broker gives it.
+        """
+        letters = DeadLetters(rejected=[], over_limit=[])
+        for message in self.server.take_dead_letters(stream.queue):
+            over = message.application_properties.get("DeadLetterReason") == OVER_LIMIT_REASON
+            (letters.over_limit if over else letters.rejected).append(json.loads(message.body))
+        return letters
+
+    def delivery_limit(self, stream: ServiceBusStream) -> int | None:
+        return self.server.max_delivery_count(stream.queue)
 
     def publish(self, stream: ServiceBusStream, bodies: list[Any], *, lane: str | None = None) -> list[str]:
         extra = {"session_id": lane or "default"} if stream.sessions else {}
@@ -95,15 +116,12 @@ class ServiceBusContractBroker(ContractBroker):
     def other_shape(self, stream: ServiceBusStream) -> dict[str, Any]:
         return {"max_wait_time": 2}  # the entity's dead-letter sub-queue is its own: no argument
 
-    def _use_connection(self, request: pytest.FixtureRequest, connection: dict[str, Any]) -> None:
-        monkeypatch = request.getfixturevalue("monkeypatch")
-        monkeypatch.setenv("AIRFLOW_CONN_AZURE_SERVICE_BUS_DEFAULT", json.dumps(connection))
-
     def missing_upstream(self, request: pytest.FixtureRequest) -> BrokenConnection:
         return BrokenConnection(ServiceBusSharedStreamTrigger("no-such-queue"), SAS_KEY)
 
     def refused_credentials(self, request: pytest.FixtureRequest) -> BrokenConnection:
-        self._use_connection(request, self.server.connection(key_name=KEY_NAME, key=WRONG_KEY))
+        connection = self.server.connection(key_name=KEY_NAME, key=WRONG_KEY)
+        self.use_connection(request, "azure_service_bus_default", connection)
         return BrokenConnection(ServiceBusSharedStreamTrigger(self.server.create_queue()), WRONG_KEY)
 
     def unreachable_endpoint(self, request: pytest.FixtureRequest) -> BrokenConnection:
@@ -111,8 +129,34 @@ class ServiceBusContractBroker(ContractBroker):
             f"Endpoint=sb://127.0.0.1:{free_port()};SharedAccessKeyName={KEY_NAME};"
             f"SharedAccessKey={SAS_KEY};UseDevelopmentEmulator=true;"
         )
-        self._use_connection(request, {"conn_type": "azure_service_bus", "schema": schema})
+        connection = {"conn_type": "azure_service_bus", "schema": schema}
+        self.use_connection(request, "azure_service_bus_default", connection)
         return BrokenConnection(ServiceBusSharedStreamTrigger("orders"), SAS_KEY)
+
+    def use_secret_connection(
+        self,
+        request: pytest.FixtureRequest,
+        conn_id: str,
+        secret: str,
+        failure: ConnectionFailure | None = None,
+    ) -> dict[str, Any]:
+        """The connection string's ``SharedAccessKey``; refused: the server knows another key by that name."""
+        self.server.sas_keys["SentinelKey"] = "not-the-sentinel" if failure == "auth" else secret
+        port = free_port() if failure == "endpoint" else self.server.port
+        schema = (
+            f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=SentinelKey;"
+            f"SharedAccessKey={secret};UseDevelopmentEmulator=true;"
+        )
+        connection = {"conn_type": "azure_service_bus", "schema": schema}
+        return self.use_connection(request, conn_id, connection)
+
+    def use_misconfigured_connection(
+        self, request: pytest.FixtureRequest, conn_id: str, secret: str
+    ) -> tuple[dict[str, Any], str]:
+        schema = f"Endpoint=nonsense;SharedAccessKeyName=SentinelKey;SharedAccessKey={secret}"
+        return self.use_connection(
+            request, conn_id, {"conn_type": "azure_service_bus", "schema": schema}
+        ), "not a Service Bus connection string"
 
     def bad_arguments(self) -> dict[str, Callable[[], object]]:
         trigger = ServiceBusSharedStreamTrigger

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
 from tests.support.brokers import SqsServer, sqs_server_process
-from tests.support.processes import free_port, running, wait_for_port
 
 REGION = "us-east-1"
 ACCESS_KEY = "AKIDSHAREDSTREAMTEST"
@@ -43,14 +41,3 @@ async def harness() -> AsyncIterator[Any]:
 
     async with SharedStreamHarness(confirm_after=0.0) as h:
         yield h
-
-
-@pytest.fixture(scope="session")
-def authenticating_sqs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A second moto server that checks credentials against its own IAM (none are known): its URL."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("moto-auth") / "moto.log"
-    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    with running(argv, log_path=log, env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as proc:
-        wait_for_port(port, timeout=60, proc=proc, what="authenticating moto server")
-        yield f"http://127.0.0.1:{port}"

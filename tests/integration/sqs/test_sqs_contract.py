@@ -15,7 +15,13 @@ import pytest
 from airflow_shared_stream.common.metrics import stream_label
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
 from airflow_shared_stream.testing import SharedStreamHarness
-from tests.integration.contract.broker import BrokenConnection, ContractBroker, ids
+from tests.integration.contract.broker import (
+    BrokenConnection,
+    ConnectionFailure,
+    ContractBroker,
+    DeadLetters,
+    ids,
+)
 from tests.integration.contract.close import LEASE_SECONDS, CloseContract
 from tests.integration.contract.connection import ConnectionContract
 from tests.integration.contract.delivery_budget import OrderedDeliveryBudgetContract
@@ -36,10 +42,13 @@ class SqsStream:
     url: str
     dead_letter_url: str | None
     fifo: bool
+    over_limit_url: str | None = None
+    """Where SQS moves a message past ``maxReceiveCount``, when apart from the reject's queue."""
 
 
 class SqsContractBroker(ContractBroker):
     broker = "sqs"
+    conn_id_argument = "aws_conn_id"
     lease_seconds_min = 2
     reports_broker_lag = True
     gives_back_on_close = True
@@ -62,6 +71,26 @@ class SqsContractBroker(ContractBroker):
 
     def attempts_spent(self, payload: dict[str, Any]) -> int:
         return int(payload["attributes"]["ApproximateReceiveCount"]) - 1
+
+    def create_limited_stream(self, *, lease_seconds: int, max_deliveries: int) -> SqsStream:
+        """The RedrivePolicy targets a queue of its own, not the trigger's dead-letter queue."""
+        rejected = self.sqs.create_queue()
+        over_limit = self.sqs.create_queue()
+        url = self.sqs.create_queue(
+            visibility_timeout=lease_seconds, dead_letter_queue_url=over_limit, max_receives=max_deliveries
+        )
+        return SqsStream(url=url, dead_letter_url=rejected, fifo=False, over_limit_url=over_limit)
+
+    def take_dead_letters(self, stream: SqsStream) -> DeadLetters:
+        over_limit = self.sqs.drain(stream.over_limit_url) if stream.over_limit_url else []
+        return DeadLetters(self.dead_letters(stream), [json.loads(m["Body"]) for m in over_limit])
+
+    def delivery_limit(self, stream: SqsStream) -> int | None:
+        attributes = self.sqs.client.get_queue_attributes(
+            QueueUrl=stream.url, AttributeNames=["RedrivePolicy"]
+        )
+        policy = attributes["Attributes"].get("RedrivePolicy")
+        return int(json.loads(policy)["maxReceiveCount"]) if policy else None
 
     def publish(self, stream: SqsStream, bodies: list[Any], *, lane: str | None = None) -> list[str]:
         extra: dict[str, Any] = {}
@@ -114,9 +143,7 @@ class SqsContractBroker(ContractBroker):
 
     def _connection(self, request: pytest.FixtureRequest, conn_id: str, endpoint_url: str) -> str:
         connection = {**self.sqs.connection(), "extra": {"region_name": REGION, "endpoint_url": endpoint_url}}
-        request.getfixturevalue("monkeypatch").setenv(
-            f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection)
-        )
+        self.use_connection(request, conn_id, connection)
         return conn_id
 
     def refused_credentials(self, request: pytest.FixtureRequest) -> BrokenConnection:
@@ -131,6 +158,41 @@ class SqsContractBroker(ContractBroker):
         conn_id = self._connection(request, "aws_unreachable", endpoint)
         trigger = SqsSharedStreamTrigger(f"{endpoint}/123456789012/orders", aws_conn_id=conn_id)
         return BrokenConnection(trigger, self.sqs.secret_key)
+
+    def use_secret_connection(
+        self,
+        request: pytest.FixtureRequest,
+        conn_id: str,
+        secret: str,
+        failure: ConnectionFailure | None = None,
+    ) -> dict[str, Any]:
+        """The secret access key and the session token; refused by a moto server that checks them."""
+        endpoint = self.sqs.endpoint_url
+        if failure == "endpoint":
+            endpoint = f"http://127.0.0.1:{free_port()}"
+        elif failure == "auth":
+            endpoint = request.getfixturevalue("authenticating_sqs")
+        return self.use_connection(request, conn_id, self._secret_connection(secret, endpoint))
+
+    def use_misconfigured_connection(
+        self, request: pytest.FixtureRequest, conn_id: str, secret: str
+    ) -> tuple[dict[str, Any], str]:
+        """A secret key without its key id."""
+        connection = self._secret_connection(secret, self.sqs.endpoint_url)
+        del connection["login"]
+        return self.use_connection(request, conn_id, connection), "only one of login"
+
+    def _secret_connection(self, secret: str, endpoint_url: str) -> dict[str, Any]:
+        return {
+            "conn_type": "aws",
+            "login": "AKIDSENTINELTEST",
+            "password": secret,
+            "extra": {
+                "region_name": self.sqs.region,
+                "endpoint_url": endpoint_url,
+                "aws_session_token": secret,
+            },
+        }
 
     def bad_arguments(self) -> dict[str, Callable[[], object]]:
         return {
