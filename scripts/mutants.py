@@ -356,7 +356,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="a dead letter too large for its topic fails the stream on it forever",
         broker="kafka",
-        path="airflow_shared_stream/kafka/dead_letters.py",
+        path="airflow_shared_stream/kafka/dead_letter.py",
         original="TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError)\n",
         mutated="TOO_LARGE: tuple[type[Exception], ...] = ()  # mutant: no pointer record\n",
         caught_by=("test_record_too_large_for_the_dead_letter_topic_still_leaves_the_stream",),

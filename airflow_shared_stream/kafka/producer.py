@@ -56,7 +56,7 @@ from airflow_shared_stream.common.trigger import (  # noqa: E402
 from airflow_shared_stream.console.figures import stream_figures  # noqa: E402
 from airflow_shared_stream.kafka.anchors import StartAnchors  # noqa: E402
 from airflow_shared_stream.kafka.committer import OffsetCommitter  # noqa: E402
-from airflow_shared_stream.kafka.dead_letters import DeadLetterWriter  # noqa: E402
+from airflow_shared_stream.kafka.dead_letter import DeadLetterWriter  # noqa: E402
 from airflow_shared_stream.kafka.envelope import KafkaBrokerPayload, build_raw_message  # noqa: E402
 from airflow_shared_stream.kafka.errors import (  # noqa: E402
     KafkaErrorTranslator,

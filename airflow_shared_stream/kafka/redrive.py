@@ -29,7 +29,7 @@ from aiokafka.errors import KafkaError
 
 from airflow_shared_stream.common.redrive import RedriveItem
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
-from airflow_shared_stream.kafka.dead_letters import ORIGIN_HEADERS, REASON_HEADER, SIZE_HEADER
+from airflow_shared_stream.kafka.dead_letter import ORIGIN_HEADERS, REASON_HEADER, SIZE_HEADER
 from airflow_shared_stream.kafka.errors import (
     KafkaConfigurationError,
     KafkaSharedStreamError,

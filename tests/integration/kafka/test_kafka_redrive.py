@@ -2,7 +2,7 @@
 Dead-letter redrive on real Kafka-protocol brokers (noida-db and Tansu, see conftest.py).
 
 The dead-letter topic is written as our dead-lettering writes it: each record's key, value and
-headers, plus the origin headers (kafka/dead_letters.py). Nothing is deleted from a topic, so
+headers, plus the origin headers (kafka/dead_letter.py). Nothing is deleted from a topic, so
 "still in the dead-letter topic" means "at or after the redrive group's committed offset".
 """
 
@@ -16,7 +16,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from airflow_shared_stream.common.redrive import redrive
-from airflow_shared_stream.kafka.dead_letters import ORIGIN_HEADERS, REASON_HEADER
+from airflow_shared_stream.kafka.dead_letter import ORIGIN_HEADERS, REASON_HEADER
 from airflow_shared_stream.kafka.errors import KafkaTopicNotFoundError
 from airflow_shared_stream.kafka.redrive import default_group_id
 from airflow_shared_stream.redrive import dead_letter_source
