@@ -22,7 +22,6 @@ from airflow_shared_stream.common.errors import SecretScrubber
 from airflow_shared_stream.common.matching import build_message
 from airflow_shared_stream.common.redrive import RedriveItem
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
-from airflow_shared_stream.sqs.credentials import open_sqs_client
 from airflow_shared_stream.sqs.dead_letter import (
     DEAD_LETTER_DESCRIPTION,
     DEAD_LETTER_REASON,
@@ -36,8 +35,8 @@ from airflow_shared_stream.sqs.errors import (
     explain_client_error,
     explain_transport_error,
 )
-from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook
-from airflow_shared_stream.sqs.producer import client_method_name, sdk_logger_names, simplify_attributes
+from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook, open_queue_client
+from airflow_shared_stream.sqs.producer import client_method_name, simplify_attributes
 
 log = logging.getLogger(__name__)
 
@@ -83,20 +82,15 @@ class SqsDeadLetterSource:
         self.label = self._dead_letter.name
 
     async def open(self) -> None:
-        from aiobotocore.config import AioConfig
-
-        config = await SqsSharedStreamHook(self._conn_id).aget_client_config(
-            region_name=self._region_name, queue=self._dead_letter
-        )
-        client_config = AioConfig(
-            connect_timeout=10,
-            read_timeout=self._wait_seconds + 15,
-            retries={"mode": "standard", "max_attempts": 5},
-        )
         self._client = await self._exit_stack.enter_async_context(
-            open_sqs_client(config, client_config, on_secrets=lambda secrets: self._scrubber.add(*secrets))
+            open_queue_client(
+                aws_conn_id=self._conn_id,
+                region_name=self._region_name,
+                queue=self._dead_letter,
+                wait_seconds=self._wait_seconds,
+                scrubber=self._scrubber,
+            )
         )
-        self._scrubber.install(*sdk_logger_names())
         for queue in (self._dead_letter, self._source):
             await self._call("GetQueueAttributes", queue, QueueUrl=queue.url, AttributeNames=["QueueArn"])
 
