@@ -20,7 +20,7 @@ from typing import Any
 
 from airflow_shared_stream.common.errors import SecretScrubber
 from airflow_shared_stream.common.matching import build_message
-from airflow_shared_stream.common.redrive import RedriveItem
+from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.sqs.dead_letter import (
     DEAD_LETTER_DESCRIPTION,
@@ -69,8 +69,6 @@ class SqsDeadLetterSource:
             raise SqsConfigurationError("an SQS redrive needs the source queue's URL (source=...)")
         self._dead_letter = QueueUrl.parse(dead_letter)
         self._source = QueueUrl.parse(source)
-        if self._dead_letter.identity == self._source.identity:
-            raise SqsConfigurationError(f"the dead-letter queue and the source queue are one queue: {source}")
         self._conn_id = conn_id or SqsSharedStreamHook.default_conn_name
         self._keep = keep_origin_attributes
         self._region_name = region_name
@@ -80,6 +78,10 @@ class SqsDeadLetterSource:
         self._exit_stack = contextlib.AsyncExitStack()
         self._scrubber = SecretScrubber()
         self.label = self._dead_letter.name
+
+    @property
+    def route(self) -> RedriveRoute:
+        return RedriveRoute("queue", read_from=self._dead_letter.identity, write_to=self._source.identity)
 
     async def open(self) -> None:
         self._client = await self._exit_stack.enter_async_context(
