@@ -1315,6 +1315,14 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_a_closing_stream_spends_no_delivery_attempt_of_its_own",),
     ),
     Mutant(
+        name="a closing Pub/Sub stream nacks while its pulls still wait",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/producer.py",
+        original="    receives_take_given_back = True\n",
+        mutated="    receives_take_given_back = False\n",
+        caught_by=("test_a_closing_stream_spends_no_delivery_attempt_of_its_own",),
+    ),
+    Mutant(
         name="a closing SQS stream gives back only its first batch call",
         broker="sqs",
         path="airflow_shared_stream/sqs/producer.py",
