@@ -37,7 +37,7 @@ from airflow_shared_stream.sqs.dead_letter import (
     dead_letter_entry,
     entry_size,
 )
-from airflow_shared_stream.sqs.errors import SqsEndpointError, explain_client_error, explain_transport_error
+from airflow_shared_stream.sqs.errors import SqsEndpointError, call_sqs
 from airflow_shared_stream.sqs.hook import QueueUrl, open_queue_client
 
 require_sdk("aiobotocore", "sqs")
@@ -316,26 +316,14 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
 
         ``queue`` is the queue the call is about (the source queue unless given): errors name it.
         """
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        target = queue or self._queue
-        method = getattr(self._client, client_method_name(operation))
-        try:
-            return await method(**params)
-        except ClientError as exc:
-            raise explain_client_error(
-                exc,
-                operation=operation,
-                queue_url=target.url,
-                aws_conn_id=self._aws_conn_id,
-                scrub=self._scrubber.scrub,
-            ) from None
-        except BotoCoreError as exc:
-            raise explain_transport_error(exc, operation=operation, queue_url=target.url) from None
-
-
-def client_method_name(operation: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in operation).lstrip("_")
+        return await call_sqs(
+            self._client,
+            operation,
+            queue_url=(queue or self._queue).url,
+            aws_conn_id=self._aws_conn_id,
+            scrub=self._scrubber.scrub,
+            **params,
+        )
 
 
 def simplify_attributes(attributes: dict[str, Any]) -> dict[str, Any]:

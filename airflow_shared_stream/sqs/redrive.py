@@ -32,11 +32,10 @@ from airflow_shared_stream.sqs.dead_letter import (
 from airflow_shared_stream.sqs.errors import (
     SqsConfigurationError,
     SqsSharedStreamError,
-    explain_client_error,
-    explain_transport_error,
+    call_sqs,
 )
 from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook, open_queue_client
-from airflow_shared_stream.sqs.producer import client_method_name, simplify_attributes
+from airflow_shared_stream.sqs.producer import simplify_attributes
 
 log = logging.getLogger(__name__)
 
@@ -192,20 +191,14 @@ class SqsDeadLetterSource:
                 )
 
     async def _call(self, operation: str, queue: QueueUrl, **params: Any) -> dict[str, Any]:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            return await getattr(self._client, client_method_name(operation))(**params)
-        except ClientError as exc:
-            raise explain_client_error(
-                exc,
-                operation=operation,
-                queue_url=queue.url,
-                aws_conn_id=self._conn_id,
-                scrub=self._scrubber.scrub,
-            ) from None
-        except BotoCoreError as exc:
-            raise explain_transport_error(exc, operation=operation, queue_url=queue.url) from None
+        return await call_sqs(
+            self._client,
+            operation,
+            queue_url=queue.url,
+            aws_conn_id=self._conn_id,
+            scrub=self._scrubber.scrub,
+            **params,
+        )
 
 
 def dead_letter_source(**kwargs: Any) -> SqsDeadLetterSource:
