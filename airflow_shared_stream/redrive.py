@@ -24,6 +24,7 @@ from airflow_shared_stream.common.redrive import (
     check_max_messages,
     compile_filter,
     redrive,
+    refuse_loop,
 )
 
 BROKER_OPTIONS = {
@@ -66,7 +67,9 @@ def dead_letter_source(
         "conn_id": conn_id or None,
         "keep_origin_attributes": keep_origin_attributes,
     }
-    return module.dead_letter_source(**kwargs, **options)
+    built: DeadLetterSource = module.dead_letter_source(**kwargs, **options)
+    refuse_loop(built)  # what is known before connecting fails when the Dag is parsed
+    return built
 
 
 def _flag(name: str, value: Any) -> bool:

@@ -1207,6 +1207,34 @@ MUTANTS: tuple[Mutant, ...] = (
             ("servicebus", "test_a_redrive_killed_between_send_and_complete_loses_nothing"),
         )
     ),
+    # The engine refuses a redrive whose destination feeds its own dead-letter source, from the
+    # route each broker's source states: when built, and once open (what only the broker knows).
+    Mutant(
+        name="redrive moves dead letters into the source they are read from",
+        broker="sqs",
+        path="airflow_shared_stream/common/redrive.py",
+        original="    if route.read_from is not None and route.read_from == route.write_to:\n",
+        mutated="    if False:\n",
+        caught_by=(
+            "test_the_engine_refuses_a_destination_that_is_the_dead_letter_source_before_connecting",
+            "test_bad_arguments_fail_when_the_dag_is_parsed",
+        ),
+        module="tests/unit/test_redrive_operator.py",
+    ),
+    Mutant(
+        name="redrive checks its route only before the broker says which topic it reads",
+        broker="pubsub",
+        path="airflow_shared_stream/common/redrive.py",
+        original=(
+            "        refuse_loop(source)  # what only the broker knows (a subscription's topic), now known\n"
+        ),
+        mutated="        pass\n",
+        caught_by=(
+            "test_a_dead_letter_subscription_of_the_destination_topic_is_refused_once_open",
+            "tests/unit/test_redrive_operator.py::test_the_engine_refuses_a_loop_it_learns_of_only_once_open",
+        ),
+        module="tests/integration/pubsub/test_pubsub_redrive.py",
+    ),
     Mutant(
         name="redrive commits past a Kafka record it could not copy",
         broker="kafka",
@@ -1282,6 +1310,14 @@ MUTANTS: tuple[Mutant, ...] = (
         name="a closing SQS stream gives back while its receive still polls",
         broker="sqs",
         path="airflow_shared_stream/sqs/producer.py",
+        original="    receives_take_given_back = True\n",
+        mutated="    receives_take_given_back = False\n",
+        caught_by=("test_a_closing_stream_spends_no_delivery_attempt_of_its_own",),
+    ),
+    Mutant(
+        name="a closing Pub/Sub stream nacks while its pulls still wait",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/producer.py",
         original="    receives_take_given_back = True\n",
         mutated="    receives_take_given_back = False\n",
         caught_by=("test_a_closing_stream_spends_no_delivery_attempt_of_its_own",),

@@ -43,7 +43,8 @@ class LeasedQueueBroker(Generic[Handle], abc.ABC):
     it cancels them (a broker that gives messages back on close sets it to its long-poll wait)."""
     receives_take_given_back: ClassVar[bool] = False
     """A receive in flight takes a message given back meanwhile, and the broker counts that as a
-    delivery attempt (an SQS long poll): ``aclose`` then lets the receives return (up to
+    delivery attempt (an SQS long poll, a Pub/Sub pull on a subscription with a dead-letter
+    policy): ``aclose`` then lets the receives return (up to
     ``receive_wait_on_close``) before it gives anything back."""
     hold_ordered_lanes: ClassVar[bool] = True
     """Hold an ordered lane's messages that reached nobody too (:mod:`.unseen`). Only for a broker

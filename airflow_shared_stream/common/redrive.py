@@ -16,7 +16,7 @@ A dry run holds everything and gives it all back: nothing is copied and nothing 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -56,12 +56,42 @@ class RedriveItem:
     """What the broker's source needs to copy and remove it."""
 
 
+@dataclass(frozen=True, slots=True)
+class RedriveRoute:
+    """
+    Where a redrive reads and where it writes, as the broker identifies them (``None``: not known yet).
+
+    ``read_from`` is what a message written to the destination would land in: the dead-letter
+    queue or topic itself, or the topic a dead-letter subscription reads. Equal to ``write_to``,
+    every message moved comes straight back to the dead-letter source.
+    """
+
+    kind: str
+    """What the two are (``queue``, ``topic``), for the error."""
+    read_from: Hashable | None
+    write_to: Hashable | None
+
+
+def refuse_loop(source: DeadLetterSource) -> None:
+    """Refuse a redrive whose destination feeds its own dead-letter source; each broker says its route."""
+    route = source.route
+    if route.read_from is not None and route.read_from == route.write_to:
+        raise RedriveConfigurationError(
+            f"the dead-letter source and the destination of the {source.broker} redrive of "
+            f"{source.label!r} are one {route.kind}: every message moved would come straight back"
+        )
+
+
 class DeadLetterSource(Protocol):
     """What a broker's ``redrive.py`` implements; see the module docstring for the order of calls."""
 
     broker: str
     label: str
     """A secret-free name of the dead-letter source, for logs and metrics."""
+
+    @property
+    def route(self) -> RedriveRoute:
+        """Where it reads and writes: checked (:func:`refuse_loop`) when built and once open."""
 
     async def open(self) -> None:
         """Connect, and check that the dead-letter source and the origin exist."""
@@ -154,8 +184,10 @@ async def redrive(
     summary = RedriveSummary(broker=source.broker, source=source.label, dry_run=dry_run)
     metrics = StreamMetrics(source.broker, source.label)
     held: dict[str, RedriveItem] = {}
+    refuse_loop(source)
     try:
         await source.open()  # inside: a source that half opened is closed too
+        refuse_loop(source)  # what only the broker knows (a subscription's topic), now known
         while limit is None or summary.moved < limit:
             want = batch_size if limit is None else min(batch_size, limit - summary.moved)
             batch = await source.read(want)

@@ -27,7 +27,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from airflow_shared_stream.common.redrive import RedriveItem
+from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.kafka.dead_letter import ORIGIN_HEADERS, REASON_HEADER, SIZE_HEADER
 from airflow_shared_stream.kafka.errors import (
@@ -71,10 +71,6 @@ class KafkaDeadLetterSource:
     ) -> None:
         if not dead_letter or not isinstance(dead_letter, str):
             raise KafkaConfigurationError("a Kafka redrive needs the dead-letter topic (dead_letter=...)")
-        if source is not None and source == dead_letter:
-            raise KafkaConfigurationError(
-                f"the dead-letter topic and the source topic are one topic: {source!r}"
-            )
         self._topic = dead_letter
         self._target = source
         self._conn_id = conn_id or KafkaSharedStreamHook.default_conn_name
@@ -89,6 +85,11 @@ class KafkaDeadLetterSource:
         """Offsets read and not yet moved or passed, per partition, in order."""
         self._handled: dict[TopicPartition, set[int]] = {}
         self.label = dead_letter
+
+    @property
+    def route(self) -> RedriveRoute:
+        """``write_to`` is ``None`` without ``source``: each record goes to the topic its header names."""
+        return RedriveRoute("topic", read_from=self._topic, write_to=self._target)
 
     async def open(self) -> None:
         config = await KafkaSharedStreamHook(self._conn_id).aget_client_config()

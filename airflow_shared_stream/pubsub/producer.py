@@ -116,6 +116,9 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
     settle_batch_limit = ACK_IDS_PER_CALL
     dead_letter_batch_limit = PUBLISH_LIMIT
     dead_letter_batch_bytes = PUBLISH_BYTES
+    # A pull still waiting takes what the close nacks, and on a subscription with a dead-letter
+    # policy Pub/Sub counts that delivery: the close gives back once the pulls returned.
+    receives_take_given_back = True
 
     def __init__(
         self,
@@ -143,7 +146,7 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
         self._rpc_timeout = rpc_timeout
         self._pull_wait_seconds = pull_wait_seconds
         # Pulls cancelled on close take what is nacked until their deadline (the emulator does):
-        # let them return, and nack what they brought (LeasedQueueProducer.aclose).
+        # let them return first, then nack all the stream holds (LeasedQueueProducer.aclose).
         self.receive_wait_on_close = pull_wait_seconds + 1.0
         self._client: PubSubClient | None = None
         self.subscription: str | None = None

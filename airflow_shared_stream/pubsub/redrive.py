@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_shared_stream.common.matching import build_message
-from airflow_shared_stream.common.redrive import RedriveItem
+from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.pubsub.client import PubSubClient
 from airflow_shared_stream.pubsub.dead_letter import (
@@ -81,7 +81,13 @@ class PubSubDeadLetterSource:
         self._client: PubSubClient | None = None
         self.subscription = ""
         self.topic = ""
+        self._reads_topic: str | None = None
         self.label = self._subscription_name.id
+
+    @property
+    def route(self) -> RedriveRoute:
+        """The topic the dead-letter subscription reads is known once open (a broker call)."""
+        return RedriveRoute("topic", read_from=self._reads_topic, write_to=self.topic or None)
 
     async def open(self) -> None:
         settings = await PubSubSharedStreamHook(self._conn_id).aget_client_config()
@@ -92,10 +98,7 @@ class PubSubDeadLetterSource:
         client.open()
         subscription = await client.get_subscription(self.subscription)
         await client.get_topic(self.topic)
-        if subscription.topic == self.topic:
-            raise PubSubConfigurationError(
-                f"{self.subscription} reads {self.topic} itself: redriving there would only loop"
-            )
+        self._reads_topic = subscription.topic
 
     async def close(self) -> None:
         if self._client is not None:

@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow_shared_stream.common.leased_queue import Delivery
-from airflow_shared_stream.servicebus.errors import ServiceBusSharedStreamError, is_lock_lost
+from airflow_shared_stream.servicebus.errors import is_lock_lost
 from airflow_shared_stream.servicebus.locks import delivery_lock_left
+from airflow_shared_stream.servicebus.parts import StreamOwner
 from airflow_shared_stream.servicebus.ranges import RangeLink, RangeUnconfirmed, completion_runs
 
 log = logging.getLogger(__name__)
@@ -28,9 +29,7 @@ class RangeCompleter:
 
     :param enabled: ``complete_in_ranges``; ``False`` completes every message one by one.
     :param management_of: the lock a ``$management`` request on a receiver takes.
-    :param on_lost: told of a completion refused because a lock was lost.
-    :param explain: turns an SDK error into the stream's error.
-    :param label: names a delivery's message in logs, without secrets.
+    :param owner: the stream, told of a completion refused because a lock was lost.
     :param settled: told of each delivery settled (or given up).
     """
 
@@ -39,16 +38,12 @@ class RangeCompleter:
         *,
         enabled: bool,
         management_of: Callable[[Any], asyncio.Lock],
-        on_lost: Callable[[str, BaseException], None],
-        explain: Callable[[str, BaseException], ServiceBusSharedStreamError],
-        label: Callable[[Delivery[Any]], str],
+        owner: StreamOwner,
         settled: Callable[[Delivery[Any]], None],
     ) -> None:
         self._enabled = enabled
         self._management_of = management_of
-        self._on_lost = on_lost
-        self._explain = explain
-        self._label = label
+        self._owner = owner
         self._settled = settled
         self.completed = 0
         """Runs of messages completed with one disposition each."""
@@ -74,7 +69,8 @@ class RangeCompleter:
         way), so it is counted once, not per message.
         """
         link, deliveries = run
-        what = f"{len(deliveries)} messages ({self._label(deliveries[0])} to {self._label(deliveries[-1])})"
+        first, last = self._owner.label(deliveries[0]), self._owner.label(deliveries[-1])
+        what = f"{len(deliveries)} messages ({first} to {last})"
         left = [delivery_lock_left(d) for d in deliveries]
         known = [seconds for seconds in left if seconds is not None]
         try:
@@ -88,9 +84,9 @@ class RangeCompleter:
         except Exception as exc:
             if is_lock_lost(exc):
                 # Which of them Service Bus completed is not known: the others come back.
-                self._on_lost(f"complete of {what}", exc)
+                self._owner.lock_lost(f"complete of {what}", exc)
                 return
-            error = self._explain(f"complete {what}, settled as one range, of", exc)
+            error = self._owner.explain(f"complete {what}, settled as one range, of", exc)
             raise type(error)(
                 f"{error}; complete_in_ranges=False completes them one by one instead"
             ) from None
@@ -116,9 +112,9 @@ class RangeCompleter:
                     await received.receiver.complete_message(received.message)
             except Exception as exc:
                 if not is_lock_lost(exc):
-                    raise self._explain("complete a message of", exc) from None
+                    raise self._owner.explain("complete a message of", exc) from None
                 # Completed by the range (or its lock is gone, and it comes back): nothing to do.
-                log.debug("%s was already completed, or its lock is gone", self._label(delivery))
+                log.debug("%s was already completed, or its lock is gone", self._owner.label(delivery))
             else:
                 still_locked += 1
         if still_locked and not self.ignored:

@@ -17,12 +17,13 @@ import asyncio
 import datetime
 import logging
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from airflow_shared_stream.common.leased_queue import Delivery
 from airflow_shared_stream.common.leases import LeaseKeeper
-from airflow_shared_stream.servicebus.errors import ServiceBusSharedStreamError, is_lock_lost
+from airflow_shared_stream.servicebus.errors import is_lock_lost
+from airflow_shared_stream.servicebus.parts import StreamOwner
 
 log = logging.getLogger(__name__)
 
@@ -90,23 +91,18 @@ class LockRenewer:
     session has its own, on a connection of its own) are renewed together. A session's messages
     are renewed by renewing the session's lock, once per round.
 
-    :param on_lost: told of each lock found lost (the lease keeper counts the losses).
-    :param explain: turns an SDK error into the stream's error.
-    :param label: names a delivery's message in logs, without secrets.
+    :param owner: the stream, told of each lock found lost (the lease keeper the lost
+        deliveries are returned to counts them).
     """
 
     def __init__(
         self,
         *,
         sessions: bool,
-        on_lost: Callable[[str, BaseException], None],
-        explain: Callable[[str, BaseException], ServiceBusSharedStreamError],
-        label: Callable[[Delivery[Any]], str],
+        owner: StreamOwner,
     ) -> None:
         self._sessions = sessions
-        self._on_lost = on_lost
-        self._explain = explain
-        self._label = label
+        self._owner = owner
         self._management: weakref.WeakKeyDictionary[Any, asyncio.Lock] = weakref.WeakKeyDictionary()
 
     def management_of(self, receiver: Any) -> asyncio.Lock:
@@ -154,8 +150,10 @@ class LockRenewer:
             renew_in_time(keeper, [seconds_until(await receiver.session.renew_lock())])
         except Exception as exc:
             if not is_lock_lost(exc):
-                raise self._explain("renew a lock on", exc) from None
-            self._on_lost(f"session lock renewal of {self._label(group[0])}", exc)
+                raise self._owner.explain("renew a lock on", exc) from None
+            self._owner.lock_lost(
+                f"session lock renewal of {self._owner.label(group[0])}", exc, counted_elsewhere=True
+            )
             return list(group)
         return []
 
@@ -185,7 +183,7 @@ class LockRenewer:
             if is_lock_lost(exc):
                 log.debug("A lock of %d renewed together was lost; renewing one by one", len(group))
                 return False
-            raise self._explain("renew the locks on", exc) from None
+            raise self._owner.explain("renew the locks on", exc) from None
         expirations = list(answer.get(MGMT_RESPONSE_MESSAGE_EXPIRATION) or ())
         if len(expirations) != len(group):
             return False
@@ -205,8 +203,10 @@ class LockRenewer:
                 renew_in_time(keeper, [seconds_until(expiry)])
             except Exception as exc:
                 if is_lock_lost(exc):
-                    self._on_lost(f"lock renewal of {self._label(delivery)}", exc)
+                    self._owner.lock_lost(
+                        f"lock renewal of {self._owner.label(delivery)}", exc, counted_elsewhere=True
+                    )
                     lost.append(delivery)
                     continue
-                raise self._explain("renew a lock on", exc) from None
+                raise self._owner.explain("renew a lock on", exc) from None
         return lost

@@ -44,8 +44,10 @@ from airflow_shared_stream.servicebus.envelope import envelope_metadata, message
 from airflow_shared_stream.servicebus.errors import (
     ServiceBusConfigurationError,
     ServiceBusSharedStreamError,
-    explain,
     is_lock_lost,
+)
+from airflow_shared_stream.servicebus.errors import (
+    explain as explain_sdk_error,
 )
 from airflow_shared_stream.servicebus.hook import Entity, ServiceBusClientConfig, ServiceBusSharedStreamHook
 from airflow_shared_stream.servicebus.locks import (
@@ -136,22 +138,13 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             max_wait_time=self._max_wait_time,
             prefetch=max(1, max_in_flight // max_concurrent_sessions),
             open_receiver=self._new_receiver,
-            on_lock_lost=self._count_lost,
-            explain=self._explain,
+            owner=self,
         )
-        self._locks = LockRenewer(
-            sessions=session_enabled,
-            # Lost renewals are counted (lease_losses) by the lease keeper they are returned to.
-            on_lost=lambda what, exc: self._count_lost(what, exc, metric=False),
-            explain=self._explain,
-            label=self._label,
-        )
+        self._locks = LockRenewer(sessions=session_enabled, owner=self)
         self._ranges = RangeCompleter(
             enabled=complete_in_ranges,
             management_of=self._locks.management_of,
-            on_lost=self._count_lost,
-            explain=self._explain,
-            label=self._label,
+            owner=self,
             settled=self._forget_in_session,
         )
         self._registered: tuple[str, str] | None = None
@@ -199,7 +192,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         except ServiceBusSharedStreamError:
             raise
         except Exception as exc:
-            raise self._explain("open a client for", exc) from None
+            raise self.explain("open a client for", exc) from None
         if not self._session_enabled:
             self._receiver = self._new_receiver()
             # Receiving nothing opens the link: a missing entity or a refused credential fails
@@ -364,7 +357,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
                 handler = link.handler
                 await handler.settle_messages_async(message._delivery_id, message._delivery_tag, "released")
             except Exception as exc:
-                log.debug("Releasing %s failed: %s", self._label(delivery), type(exc).__name__)
+                log.debug("Releasing %s failed: %s", self.label(delivery), type(exc).__name__)
                 rest.append(delivery)
                 continue
             message._settled = True
@@ -395,16 +388,16 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
                 log.warning(
                     "Could not %s %s: its session's receiver is closed; Service Bus will redeliver it",
                     action,
-                    self._label(delivery),
+                    self.label(delivery),
                 )
             return
         try:
             await call(received.receiver, received.message)
         except Exception as exc:
             if is_lock_lost(exc):
-                self._count_lost(f"{action} of {self._label(delivery)}", exc)
+                self.lock_lost(f"{action} of {self.label(delivery)}", exc)
                 return
-            raise self._explain(f"{action} a message of", exc) from None
+            raise self.explain(f"{action} a message of", exc) from None
         finally:
             self._forget_in_session(delivery)
 
@@ -412,7 +405,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         """Secret-free identification of a received message for logs: ``entity#sequence``."""
         return f"{self._entity.path}#{message.sequence_number}"
 
-    def _label(self, delivery: Delivery[Any]) -> str:
+    def label(self, delivery: Delivery[Any]) -> str:
         """The label of a delivery's message, from its handle (a queued ACK keeps no message)."""
         received: _Received = delivery.handle
         return self._label_of(received.message)
@@ -426,9 +419,10 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         """Renew the locks (:class:`~.locks.LockRenewer`), planning the next pass from their expiries."""
         return await self._locks.renew(deliveries, self._leases)
 
-    def _count_lost(self, what: str, exc: BaseException, *, metric: bool = True) -> None:
+    def lock_lost(self, what: str, exc: BaseException, *, counted_elsewhere: bool = False) -> None:
+        """A settlement or renewal refused because the lock was gone (:class:`~.parts.StreamOwner`)."""
         self.lost_locks += 1
-        if metric:
+        if not counted_elsewhere:
             self.metrics.incr(m.LEASE_LOSSES)
         log.warning(
             "Lock lost on %s (%s); Service Bus will redeliver the message",
@@ -444,10 +438,11 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         except ServiceBusSharedStreamError:
             raise
         except Exception as exc:
-            raise self._explain(action, exc) from None
+            raise self.explain(action, exc) from None
 
-    def _explain(self, action: str, exc: BaseException) -> ServiceBusSharedStreamError:
-        return explain(
+    def explain(self, action: str, exc: BaseException) -> ServiceBusSharedStreamError:
+        """The stream's secret-free error for an SDK error (:class:`~.parts.StreamOwner`)."""
+        return explain_sdk_error(
             action,
             exc,
             entity=self._entity.path,

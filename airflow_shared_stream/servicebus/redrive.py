@@ -25,7 +25,7 @@ from typing import Any
 
 from airflow_shared_stream.common.errors import SecretScrubber
 from airflow_shared_stream.common.matching import build_message
-from airflow_shared_stream.common.redrive import RedriveItem
+from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.servicebus.errors import (
     ServiceBusConfigurationError,
@@ -94,6 +94,15 @@ class ServiceBusDeadLetterSource:
         self._receiver: Any = None
         self._sender: Any = None
         self.label = self._entity.path + "/$deadletterqueue"
+
+    @property
+    def route(self) -> RedriveRoute:
+        """Never a loop: the sub-queue is the entity's own, and nothing sent lands there."""
+        return RedriveRoute(
+            "entity",
+            read_from=f"{self._entity.identity}/$deadletterqueue",
+            write_to=self._entity.queue_name or self._entity.topic_name,
+        )
 
     async def open(self) -> None:
         from azure.servicebus import ServiceBusReceiveMode, ServiceBusSubQueue

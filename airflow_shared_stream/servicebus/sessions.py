@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_shared_stream.common.leased_queue import Delivery
-from airflow_shared_stream.servicebus.errors import ServiceBusSharedStreamError, is_lock_lost, is_timeout
+from airflow_shared_stream.servicebus.errors import is_lock_lost, is_timeout
+from airflow_shared_stream.servicebus.parts import StreamOwner
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,8 @@ class SessionReceivers:
 
     :param open_receiver: builds a (not yet opened) session receiver from the SDK's keyword
         arguments.
-    :param on_lock_lost: told of a session whose lock was lost while receiving (it is released).
-    :param explain: turns an SDK error into the stream's error.
+    :param owner: the stream, told of a session whose lock was lost while receiving (it is
+        released), and explaining the SDK's errors.
     """
 
     def __init__(
@@ -66,16 +67,14 @@ class SessionReceivers:
         max_wait_time: float,
         prefetch: int,
         open_receiver: Callable[..., Any],
-        on_lock_lost: Callable[[str, BaseException], None],
-        explain: Callable[[str, BaseException], ServiceBusSharedStreamError],
+        owner: StreamOwner,
     ) -> None:
         self._entity_path = entity_path
         self._max_sessions = max_sessions
         self._max_wait_time = max_wait_time
         self._prefetch = prefetch
         self._open_receiver = open_receiver
-        self._on_lock_lost = on_lock_lost
-        self._explain = explain
+        self._owner = owner
         self.held: list[SessionReceiver] = []
         self._next_accept = 0.0
 
@@ -104,7 +103,7 @@ class SessionReceivers:
                 )
             except Exception as exc:
                 if is_lock_lost(exc):
-                    self._on_lock_lost(f"session {session.session_id!r}", exc)
+                    self._owner.lock_lost(f"session {session.session_id!r}", exc)
                     await self.release(session)
                     continue
                 if is_timeout(exc):
@@ -112,7 +111,7 @@ class SessionReceivers:
                     log.debug("Session receiver of %s found no session; releasing it", self._entity_path)
                     await self.release(session)
                     continue
-                raise self._explain("receive from", exc) from None
+                raise self._owner.explain("receive from", exc) from None
             if session.restarting:
                 # A message of it was abandoned while this receive waited: what it brought is
                 # later in the session, and closing the receiver gives it back.
@@ -149,7 +148,7 @@ class SessionReceivers:
             except Exception as exc:
                 await close_quietly(receiver)
                 if not is_timeout(exc):
-                    raise self._explain("accept a session of", exc) from None
+                    raise self._owner.explain("accept a session of", exc) from None
                 session_id = None
             else:
                 session_id = receiver.session.session_id

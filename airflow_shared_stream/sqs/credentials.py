@@ -95,6 +95,38 @@ _STS_SECRET_FIELDS = re.compile(
 _RESPONSE_LOGGERS = ("botocore.parsers", "aiobotocore.parsers", "botocore.endpoint", "aiobotocore.endpoint")
 
 
+SDK_LOGGERS = (
+    "botocore.auth",
+    "botocore.credentials",
+    "botocore.endpoint",
+    "botocore.hooks",
+    "botocore.httpsession",
+    "botocore.parsers",
+    "botocore.retryhandler",
+    "aiobotocore.credentials",
+    "aiobotocore.endpoint",
+    "aiobotocore.httpsession",
+)
+"""Loggers that show request headers or bodies (``botocore.auth`` logs the canonical request at
+DEBUG, ``X-Amz-Security-Token`` included): the secret scrubber is attached to each."""
+
+
+def sdk_logger_names() -> list[str]:
+    """
+    :data:`SDK_LOGGERS` and every botocore/aiobotocore logger that exists by now.
+
+    A logger's filters do not apply to its children's records, so the scrubber must sit on
+    each module's own logger; the client is built before this is called, so its modules'
+    loggers exist.
+    """
+    existing = [
+        name
+        for name in list(logging.root.manager.loggerDict)
+        if name.split(".", 1)[0] in ("botocore", "aiobotocore")
+    ]
+    return sorted({*SDK_LOGGERS, *existing})
+
+
 def refused_extras(extra: Mapping[str, Any]) -> list[str]:
     """One line per extra (or nested key) of ``extra`` the SQS stream does not read."""
     problems = []

@@ -7,6 +7,7 @@ the signed request, so only the service's own message reaches one, through the s
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from airflow_shared_stream.common.errors import (
     SharedStreamAccessError,
@@ -82,3 +83,31 @@ def explain_transport_error(exc: Exception, *, operation: str, queue_url: str) -
     return SqsEndpointError(
         f"SQS {operation} on {queue_url} failed: the endpoint did not answer as SQS ({type(exc).__name__})"
     )
+
+
+async def call_sqs(
+    client: Any,
+    operation: str,
+    *,
+    queue_url: str,
+    aws_conn_id: str,
+    scrub: Callable[[str], str],
+    **params: Any,
+) -> dict[str, Any]:
+    """Call one SQS operation (``SendMessageBatch``) on an aiobotocore client, its errors translated."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    method = getattr(client, client_method_name(operation))
+    try:
+        return await method(**params)
+    except ClientError as exc:
+        raise explain_client_error(
+            exc, operation=operation, queue_url=queue_url, aws_conn_id=aws_conn_id, scrub=scrub
+        ) from None
+    except BotoCoreError as exc:
+        raise explain_transport_error(exc, operation=operation, queue_url=queue_url) from None
+
+
+def client_method_name(operation: str) -> str:
+    """The aiobotocore method of an SQS operation: ``SendMessageBatch`` -> ``send_message_batch``."""
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in operation).lstrip("_")

@@ -14,7 +14,9 @@ change who the stream runs as.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,8 +24,9 @@ from urllib.parse import urlsplit
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_shared_stream.common.errors import SecretScrubber
 from airflow_shared_stream.common.renamed import renamed_names
-from airflow_shared_stream.sqs.credentials import refused_extras
+from airflow_shared_stream.sqs.credentials import open_sqs_client, refused_extras, sdk_logger_names
 from airflow_shared_stream.sqs.errors import SqsConfigurationError
 
 _REGION = r"(?P<region>[a-z]{2}(?:-[a-z]+)+-\d+)"
@@ -238,6 +241,37 @@ class SqsSharedStreamHook(BaseHook):
                 "in extra: set it in one place"
             )
         return (pairs[0][1], pairs[0][2]) if pairs else (None, None)
+
+
+@contextlib.asynccontextmanager
+async def open_queue_client(
+    *,
+    aws_conn_id: str,
+    region_name: str | None,
+    queue: QueueUrl,
+    wait_seconds: int,
+    scrubber: SecretScrubber,
+) -> AsyncIterator[Any]:
+    """
+    The SQS client of a stream or a redrive: the connection's identity, and botocore's loggers scrubbed.
+
+    Its read timeout outlasts a ``wait_seconds`` long poll. botocore logs signed requests at
+    DEBUG, session token header included, so ``scrubber`` learns every secret the client sends
+    and sits on each SDK logger once the client (and so its modules' loggers) exists.
+    """
+    from aiobotocore.config import AioConfig
+
+    config = await SqsSharedStreamHook(aws_conn_id).aget_client_config(region_name=region_name, queue=queue)
+    client_config = AioConfig(
+        connect_timeout=10,
+        read_timeout=wait_seconds + 15,
+        retries={"mode": "standard", "max_attempts": 5},
+    )
+    async with open_sqs_client(
+        config, client_config, on_secrets=lambda secrets: scrubber.add(*secrets)
+    ) as client:
+        scrubber.install(*sdk_logger_names())
+        yield client
 
 
 __getattr__ = renamed_names(__name__, globals(), {"SqsHook": "SqsSharedStreamHook"})

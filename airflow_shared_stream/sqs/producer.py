@@ -31,49 +31,16 @@ from airflow_shared_stream.common.errors import SecretScrubber, require_sdk
 from airflow_shared_stream.common.leased_queue import DeadLetter, Delivery, LeasedQueueProducer, chunked
 from airflow_shared_stream.common.matching import build_message
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
-from airflow_shared_stream.sqs.credentials import open_sqs_client
 from airflow_shared_stream.sqs.dead_letter import (
     SQS_BATCH_LIMIT,
     SQS_MAX_MESSAGE_BYTES,
     dead_letter_entry,
     entry_size,
 )
-from airflow_shared_stream.sqs.errors import SqsEndpointError, explain_client_error, explain_transport_error
-from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook
+from airflow_shared_stream.sqs.errors import SqsEndpointError, call_sqs
+from airflow_shared_stream.sqs.hook import QueueUrl, open_queue_client
 
 require_sdk("aiobotocore", "sqs")
-
-SDK_LOGGERS = (
-    "botocore.auth",
-    "botocore.credentials",
-    "botocore.endpoint",
-    "botocore.hooks",
-    "botocore.httpsession",
-    "botocore.parsers",
-    "botocore.retryhandler",
-    "aiobotocore.credentials",
-    "aiobotocore.endpoint",
-    "aiobotocore.httpsession",
-)
-"""Loggers that show request headers or bodies (``botocore.auth`` logs the canonical request at
-DEBUG, ``X-Amz-Security-Token`` included): the secret scrubber is attached to each."""
-
-
-def sdk_logger_names() -> list[str]:
-    """
-    :data:`SDK_LOGGERS` and every botocore/aiobotocore logger that exists by now.
-
-    A logger's filters do not apply to its children's records, so the scrubber must sit on
-    each module's own logger; the client is built before this is called, so its modules'
-    loggers exist.
-    """
-    existing = [
-        name
-        for name in list(logging.root.manager.loggerDict)
-        if name.split(".", 1)[0] in ("botocore", "aiobotocore")
-    ]
-    return sorted({*SDK_LOGGERS, *existing})
-
 
 log = logging.getLogger(__name__)
 
@@ -143,21 +110,15 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
     # -- connection ---------------------------------------------------------------------------
 
     async def connect(self) -> float:
-        from aiobotocore.config import AioConfig
-
-        config = await SqsSharedStreamHook(self._aws_conn_id).aget_client_config(
-            region_name=self._region_name, queue=self._queue
-        )
-        client_config = AioConfig(
-            connect_timeout=10,
-            read_timeout=self._wait_time_seconds + 15,
-            retries={"mode": "standard", "max_attempts": 5},
-        )
         self._client = await self._exit_stack.enter_async_context(
-            open_sqs_client(config, client_config, on_secrets=lambda secrets: self._scrubber.add(*secrets))
+            open_queue_client(
+                aws_conn_id=self._aws_conn_id,
+                region_name=self._region_name,
+                queue=self._queue,
+                wait_seconds=self._wait_time_seconds,
+                scrubber=self._scrubber,
+            )
         )
-        # botocore logs signed requests at DEBUG, session token header included.
-        self._scrubber.install(*sdk_logger_names())
         attributes = await self._call("GetQueueAttributes", QueueUrl=self._queue.url, AttributeNames=["All"])
         queue_attributes = attributes.get("Attributes", {})
         if "QueueArn" not in queue_attributes:
@@ -355,26 +316,14 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
 
         ``queue`` is the queue the call is about (the source queue unless given): errors name it.
         """
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        target = queue or self._queue
-        method = getattr(self._client, client_method_name(operation))
-        try:
-            return await method(**params)
-        except ClientError as exc:
-            raise explain_client_error(
-                exc,
-                operation=operation,
-                queue_url=target.url,
-                aws_conn_id=self._aws_conn_id,
-                scrub=self._scrubber.scrub,
-            ) from None
-        except BotoCoreError as exc:
-            raise explain_transport_error(exc, operation=operation, queue_url=target.url) from None
-
-
-def client_method_name(operation: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in operation).lstrip("_")
+        return await call_sqs(
+            self._client,
+            operation,
+            queue_url=(queue or self._queue).url,
+            aws_conn_id=self._aws_conn_id,
+            scrub=self._scrubber.scrub,
+            **params,
+        )
 
 
 def simplify_attributes(attributes: dict[str, Any]) -> dict[str, Any]:

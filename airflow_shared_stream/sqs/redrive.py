@@ -20,9 +20,8 @@ from typing import Any
 
 from airflow_shared_stream.common.errors import SecretScrubber
 from airflow_shared_stream.common.matching import build_message
-from airflow_shared_stream.common.redrive import RedriveItem
+from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
-from airflow_shared_stream.sqs.credentials import open_sqs_client
 from airflow_shared_stream.sqs.dead_letter import (
     DEAD_LETTER_DESCRIPTION,
     DEAD_LETTER_REASON,
@@ -33,11 +32,10 @@ from airflow_shared_stream.sqs.dead_letter import (
 from airflow_shared_stream.sqs.errors import (
     SqsConfigurationError,
     SqsSharedStreamError,
-    explain_client_error,
-    explain_transport_error,
+    call_sqs,
 )
-from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook
-from airflow_shared_stream.sqs.producer import client_method_name, sdk_logger_names, simplify_attributes
+from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook, open_queue_client
+from airflow_shared_stream.sqs.producer import simplify_attributes
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +68,6 @@ class SqsDeadLetterSource:
             raise SqsConfigurationError("an SQS redrive needs the source queue's URL (source=...)")
         self._dead_letter = QueueUrl.parse(dead_letter)
         self._source = QueueUrl.parse(source)
-        if self._dead_letter.identity == self._source.identity:
-            raise SqsConfigurationError(f"the dead-letter queue and the source queue are one queue: {source}")
         self._conn_id = conn_id or SqsSharedStreamHook.default_conn_name
         self._keep = keep_origin_attributes
         self._region_name = region_name
@@ -82,21 +78,20 @@ class SqsDeadLetterSource:
         self._scrubber = SecretScrubber()
         self.label = self._dead_letter.name
 
-    async def open(self) -> None:
-        from aiobotocore.config import AioConfig
+    @property
+    def route(self) -> RedriveRoute:
+        return RedriveRoute("queue", read_from=self._dead_letter.identity, write_to=self._source.identity)
 
-        config = await SqsSharedStreamHook(self._conn_id).aget_client_config(
-            region_name=self._region_name, queue=self._dead_letter
-        )
-        client_config = AioConfig(
-            connect_timeout=10,
-            read_timeout=self._wait_seconds + 15,
-            retries={"mode": "standard", "max_attempts": 5},
-        )
+    async def open(self) -> None:
         self._client = await self._exit_stack.enter_async_context(
-            open_sqs_client(config, client_config, on_secrets=lambda secrets: self._scrubber.add(*secrets))
+            open_queue_client(
+                aws_conn_id=self._conn_id,
+                region_name=self._region_name,
+                queue=self._dead_letter,
+                wait_seconds=self._wait_seconds,
+                scrubber=self._scrubber,
+            )
         )
-        self._scrubber.install(*sdk_logger_names())
         for queue in (self._dead_letter, self._source):
             await self._call("GetQueueAttributes", queue, QueueUrl=queue.url, AttributeNames=["QueueArn"])
 
@@ -196,20 +191,14 @@ class SqsDeadLetterSource:
                 )
 
     async def _call(self, operation: str, queue: QueueUrl, **params: Any) -> dict[str, Any]:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            return await getattr(self._client, client_method_name(operation))(**params)
-        except ClientError as exc:
-            raise explain_client_error(
-                exc,
-                operation=operation,
-                queue_url=queue.url,
-                aws_conn_id=self._conn_id,
-                scrub=self._scrubber.scrub,
-            ) from None
-        except BotoCoreError as exc:
-            raise explain_transport_error(exc, operation=operation, queue_url=queue.url) from None
+        return await call_sqs(
+            self._client,
+            operation,
+            queue_url=queue.url,
+            aws_conn_id=self._conn_id,
+            scrub=self._scrubber.scrub,
+            **params,
+        )
 
 
 def dead_letter_source(**kwargs: Any) -> SqsDeadLetterSource:

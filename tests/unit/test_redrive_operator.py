@@ -11,7 +11,7 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 
 from airflow_shared_stream.common.errors import SharedStreamConfigurationError
-from airflow_shared_stream.common.redrive import RedriveItem, redrive
+from airflow_shared_stream.common.redrive import RedriveConfigurationError, RedriveItem, RedriveRoute, redrive
 from airflow_shared_stream.redrive import RedriveDeadLettersOperator, dead_letter_source
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "example_dags" / "shared_stream_redrive_dead_letters.py"
@@ -96,10 +96,17 @@ class ListSource:
         self.copied: list[int] = []
         self.removed: list[int] = []
         self.released: list[int] = []
+        self.route = RedriveRoute("queue", read_from="dead letters", write_to="orders")
+        self.route_once_open: RedriveRoute | None = None
+        self.opened = self.closed = False
 
-    async def open(self) -> None: ...
+    async def open(self) -> None:
+        self.opened = True
+        if self.route_once_open is not None:
+            self.route = self.route_once_open
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        self.closed = True
 
     async def read(self, limit: int) -> Sequence[RedriveItem]:
         taken, self.waiting = self.waiting[:limit], self.waiting[limit:]
@@ -132,3 +139,34 @@ async def test_a_maximum_reads_no_more_than_it_can_move() -> None:
     assert source.removed == [0, 2, 3]
     assert source.released == [1]
     assert source.waiting == [4, 5, 6, 7, 8, 9]  # never read
+
+
+async def test_the_engine_refuses_a_destination_that_is_the_dead_letter_source_before_connecting() -> None:
+    source = ListSource(3)
+    source.route = RedriveRoute("queue", read_from=("eu", "1", "orders"), write_to=("eu", "1", "orders"))
+    with pytest.raises(RedriveConfigurationError, match="are one queue: every message moved would come"):
+        await redrive(source)  # type: ignore[arg-type]
+    assert not source.opened
+    assert source.waiting == [0, 1, 2]
+    assert source.copied == []
+
+
+async def test_the_engine_refuses_a_loop_it_learns_of_only_once_open() -> None:
+    """Pub/Sub knows which topic a dead-letter subscription reads only by asking the broker."""
+    source = ListSource(3)
+    source.route = RedriveRoute("topic", read_from=None, write_to="orders")
+    source.route_once_open = RedriveRoute("topic", read_from="orders", write_to="orders")
+    with pytest.raises(RedriveConfigurationError, match="are one topic"):
+        await redrive(source)  # type: ignore[arg-type]
+    assert source.opened
+    assert source.closed
+    assert source.waiting == [0, 1, 2]
+    assert source.copied == []
+
+
+async def test_a_destination_read_from_each_message_is_no_loop() -> None:
+    """Kafka without ``source``: each record goes to the topic its origin header names."""
+    source = ListSource(2)
+    source.route = RedriveRoute("topic", read_from="orders.dlq", write_to=None)
+    summary = await redrive(source)  # type: ignore[arg-type]
+    assert summary.moved == 2

@@ -13,6 +13,10 @@ from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
+CLOSE_LEASE_SECONDS = 120
+"""Far longer than the next stream waits: a message that only comes back when its lease runs
+out fails the close test."""
+
 
 class DeliveryBudgetContract:
     """
@@ -106,6 +110,31 @@ class DeliveryBudgetContract:
         spent = {broker.message_id(p): broker.attempts_spent(p) for p in later.payloads}
         assert all(spent[i] <= budget for i in unseen), f"attempts spent past {budget}: {spent}"
         assert broker.dead_letters(stream) == []
+
+    async def test_a_closing_stream_spends_no_delivery_attempt_of_its_own(self, contract_broker):
+        """
+        A receive still waiting as the stream closes (the next one is read ahead) would take what
+        the close gives back, and the broker would count that delivery too: SQS's long poll, a
+        Pub/Sub pull. The close gives back only once the receives returned, so the next stream
+        sees the closed stream's one delivery (and its give-back, where that counts) and no more.
+        """
+        broker = contract_broker
+        stream = broker.create_stream(max_deliveries=DELIVERY_LIMIT, lease_seconds=CLOSE_LEASE_SECONDS)
+        trigger = broker.trigger(stream)
+        producer = type(trigger).create_shared_stream_producer(trigger.serialize()[1])
+        broker.publish(stream, [{"n": 1}])
+        events = producer.open_stream()
+        try:
+            await asyncio.wait_for(anext(events), timeout=30)  # the next receive is read ahead
+        finally:
+            await events.aclose()
+            await producer.aclose()
+        async with SharedStreamHarness(confirm_after=0.0) as harness:
+            later = harness.add(broker.trigger(stream))
+            await later.wait_for_events(1, timeout=CLOSE_LEASE_SECONDS / 3)
+        budget = 1 if broker.give_back_spends_attempt else 0  # the closed stream's one delivery
+        spent = [broker.attempts_spent(payload) for payload in later.payloads]
+        assert spent == [budget], f"deliveries counted before this stream's, past the closed one's: {spent}"
 
 
 class OrderedDeliveryBudgetContract(DeliveryBudgetContract):

@@ -14,7 +14,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_shared_stream.common.redrive import RedriveItem, redrive
+import pytest
+
+from airflow_shared_stream.common.redrive import RedriveConfigurationError, RedriveItem, redrive
 from airflow_shared_stream.pubsub.dead_letter import DEAD_LETTER_ORIGIN_SUBSCRIPTION, DEAD_LETTER_REASON
 from airflow_shared_stream.redrive import dead_letter_source
 from tests.support.pubsub_emulator import PubSubEmulator
@@ -150,3 +152,16 @@ async def test_a_copy_pubsub_refuses_stays_in_the_dead_letter_subscription(pubsu
 
     assert (summary.moved, summary.failed) == (0, 4)
     assert sorted(m.message.data for m in await drain(pubsub, dead_sub, 4)) == sorted(bodies)
+
+
+async def test_a_dead_letter_subscription_of_the_destination_topic_is_refused_once_open(
+    pubsub: PubSubEmulator,
+) -> None:
+    """Which topic a subscription reads is known only from the broker: the engine asks once open."""
+    origin, origin_sub = pubsub.topic_with_subscription()
+    pubsub.publish(origin, [json.dumps({"n": 1})])
+
+    with pytest.raises(RedriveConfigurationError, match="are one topic: every message moved would come"):
+        await redrive(source(pubsub, origin_sub, origin), max_messages=5)  # bounded, were it to loop
+
+    assert [m.message.data for m in await drain(pubsub, origin_sub, 1)] == [b'{"n": 1}']
