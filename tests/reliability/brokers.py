@@ -134,7 +134,7 @@ class SqsRig(BrokerRig):
 
     def __init__(self) -> None:
         super().__init__()
-        from tests.integration.sqs.test_sqs_contract import SqsContractBroker
+        from tests.integration.sqs.broker import SqsContractBroker
         from tests.support.brokers import SqsServer
 
         self.port = free_port()
@@ -223,7 +223,7 @@ class KafkaRig(BrokerRig):
 
     def __init__(self) -> None:
         super().__init__()
-        from tests.integration.kafka.test_kafka_contract import KafkaContractBroker
+        from tests.integration.kafka.broker import KafkaContractBroker
         from tests.support.brokers import EventLoopThread
         from tests.support.kafka_brokers import kafka_broker_argv
 
@@ -323,7 +323,7 @@ class PubSubRig(BrokerRig):
 
     def __init__(self) -> None:
         super().__init__()
-        from tests.integration.pubsub.test_pubsub_contract import PubSubContractBroker
+        from tests.integration.pubsub.broker import PubSubContractBroker
         from tests.support.pubsub_emulator import pubsub_emulator_process
 
         self._context = pubsub_emulator_process(Path(tempfile.mkdtemp(prefix="reliability-pubsub-")))
@@ -357,7 +357,7 @@ class ServiceBusRig(BrokerRig):
 
     def __init__(self) -> None:
         super().__init__()
-        from tests.integration.servicebus.test_servicebus_contract import ServiceBusContractBroker
+        from tests.integration.servicebus.broker import ServiceBusContractBroker
         from tests.support.servicebus_server import ServiceBusServer
 
         key_name, key = "RootManageSharedAccessKey", "cmVsaWFiaWxpdHkta2V5LTQ0Mg=="
