@@ -6,8 +6,9 @@ the Service Bus AMQP fake), points a connection of its own at it, and hands the 
 broker's :class:`~tests.integration.contract.broker.ContractBroker` (create a stream, with a
 delivery limit of the broker's own whose dead letters go apart from the reject's, publish, count
 what is left, take the dead letters, make a trigger): the same adapters the contract suite and the
-secret-sentinel test run, so each broker's setup is written once. A rig adds only how the broker
-is started, stopped and restarted, and what it cannot do here:
+secret-sentinel test run, so each broker's setup is written once. The broker is started by the
+same function in tests/support as the integration suite's session fixture; a rig adds only its
+own connection, how the broker is stopped and restarted, and what it cannot do here:
 
 =============  ===================================  ==========================================
 broker         outage mid-stream (broker_restart)   SIGKILL of the consumer
@@ -33,18 +34,19 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import pytest
 
 from tests.integration.contract.broker import ContractBroker
-from tests.support.processes import free_port, running, stop, tail, wait_for_port
+
+if TYPE_CHECKING:
+    from tests.integration.kafka.conftest import KafkaSandbox
+    from tests.support.kafka_brokers import KafkaBrokerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,31 +60,11 @@ run counts (it must stay 0); 5 is Pub/Sub's minimum. A fault of the scenarios re
 at most a few times (one per kill, one for the hung watcher, one for an outage)."""
 
 
-class _Environment:
-    """Environment variables a rig sets (connections, emulator host), restored when it closes."""
-
-    def __init__(self) -> None:
-        self._saved: dict[str, str | None] = {}
-
-    def set(self, name: str, value: str) -> None:
-        self._saved.setdefault(name, os.environ.get(name))
-        os.environ[name] = value
-
-    def connection(self, conn_id: str, connection: dict[str, Any]) -> str:
-        self.set(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection))
-        return conn_id
-
-    def restore(self) -> None:
-        for name, value in self._saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        self._saved.clear()
-
-
 class BrokerRig(abc.ABC):
-    """A running broker, its contract adapter, and what the scenarios may do to it."""
+    """
+    A running broker, its contract adapter, and what the scenarios may do to it: stop and start it
+    (the broker is started by the same function in tests/support as the integration suite's).
+    """
 
     name: str
     lease_seconds_min: int
@@ -96,9 +78,17 @@ class BrokerRig(abc.ABC):
     """The broker-side delivery limit each stream is created with (None: the broker has none)."""
 
     def __init__(self) -> None:
-        self.env = _Environment()
+        self.env = pytest.MonkeyPatch()
+        """The connections and emulator host the rig sets, undone when it closes."""
+        self.running = contextlib.ExitStack()
+        """The broker's process (or server), stopped when the rig closes."""
         self.contract: ContractBroker
         self.conn_id: str
+
+    def connection(self, conn_id: str, connection: dict[str, Any]) -> str:
+        """Set connection ``conn_id`` (JSON form) for the rig's life."""
+        self.env.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection))
+        return conn_id
 
     def trigger_kwargs(self) -> dict[str, Any]:
         """The rig's own connection id, as the trigger's keyword argument."""
@@ -121,7 +111,10 @@ class BrokerRig(abc.ABC):
         """Bring it back on the same address with that state."""
 
     def close(self) -> None:
-        self.env.restore()
+        try:
+            self.running.close()
+        finally:
+            self.env.undo()
 
 
 # -- SQS ---------------------------------------------------------------------------------------
@@ -134,87 +127,25 @@ class SqsRig(BrokerRig):
 
     def __init__(self) -> None:
         super().__init__()
-        from tests.integration.sqs.test_sqs_contract import SqsContractBroker
-        from tests.support.brokers import SqsServer
+        from tests.integration.sqs.broker import SqsContractBroker
+        from tests.support.brokers import SqsServer, moto_server
 
-        self.port = free_port()
-        # moto in a process of its own (tests/support/moto_process.py says why): it answers
-        # "stop" and "start" on stdin, keeping its queues, as a restarted endpoint would.
-        self._server = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.moto_process", str(self.port)],
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        self._expect("ready")
-        wait_for_port(self.port, 30, self._server, what="moto server")
-        server = SqsServer(port=self.port, access_key="AKIDRELIABILITY", secret_key="reliability-secret")
-        self.conn_id = self.env.connection("aws_reliability", server.connection())
+        # moto in a process of its own (tests/support/moto_process.py says why); stopped and
+        # started again, it keeps its queues, as a restarted endpoint would.
+        self.moto = self.running.enter_context(moto_server(own_process=True))
+        server = SqsServer(port=self.moto.port, access_key="AKIDRELIABILITY", secret_key="reliability-secret")
+        self.conn_id = self.connection("aws_reliability", server.connection())
         self.server = server
         self.contract = SqsContractBroker(server)
 
-    def _command(self, command: str) -> None:
-        assert self._server.stdin is not None
-        self._server.stdin.write(command + "\n")
-        self._server.stdin.flush()
-        self._expect("ok")
-
-    def _expect(self, answer: str) -> None:
-        assert self._server.stdout is not None
-        line = self._server.stdout.readline().strip()
-        if line != answer:
-            exit_code = self._server.poll()
-            raise RuntimeError(f"moto server process answered {line!r}, not {answer!r} (exit {exit_code})")
-
     def stop_broker(self) -> None:
-        self._command("stop")
+        self.moto.stop()
 
     def start_broker(self) -> None:
-        self._command("start")
-        wait_for_port(self.port, 30, self._server, what="moto server")
-
-    def close(self) -> None:
-        if self._server.stdin is not None:
-            self._server.stdin.close()  # end of input: the server stops and the process exits
-        try:
-            self._server.wait(10)
-        except subprocess.TimeoutExpired:
-            stop(self._server)
-        super().close()
+        self.moto.start()
 
 
 # -- Kafka -------------------------------------------------------------------------------------
-
-
-@dataclass
-class _KafkaTarget:
-    """What the Kafka contract adapter needs of a broker: names, bootstrap, connections."""
-
-    broker_name: str
-    port: int
-    env: _Environment
-    prefix: str
-    session_timeout_ms: int | None = None
-    extra: dict[str, str] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def name(self, what: str) -> str:
-        return f"{self.prefix}-{what}"
-
-    def connection(self, what: str = "conn", **extra: str) -> str:
-        settings = {"bootstrap.servers": self.bootstrap, "enable.auto.commit": "false", **extra}
-        settings.update(self.extra or {})
-        if self.session_timeout_ms is not None:
-            settings["session.timeout.ms"] = str(self.session_timeout_ms)
-            settings["heartbeat.interval.ms"] = str(self.session_timeout_ms // 3)
-        conn_id = f"kafka_{self.prefix}_{what}".replace("-", "_")
-        return self.env.connection(conn_id, {"conn_type": "kafka", "extra": settings})
 
 
 class KafkaRig(BrokerRig):
@@ -223,38 +154,30 @@ class KafkaRig(BrokerRig):
 
     def __init__(self) -> None:
         super().__init__()
-        from tests.integration.kafka.test_kafka_contract import KafkaContractBroker
+        from tests.integration.kafka.broker import KafkaContractBroker
         from tests.support.brokers import EventLoopThread
-        from tests.support.kafka_brokers import kafka_broker_argv
+        from tests.support.kafka_brokers import run_kafka_broker
 
-        self._argv = kafka_broker_argv
-        self._clients = EventLoopThread("reliability-kafka-clients")
+        self._run = run_kafka_broker
         self._dir = Path(tempfile.mkdtemp(prefix="reliability-kafka-"))
-        self._procs: dict[str, Any] = {}
-        self._ports: dict[str, int] = {}
-        self._start("noida-db")
-        prefix = f"r{uuid.uuid4().hex[:8]}"
-        self.contract = KafkaContractBroker(
-            _KafkaTarget("noida-db", self._ports["noida-db"], self.env, prefix), self._clients
-        )
+        self._clients = EventLoopThread("reliability-kafka-clients")
+        self.running.callback(self._clients.close)  # closed after the brokers stop
+        self.broker = self._start("noida-db")
+        self.contract = KafkaContractBroker(self._sandbox(self.broker, "r"), self._clients)
         self._kill_contract: ContractBroker | None = None
         self._contract_class = KafkaContractBroker
 
-    def _start(self, broker: str) -> None:
-        port = self._ports.setdefault(broker, free_port())
-        log_path = self._dir / f"{broker}.log"
-        context = running(self._argv(broker, port, self._dir / broker), log_path=log_path)
-        proc = context.__enter__()
-        self._procs[broker] = (context, proc)
-        try:
-            wait_for_port(port, 30, proc, what=broker)
-        except RuntimeError as exc:
-            raise RuntimeError(f"{exc}\n{tail(log_path)}") from None
+    def _start(self, broker: str) -> KafkaBrokerProcess:
+        return self.running.enter_context(self._run(broker, self._dir / broker))
 
-    def _stop(self, broker: str) -> None:
-        context, proc = self._procs.pop(broker)
-        stop(proc)
-        context.__exit__(None, None, None)
+    def _sandbox(self, broker: KafkaBrokerProcess, prefix: str, **settings: str) -> KafkaSandbox:
+        """What the adapter needs of a broker (names, bootstrap, connections), with ``settings`` on
+        every connection it makes."""
+        from tests.integration.kafka.conftest import KafkaSandbox
+
+        prefix = f"{prefix}{uuid.uuid4().hex[:8]}"
+        # The adapter makes its own connection (KafkaSandbox.connection), so no conn_id here.
+        return KafkaSandbox(broker, conn_id="", prefix=prefix, monkeypatch=self.env, settings=settings)
 
     def trigger_kwargs(self) -> dict[str, Any]:
         return {}  # the adapter's trigger names its own connection (kafka_config_id)
@@ -264,40 +187,22 @@ class KafkaRig(BrokerRig):
             # A consumer killed without leaving its group: noida-db never evicts it, Tansu does
             # after the session timeout (TEST_RIG.md), as a Kafka cluster does.
             if self._kill_contract is None:
-                self._start("tansu")
-                target = _KafkaTarget(
-                    "tansu",
-                    self._ports["tansu"],
-                    self.env,
-                    f"k{uuid.uuid4().hex[:8]}",
-                    session_timeout_ms=6000,
-                )
-                self._kill_contract = self._contract_class(target, self._clients)
+                session = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "2000"}
+                sandbox = self._sandbox(self._start("tansu"), "k", **session)
+                self._kill_contract = self._contract_class(sandbox, self._clients)
             return self._kill_contract
         if short_lease:
             # Kafka has no per-message lease; its lease on the partitions is max.poll.interval.ms
             # (a consumer that does not poll for that long leaves its group).
-            target = _KafkaTarget(
-                "noida-db",
-                self._ports["noida-db"],
-                self.env,
-                f"l{uuid.uuid4().hex[:8]}",
-                extra={"max.poll.interval.ms": str(self.lease_seconds_min * 1000)},
-            )
-            return self._contract_class(target, self._clients)
+            poll = {"max.poll.interval.ms": str(self.lease_seconds_min * 1000)}
+            return self._contract_class(self._sandbox(self.broker, "l", **poll), self._clients)
         return self.contract
 
     def stop_broker(self) -> None:
-        self._stop("noida-db")
+        self.broker.stop()
 
     def start_broker(self) -> None:
-        self._start("noida-db")
-
-    def close(self) -> None:
-        for broker in list(self._procs):
-            self._stop(broker)
-        self._clients.close()
-        super().close()
+        self.broker.start()
 
 
 # -- Pub/Sub -----------------------------------------------------------------------------------
@@ -323,14 +228,14 @@ class PubSubRig(BrokerRig):
 
     def __init__(self) -> None:
         super().__init__()
-        from tests.integration.pubsub.test_pubsub_contract import PubSubContractBroker
+        from tests.integration.pubsub.broker import PubSubContractBroker
         from tests.support.pubsub_emulator import pubsub_emulator_process
 
-        self._context = pubsub_emulator_process(Path(tempfile.mkdtemp(prefix="reliability-pubsub-")))
-        emulator = self._context.__enter__()
+        work_dir = Path(tempfile.mkdtemp(prefix="reliability-pubsub-"))
+        emulator = self.running.enter_context(pubsub_emulator_process(work_dir))  # resumes it before stopping
         self.emulator = emulator
-        self.env.set("PUBSUB_EMULATOR_HOST", emulator.host)
-        self.conn_id = self.env.connection("gcp_reliability", emulator.connection())
+        self.env.setenv("PUBSUB_EMULATOR_HOST", emulator.host)
+        self.conn_id = self.connection("gcp_reliability", emulator.connection())
         self.contract = PubSubContractBroker(emulator)
 
     def stop_broker(self) -> None:
@@ -341,10 +246,6 @@ class PubSubRig(BrokerRig):
 
     def start_broker(self) -> None:
         self.emulator.resume()
-
-    def close(self) -> None:
-        self._context.__exit__(None, None, None)  # resumes a frozen emulator before stopping it
-        super().close()
 
 
 # -- Service Bus -------------------------------------------------------------------------------
@@ -357,13 +258,12 @@ class ServiceBusRig(BrokerRig):
 
     def __init__(self) -> None:
         super().__init__()
-        from tests.integration.servicebus.test_servicebus_contract import ServiceBusContractBroker
+        from tests.integration.servicebus.broker import ServiceBusContractBroker
         from tests.support.servicebus_server import ServiceBusServer
 
         key_name, key = "RootManageSharedAccessKey", "cmVsaWFiaWxpdHkta2V5LTQ0Mg=="
-        self.server = ServiceBusServer(sas_keys={key_name: key})
-        self.server.start()
-        self.conn_id = self.env.connection(
+        self.server = self.running.enter_context(ServiceBusServer(sas_keys={key_name: key}))
+        self.conn_id = self.connection(
             "azure_service_bus_reliability", self.server.connection(key_name=key_name, key=key)
         )
         self.contract = ServiceBusContractBroker(self.server)
@@ -375,10 +275,6 @@ class ServiceBusRig(BrokerRig):
         # Entities, messages and locks live in the server object: a new listener on the same
         # port serves the same state, as a namespace does after a gateway restart.
         self.server.start()
-
-    def close(self) -> None:
-        self.server.stop()
-        super().close()
 
 
 RIGS: dict[str, type[BrokerRig]] = {

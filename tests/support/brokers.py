@@ -1,5 +1,6 @@
 """
-Brokers for the e2e suite and the demo: noida-db (Kafka protocol) and moto's SQS server.
+Brokers for the suites, the reliability rigs and the demo: noida-db (Kafka protocol) and moto's
+SQS server.
 
 Synchronous helpers (each call runs its own short aiokafka/boto3 client), because the e2e tests
 and the demo drive a whole deployment from plain, blocking code, and the contract's adapters are
@@ -15,6 +16,9 @@ import contextlib
 import functools
 import itertools
 import json
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
@@ -22,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from tests.support.kafka_brokers import kafka_broker_argv
-from tests.support.processes import free_port, running, tail, wait_for_port
+from tests.support.kafka_brokers import run_kafka_broker
+from tests.support.processes import free_port, stop, wait_for_port
 
 T = TypeVar("T")
+REPO = Path(__file__).resolve().parents[2]
 
 
 class EventLoopThread:
@@ -203,16 +208,9 @@ class KafkaBroker:
 
 @contextlib.contextmanager
 def kafka_broker_process(data_dir: Path) -> Iterator[KafkaBroker]:
-    """Run the noida-db binary itself (not its wrapper script: its PID is not the broker's)."""
-    port = free_port()
-    log_path = data_dir / "noida-db.log"
-    argv = kafka_broker_argv("noida-db", port, data_dir / "data")
-    with running(argv, log_path=log_path) as proc:
-        try:
-            wait_for_port(port, 30, proc, what="noida-db")
-        except RuntimeError as exc:
-            raise RuntimeError(f"{exc}\n{tail(log_path)}") from None
-        yield KafkaBroker(port=port, log_path=log_path)
+    """Run noida-db for the block (:func:`~tests.support.kafka_brokers.run_kafka_broker`), with helpers."""
+    with run_kafka_broker("noida-db", data_dir) as broker:
+        yield KafkaBroker(port=broker.port, log_path=broker.log_path)
 
 
 class QueueDepth(NamedTuple):
@@ -337,19 +335,100 @@ class SqsServer:
                 self.client.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
 
 
+class MotoServer:
+    """
+    moto's server (its SQS guarded by :func:`~tests.support.moto_sqs.serialize_queue_mutations`) on
+    127.0.0.1, which can be stopped and started again on its port with its queues and messages, as
+    a restarted SQS endpoint comes back.
+
+    In a thread of this process by default (a test may read moto's backends: what its STS handed
+    out); with ``own_process``, in a process of its own, driven over stdin
+    (tests/support/moto_process.py says why the reliability runs need that).
+    """
+
+    def __init__(self, port: int | None = None, *, own_process: bool = False) -> None:
+        self.port = port or free_port()
+        self.own_process = own_process
+        self._threaded: Any = None
+        self._child: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        """Serve on the port (again, after :meth:`stop`, with the state moto kept)."""
+        if not self.own_process:
+            if self._threaded is not None:
+                return
+            from moto.server import ThreadedMotoServer
+
+            from tests.support.moto_sqs import serialize_queue_mutations
+
+            serialize_queue_mutations()
+            self._threaded = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+            self._threaded.start()
+        elif self._child is None:
+            self._child = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.moto_process", str(self.port)],
+                cwd=REPO,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+            self._expect("ready")
+        else:
+            self._command("start")
+        wait_for_port(self.port, 30, self._child, what="moto server")
+
+    def stop(self) -> None:
+        """Stop serving; moto keeps its state for :meth:`start`."""
+        if self._child is not None:
+            self._command("stop")
+        elif self._threaded is not None:
+            self._threaded.stop()
+            self._threaded = None
+
+    def close(self) -> None:
+        """Stop serving for good (and end the process of its own)."""
+        if self._child is None:
+            self.stop()
+            return
+        child, self._child = self._child, None
+        if child.stdin is not None:
+            child.stdin.close()  # end of input: the server stops and the process exits
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            stop(child)
+
+    def _command(self, command: str) -> None:
+        assert self._child is not None
+        assert self._child.stdin is not None
+        self._child.stdin.write(command + "\n")
+        self._child.stdin.flush()
+        self._expect("ok")
+
+    def _expect(self, answer: str) -> None:
+        assert self._child is not None
+        assert self._child.stdout is not None
+        line = self._child.stdout.readline().strip()
+        if line != answer:
+            exit_code = self._child.poll()
+            raise RuntimeError(f"moto server process answered {line!r}, not {answer!r} (exit {exit_code})")
+
+
+@contextlib.contextmanager
+def moto_server(*, own_process: bool = False) -> Iterator[MotoServer]:
+    """Run :class:`MotoServer` for the block: the one way the suites and the rigs start moto."""
+    server = MotoServer(own_process=own_process)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
 @contextlib.contextmanager
 def sqs_server_process(**credentials: str) -> Iterator[SqsServer]:
     """Run moto's SQS server on a free loopback port for the block (any credentials work)."""
-    from moto.server import ThreadedMotoServer
-
-    from tests.support.moto_sqs import serialize_queue_mutations
-
-    serialize_queue_mutations()
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        wait_for_port(port, 30, what="moto server")
-        yield SqsServer(port=port, **credentials)
-    finally:
-        server.stop()
+    with moto_server() as server:
+        yield SqsServer(port=server.port, **credentials)

@@ -13,43 +13,32 @@ moto keeps queues and messages in module-level backends of the process that serv
 HTTP server on the same port in this process serves the same state, as a restarted SQS endpoint
 would. The parent writes ``stop`` or ``start`` on stdin and reads ``ok``; end of input ends it.
 
-Run: ``python -m tests.support.moto_process PORT``; prints ``ready`` once it serves.
+Run: ``python -m tests.support.moto_process PORT``; prints ``ready`` once it serves. Started by
+:class:`~tests.support.brokers.MotoServer` with ``own_process``, and serves one of its own.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 
 def serve(port: int) -> None:
-    from moto.server import ThreadedMotoServer
+    from tests.support.brokers import MotoServer
 
-    from tests.support.moto_sqs import serialize_queue_mutations
-
-    serialize_queue_mutations()
-    server: Any = None
-
-    def start() -> None:
-        nonlocal server
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        server.start()
-
-    start()
+    server = MotoServer(port)
+    server.start()
     print("ready", flush=True)
     for line in sys.stdin:
         command = line.strip()
-        if command == "stop" and server is not None:
+        if command == "stop":
             server.stop()
-            server = None
-        elif command == "start" and server is None:
-            start()
-        elif command not in ("stop", "start"):
+        elif command == "start":
+            server.start()
+        else:
             print(f"unknown command {command!r}", flush=True)
             continue
         print("ok", flush=True)
-    if server is not None:
-        server.stop()
+    server.close()
 
 
 if __name__ == "__main__":

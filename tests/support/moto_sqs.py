@@ -18,8 +18,8 @@ test_moto_rig.py shows both races on an unguarded server).
 ``Queue._messages_lock``, which ``SendMessage`` already takes). It is a re-entrant condition, and
 a receive that long-polls waits on it (``Queue.wait_for_messages``), which releases it: the other
 requests proceed while a receive waits, as before. Idempotent; called in every moto a stream reads
-here: the test suite's (``sqs_server_process``), the reliability rig's (``moto_process``) and the
-benchmarks' (``python -m tests.support.moto_sqs``, below). The two that only refuse credentials
+here: the test suite's and the reliability rig's (``MotoServer`` in tests/support/brokers.py) and
+the benchmarks' (``python -m tests.support.moto_sqs``, below). The two that only refuse credentials
 (the secret tests) run moto as it is.
 
 It also makes moto's receive linear in the queue's length. For every message it hands out,

@@ -2,10 +2,10 @@
 What a broker's suite supplies to run the contract: :class:`ContractBroker`, one real upstream per test.
 
 The contract (the other modules of this package) is written once against this adapter; each
-broker's ``test_<broker>_contract.py`` implements it on its real broker and subclasses the
-contract classes that apply (docs/writing-a-broker.rst lists them). It is each broker's one
-setup: the reliability rigs (tests/reliability/brokers.py) and the secret-sentinel test
-(tests/integration/test_secret_sentinels.py) drive the same adapters.
+broker's ``tests/integration/<broker>/broker.py`` implements it on its real broker, and its
+``test_<broker>_contract.py`` subclasses the contract classes that apply (docs/writing-a-broker.rst
+lists them). It is each broker's one setup: the reliability rigs (tests/reliability/brokers.py)
+and the secret-sentinel test (tests/integration/test_secret_sentinels.py) drive the same adapters.
 """
 
 from __future__ import annotations

@@ -17,7 +17,10 @@ pytestmark = pytest.mark.integration
 
 
 class OrderedLanesContract:
-    """For brokers with ordered lanes (SQS FIFO groups, Pub/Sub ordering keys, Service Bus sessions)."""
+    """
+    For brokers with ordered lanes: SQS FIFO groups, Pub/Sub ordering keys, Service Bus sessions,
+    Kafka partitions.
+    """
 
     async def test_each_lane_keeps_its_order_through_uneven_persistence(self, contract_broker):
         broker = contract_broker
@@ -39,6 +42,15 @@ class OrderedLanesContract:
             assert per_lane == {lane: list(range(10)) for lane in lanes}, per_lane
 
     async def test_a_redelivery_holds_back_the_rest_of_its_lane(self, contract_broker):
+        """
+        Each time the lane is handed out again, it comes in its order: nothing later in the lane
+        overtakes the redelivered message.
+
+        Checked round by round, not by counting rounds: a broker may hand the lane out once more
+        than the one redelivery asks for (Kafka seeks back at once, before the retried watcher
+        joins; that watcher joins behind and seeks the partition back to its own position), and
+        that is a duplicate, which at-least-once allows, not a lane out of order.
+        """
         broker = contract_broker
         stream = broker.create_stream(ordered=True)
         broker.publish(stream, [{"seq": 1}, {"seq": 2}], lane="g")
@@ -57,7 +69,9 @@ class OrderedLanesContract:
                     break
                 await asyncio.sleep(0.25)
         order = [p["body"]["seq"] for p in fast.payloads]
-        assert order == [1, 2, 1, 2], f"the lane was handed back out of order: {order}"
+        rounds = [order[start : start + 2] for start in range(0, len(order), 2)]
+        assert len(rounds) >= 2, f"the redelivered message never came back: {order}"
+        assert all(lane == [1, 2] for lane in rounds), f"the lane was handed back out of order: {order}"
 
     async def test_a_message_received_but_not_yet_handed_out_is_held_back_behind_a_redelivery(
         self, contract_broker

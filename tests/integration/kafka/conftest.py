@@ -21,54 +21,29 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.protocol.admin import DeleteGroupsRequest
 
-from tests.support.kafka_brokers import KAFKA_BROKERS, kafka_broker_argv
-from tests.support.processes import free_port, running, tail, wait_for_port
+from tests.support.kafka_brokers import KAFKA_BROKERS, KafkaBrokerProcess, run_kafka_broker
 
 BROKERS = KAFKA_BROKERS
 
 
-@dataclass
-class KafkaBroker:
-    """One running broker process and how to reach it."""
-
-    name: str
-    port: int
-    data_dir: Path
-    log_path: Path
-    argv: list[str] = field(default_factory=list)
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def restartable(self) -> running:
-        """Context manager running this broker again on the same port and data dir."""
-        return running(self.argv, log_path=self.log_path)
-
-
 @pytest.fixture(scope="session", params=BROKERS)
-def kafka_broker(request: pytest.FixtureRequest) -> Iterator[KafkaBroker]:
+def kafka_broker(request: pytest.FixtureRequest) -> Iterator[KafkaBrokerProcess]:
     name = request.param
-    port = free_port()
-    data_dir = Path(tempfile.mkdtemp(prefix=f"kafka-{name}-"))
-    log_path = data_dir / "broker.log"
-    argv = kafka_broker_argv(name, port, data_dir / "data")
-    with running(argv, log_path=log_path) as proc:
-        try:
-            wait_for_port(port, 30, proc, what=name)
-        except RuntimeError as exc:
-            raise RuntimeError(f"{exc}\n--- {name} log ---\n{tail(log_path)}") from None
-        yield KafkaBroker(name=name, port=port, data_dir=data_dir, log_path=log_path, argv=argv)
+    with run_kafka_broker(name, Path(tempfile.mkdtemp(prefix=f"kafka-{name}-"))) as broker:
+        yield broker
 
 
 @dataclass
 class KafkaSandbox:
     """Per-test view of a broker: unique names, a connection id, and client helpers."""
 
-    broker: KafkaBroker
+    broker: KafkaBrokerProcess
     conn_id: str
     prefix: str
     monkeypatch: pytest.MonkeyPatch | None = None
+    settings: dict[str, str] = field(default_factory=dict)
+    """Settings every further :meth:`connection` carries, over its own (a reliability rig's
+    session timeout or poll interval)."""
 
     def connection(self, what: str = "conn", **extra: str) -> str:
         """
@@ -80,6 +55,7 @@ class KafkaSandbox:
         assert self.monkeypatch is not None
         conn_id = f"kafka_{self.prefix}_{what}".replace("-", "_")
         settings = {"bootstrap.servers": self.bootstrap, "enable.auto.commit": "false", **extra}
+        settings.update(self.settings)
         self.monkeypatch.setenv(
             f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kafka", "extra": settings})
         )
@@ -219,7 +195,7 @@ class KafkaSandbox:
 
 
 @pytest.fixture
-def kafka(kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch) -> KafkaSandbox:
+def kafka(kafka_broker: KafkaBrokerProcess, monkeypatch: pytest.MonkeyPatch) -> KafkaSandbox:
     prefix = f"t{uuid.uuid4().hex[:10]}"
     conn_id = f"kafka_{prefix}"
     extra = {

@@ -12,8 +12,8 @@ import pytest
 from airflow_shared_stream.kafka.errors import KafkaSharedStreamError
 from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger
 from airflow_shared_stream.testing import SharedStreamHarness
-from tests.support.kafka_brokers import kafka_broker_argv
-from tests.support.processes import free_port, running, tail, wait_for_port
+from tests.support.kafka_brokers import run_kafka_broker
+from tests.support.processes import free_port
 from tests.support.tcp_recorder import RecordingTcpProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -134,18 +134,11 @@ async def test_unreachable_broker_then_recovery(kafka_broker, monkeypatch, caplo
     assert f"cannot connect to Kafka at {bootstrap}" in str(error)
     assert_no_secret(error, caplog, trigger)
 
-    data_dir = Path(tempfile.mkdtemp(prefix=f"kafka-outage-{kafka_broker.name}-"))
-    with running(
-        kafka_broker_argv(kafka_broker.name, port, data_dir / "data"), log_path=data_dir / "broker.log"
-    ) as proc:
-        try:
-            wait_for_port(port, 30, proc, what=kafka_broker.name)
-        except RuntimeError as exc:
-            raise RuntimeError(f"{exc}\n{tail(data_dir / 'broker.log')}") from None
+    work_dir = Path(tempfile.mkdtemp(prefix=f"kafka-outage-{kafka_broker.name}-"))
+    with run_kafka_broker(kafka_broker.name, work_dir, port=port) as broker:
         from tests.integration.kafka.conftest import KafkaSandbox
 
-        sandbox = KafkaSandbox(broker=kafka_broker, conn_id="kafka_outage", prefix="outage")
-        sandbox.broker = type(kafka_broker)(kafka_broker.name, port, data_dir, data_dir / "broker.log")
+        sandbox = KafkaSandbox(broker=broker, conn_id="kafka_outage", prefix="outage")
         await sandbox.create_topics("events")
         await sandbox.produce("events", ["back"])
         async with SharedStreamHarness() as h:

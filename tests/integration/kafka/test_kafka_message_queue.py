@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.contract.message_queue import MessageQueueContract
-from tests.integration.kafka.test_kafka_contract import KafkaContractBroker
+from tests.integration.kafka.broker import KafkaContractBroker
 from tests.support.brokers import EventLoopThread
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

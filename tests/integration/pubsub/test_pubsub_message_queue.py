@@ -12,8 +12,8 @@ import pytest
 
 from airflow_shared_stream.pubsub.trigger import PubSubSharedStreamTrigger
 from tests.integration.contract.message_queue import MessageQueueContract
+from tests.integration.pubsub.broker import PubSubContractBroker
 from tests.integration.pubsub.recording import RecordingProducer
-from tests.integration.pubsub.test_pubsub_contract import PubSubContractBroker
 
 pytestmark = pytest.mark.integration
 

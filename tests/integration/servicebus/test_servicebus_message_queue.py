@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.contract.message_queue import MessageQueueContract
-from tests.integration.servicebus.test_servicebus_contract import ServiceBusContractBroker
+from tests.integration.servicebus.broker import ServiceBusContractBroker
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.contract.message_queue import MessageQueueContract
-from tests.integration.sqs.test_sqs_contract import SqsContractBroker
+from tests.integration.sqs.broker import SqsContractBroker
 
 pytestmark = pytest.mark.integration
 
