@@ -70,6 +70,11 @@ class ContractBroker(abc.ABC):
     """Whether a closing stream gives what it still holds back to the broker at once (else the
     leases run out: SQS, whose visibility timeouts are short)."""
 
+    redelivers_a_lane_once: bool = True
+    """Whether one redelivery hands an ordered lane out exactly once more (a leased queue gives
+    the lane back once); Kafka may hand it out once more again when the retried watcher joins
+    behind and seeks its partition back, a duplicate at-least-once allows."""
+
     give_back_spends_attempt: bool = True
     """Whether giving a held message back to the broker (a stream closing) spends one of its
     delivery attempts: SQS counts every receive and Pub/Sub every redelivery; Service Bus has an

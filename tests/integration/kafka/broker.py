@@ -77,6 +77,7 @@ class KafkaContractBroker(ContractBroker):
     conn_id_argument = "kafka_config_id"
     lease_seconds_min = 2
     reports_broker_lag = True
+    redelivers_a_lane_once = False
 
     def __init__(self, kafka: Any, loop: EventLoopThread) -> None:
         self.kafka = kafka

@@ -39,28 +39,6 @@ class TestSqsContract(
     def contract_broker(self, sqs, aws_connection) -> SqsContractBroker:
         return SqsContractBroker(sqs)
 
-    async def test_a_closing_stream_spends_no_delivery_attempt_of_its_own(self, contract_broker):
-        """
-        A receive still polling as the stream closes takes what the close gives back, and SQS
-        counts that receive against ``maxReceiveCount``: the close gives back once it returned.
-        """
-        broker = contract_broker
-        stream = broker.create_stream(lease_seconds=LEASE_SECONDS)
-        trigger = broker.trigger(stream)
-        producer = type(trigger).create_shared_stream_producer(trigger.serialize()[1])
-        broker.publish(stream, [{"n": 1}])
-        events = producer.open_stream()
-        try:
-            await asyncio.wait_for(anext(events), timeout=30)  # the next receive is read ahead
-        finally:
-            await events.aclose()
-            await producer.aclose()
-        async with SharedStreamHarness(confirm_after=0.0) as harness:
-            later = harness.add(broker.trigger(stream))
-            await later.wait_for_events(1, timeout=LEASE_SECONDS / 3)
-        spent = [broker.attempts_spent(payload) for payload in later.payloads]
-        assert spent == [1], f"receives before this stream's, past the closed stream's one: {spent}"
-
     async def test_a_closing_stream_gives_back_more_than_one_batch_call(self, contract_broker):
         """
         SQS takes at most 10 entries per ChangeMessageVisibilityBatch, so the close gives back in
