@@ -10,7 +10,6 @@ from pathlib import Path
 
 from bench.ceilings import run_ceiling, run_template
 from bench.harness import Cell, Meter, drive_shared, hold_in_flight, rss_kib
-from tests.support.processes import free_port, running, wait_for_port
 
 
 class Kafka:
@@ -30,16 +29,13 @@ class Kafka:
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> Kafka:
-        from tests.support.kafka_brokers import kafka_broker_argv
+        from tests.support.kafka_brokers import run_kafka_broker
 
-        port = free_port()
-        data_dir = Path(tempfile.mkdtemp(prefix=f"bench-watchers-{self.broker}-"))
-        proc = self._stack.enter_context(
-            running(kafka_broker_argv(self.broker, port, data_dir / "data"), log_path=data_dir / "broker.log")
-        )
-        wait_for_port(port, 30, proc, what=self.broker)
-        self.pids = [proc.pid]
-        self.bootstrap = f"127.0.0.1:{port}"
+        work_dir = Path(tempfile.mkdtemp(prefix=f"bench-watchers-{self.broker}-"))
+        broker = self._stack.enter_context(run_kafka_broker(self.broker, work_dir))
+        assert broker.pid is not None
+        self.pids = [broker.pid]
+        self.bootstrap = broker.bootstrap
         return self
 
     def __exit__(self, *exc: object) -> None:
