@@ -130,7 +130,7 @@ async def run_ceiling(cell: Cell, budget: float, sync: float, meter: Meter | Non
 
 
 async def run_fresh_ceiling(cell: Cell, budget: float, sync: float, meter: Meter | None = None) -> None:
-    """The ceiling of :class:`FreshCeilingProducer`: bodies decoded beforehand, messages built when yielded."""
+    """The ceiling of :class:`FreshCeilingProducer`: bodies decoded before, messages built when yielded."""
     stream = f"ceiling-fresh-{uuid.uuid4().hex[:8]}"
     FreshCeilingProducer.bodies[stream] = [json.loads(json.dumps(body)) for body in _bodies(cell.messages)]
     try:

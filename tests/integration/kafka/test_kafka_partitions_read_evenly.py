@@ -66,7 +66,9 @@ async def test_a_large_window_takes_a_few_records_per_partition_at_a_time(kafka,
     for partition in range(PARTITIONS):
         await kafka.produce(topic, [f"p{partition}-{i}" for i in range(PER_PARTITION)], partition=partition)
     async with SharedStreamHarness(confirm_after=0.0) as harness:
-        watcher = harness.add(KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, max_in_flight=500))
+        watcher = harness.add(
+            KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, max_in_flight=500)
+        )
         await watcher.wait_for_events(PARTITIONS * PER_PARTITION, timeout=90)
     assert asked, "the stream never read from the consumer's buffer"
     assert max(asked) <= RECORDS_PER_PARTITION * PARTITIONS, f"asked for up to {max(asked)} records at once"
