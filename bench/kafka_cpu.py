@@ -13,6 +13,7 @@ Usage (the official provider on the path, as in docs/benchmarks.rst)::
     PYTHONPATH=$PWD:/path/to/official .venv/bin/python bench/kafka_cpu.py --broker noida-db \
         --partitions 3 --watchers 1 10 --variants ceiling ours official --repeats 2
     ... --profile /tmp/prof   # cProfile each cell into /tmp/prof-<variant>-<watchers>-<turn>.prof
+    ... --freeze              # operator tuning: gc.freeze() after the warm-up, a separate row
 """
 
 from __future__ import annotations
@@ -32,48 +33,92 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import harness, kafka_variants
 from bench import watchers as bench_watchers
-from bench.ceilings import run_ceiling
+from bench.ceilings import run_ceiling, run_fresh_ceiling
 from bench.rigs.kafka import Kafka
 
 
 class CollectorClock:
-    """CPU time the garbage collector spends, and how many collections (and full ones) ran."""
+    """
+    CPU time the garbage collector spends, and how many collections (and full ones) ran.
+
+    Counted from the cell's first event to its end (:class:`WindowMeter`), the span its CPU is
+    measured over: a ceiling builds its messages before that, and the full collections its
+    building sets off are not the cell's.
+    """
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self.collections = 0
         self.full = 0
+        self.full_ms: list[float] = []
+        self.counting = False
         self._started = 0.0
         gc.callbacks.append(self._note)
 
     def reset(self) -> None:
-        self.seconds, self.collections, self.full = 0.0, 0, 0
+        self.seconds, self.collections, self.full, self.full_ms = 0.0, 0, 0, []
 
     def _note(self, phase: str, info: dict[str, Any]) -> None:
+        if not self.counting:
+            return
         if phase == "start":
             self._started = time.process_time()
             return
-        self.seconds += time.process_time() - self._started
+        spent = time.process_time() - self._started
+        self.seconds += spent
         self.collections += 1
-        self.full += info["generation"] == 2
+        if info["generation"] == 2:
+            self.full += 1
+            self.full_ms.append(spent * 1000)
+
+
+class WindowMeter(harness.Meter):
+    """The harness's meter, with the collector counted over the same span as the cell's CPU."""
+
+    def __init__(self, collector: CollectorClock) -> None:
+        super().__init__(None)
+        self.collector = collector
+
+    def start(self) -> None:
+        self.collector.counting = False
+        self.collector.reset()
+        super().start()
+
+    def first_event(self) -> None:
+        super().first_event()
+        self.collector.reset()
+        self.collector.counting = True
+
+    def stop(self, cell: harness.Cell, watchers_alive_rss: int) -> None:
+        self.collector.counting = False
+        super().stop(cell, watchers_alive_rss)
+
+
+CEILINGS = {"ceiling": run_ceiling, "ceiling-fresh": run_fresh_ceiling}
 
 
 async def run_cell(
-    kafka: Kafka, args: argparse.Namespace, variant: str, watchers: int, profile: str
+    kafka: Kafka,
+    args: argparse.Namespace,
+    variant: str,
+    watchers: int,
+    profile: str,
+    collector: CollectorClock,
 ) -> harness.Cell:
     cell = harness.Cell("kafka", variant, watchers, args.messages)
     profiler = cProfile.Profile() if profile else None
-    if variant == "ceiling":
+    meter = WindowMeter(collector)
+    if variant in CEILINGS:
         if profiler:
             profiler.enable()
-        await run_ceiling(cell, args.budget, args.sync)
+        await CEILINGS[variant](cell, args.budget, args.sync, meter)
     else:
         topic = f"cpu-{uuid.uuid4().hex[:8]}"
         await kafka_variants.prepare_topic(kafka.bootstrap, topic, args.messages, args.partitions)
         make_trigger = kafka_variants.make_factory(variant, kafka.bootstrap, topic)
         if profiler:
             profiler.enable()
-        await harness.drive_shared(make_trigger, cell, harness.Meter(None), args.budget, args.sync)
+        await harness.drive_shared(make_trigger, cell, meter, args.budget, args.sync)
     if profiler:
         profiler.disable()
         profiler.dump_stats(profile)
@@ -87,24 +132,31 @@ async def main(args: argparse.Namespace) -> None:
     collector = CollectorClock()
     with Kafka(rig_args) as kafka:
         for variant in args.variants:  # one unrecorded turn each: first-use costs fall here
-            if variant != "ceiling":
+            if variant not in CEILINGS:
                 topic = f"cpu-warm-{uuid.uuid4().hex[:8]}"
                 await kafka_variants.prepare_topic(kafka.bootstrap, topic, 300, args.partitions)
                 warm = harness.Cell("kafka", variant, 1, 300)
                 make_trigger = kafka_variants.make_factory(variant, kafka.bootstrap, topic)
                 await harness.drive_shared(make_trigger, warm, harness.Meter(None), 60, args.sync)
+        if args.freeze:
+            # Operator tuning, not the provider's: what is alive now (Airflow's modules, the
+            # clients) leaves the collector's view, so a full collection walks only what the
+            # cells allocate. The provider never does this to the triggerer's heap.
+            gc.collect()
+            gc.freeze()
         for turn in range(args.repeats):
             for watchers in args.watchers:
                 for variant in args.variants:
                     await bench_watchers.between_cells(kafka, rig_args)
                     profile = f"{args.profile}-{variant}-{watchers}-{turn}.prof" if args.profile else ""
-                    collector.reset()
-                    cell = await run_cell(kafka, args, variant, watchers, profile)
+                    cell = await run_cell(kafka, args, variant, watchers, profile, collector)
                     print(
-                        f"{args.broker} partitions={args.partitions} watchers={watchers} {variant:8s} "
+                        f"{args.broker} partitions={args.partitions} watchers={watchers} {variant:13s} "
                         f"msg/s={cell.messages_per_second:.0f} cpu_us_per_msg={cell.cpu_per_1000 * 1000:.1f} "
                         f"gc_us_per_msg={collector.seconds / args.messages * 1e6:.1f} "
-                        f"full_collections={collector.full} error={cell.error} "
+                        f"full_collections={collector.full} "
+                        f"full_ms={'/'.join(f'{ms:.0f}' for ms in collector.full_ms) or '-'} "
+                        f"error={cell.error} "
                         f"load={os.getloadavg()[0]:.2f}",
                         flush=True,
                     )
@@ -117,11 +169,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--broker", default="noida-db", choices=["noida-db", "tansu"])
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--watchers", type=int, nargs="+", default=[1, 10])
-    parser.add_argument("--variants", nargs="+", default=["ceiling", "ours", "official"])
+    parser.add_argument("--variants", nargs="+", default=["ceiling", "ceiling-fresh", "ours", "official"])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--messages", type=int, default=30_000)
     parser.add_argument("--sync", type=float, default=0.01, help="seconds between persistence confirmations")
     parser.add_argument("--budget", type=float, default=120.0, help="seconds per cell at most")
+    parser.add_argument(
+        "--freeze",
+        action="store_true",
+        help="operator tuning: gc.freeze() the process's heap after the warm-up turns (not the provider's)",
+    )
     parser.add_argument(
         "--profile", default="", help="cProfile each cell into <prefix>-<variant>-<N>-<turn>.prof"
     )

@@ -689,6 +689,15 @@ MUTANTS: tuple[Mutant, ...] = (
         module="tests/integration/kafka/test_kafka_partitions_read_evenly.py",
     ),
     Mutant(
+        name="a whole window of records taken from the buffer at once",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/fair_fetch.py",
+        original="    max_records = min(max_records, RECORDS_PER_PARTITION * max(1, len(partitions)))\n",
+        mutated="",
+        caught_by=("test_a_large_window_takes_a_few_records_per_partition_at_a_time",),
+        module="tests/integration/kafka/test_kafka_partitions_read_evenly.py",
+    ),
+    Mutant(
         name="a JSON record's envelope loses its headers",
         broker="kafka",
         path="airflow_shared_stream/kafka/envelope.py",

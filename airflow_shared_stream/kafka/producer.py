@@ -7,8 +7,8 @@ several triggerers never split them), and every watcher keeps its own durable po
 the watchers this process serves, and a partition without any has its start committed before its
 first record is read (:mod:`.anchors`).
 
-Records are fetched in batches shared between the partitions (:mod:`.fair_fetch`) and sized by
-the credit window, so no more than
+Records are taken from the consumer's buffer a few per partition at a time, shared between the
+partitions (:mod:`.fair_fetch`), and never more than the credit window allows, so no more than
 ``max_in_flight`` are ever yielded and unsettled. Each record is its own raw event (the envelope
 is :mod:`.envelope`'s); its lane is its ``(topic, partition)``, settled by :mod:`.settler`:
 
