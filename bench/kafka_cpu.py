@@ -15,6 +15,7 @@ Usage (the official provider on the path, as in docs/benchmarks.rst)::
     ... --profile /tmp/prof   # cProfile each cell into /tmp/prof-<variant>-<watchers>-<turn>.prof
     ... --freeze              # operator tuning: gc.freeze() after the warm-up, a separate row
     ... --variants ceiling-fresh bare bare-json ours   # the attainable bound beside ours
+    ... --variants ceiling-fresh ceiling-kafka-payload # what the payload's type costs the collector
 
 ``bare`` and ``bare-json`` are aiokafka alone (``getmany`` and commit, no Airflow): each record's
 value touched, or decoded with ``json.loads``. A producer on aiokafka cannot spend less than the
@@ -38,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import harness, kafka_variants
 from bench import watchers as bench_watchers
-from bench.ceilings import run_ceiling, run_fresh_ceiling
+from bench.ceilings import run_ceiling, run_fresh_ceiling, run_kafka_payload_ceiling
 from bench.rigs.kafka import Kafka
 
 
@@ -99,7 +100,11 @@ class WindowMeter(harness.Meter):
         super().stop(cell, watchers_alive_rss)
 
 
-CEILINGS = {"ceiling": run_ceiling, "ceiling-fresh": run_fresh_ceiling}
+CEILINGS = {
+    "ceiling": run_ceiling,
+    "ceiling-fresh": run_fresh_ceiling,
+    "ceiling-kafka-payload": run_kafka_payload_ceiling,  # a diagnosis: the payload's type alone
+}
 BARE_READS = {"bare": "touch", "bare-json": "json"}
 """The bare aiokafka read (no Airflow, no manager): each record's value touched, or JSON-decoded."""
 
