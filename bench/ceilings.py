@@ -16,6 +16,7 @@ from airflow_shared_stream.common.flow_control import CreditWindow, yield_point
 from airflow_shared_stream.common.matching import RawMessage, build_message
 from airflow_shared_stream.common.settlement import decide
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
+from airflow_shared_stream.kafka.envelope import KafkaBrokerPayload
 from airflow_shared_stream.testing import InMemoryProducer, InMemoryTrigger
 from bench.harness import Cell, Meter, drive_shared
 
@@ -96,6 +97,34 @@ class FreshCeilingTrigger(InMemoryTrigger):
     producer_class = FreshCeilingProducer  # type: ignore[assignment]
 
 
+class KafkaPayloadCeilingProducer(FreshCeilingProducer):
+    """
+    The fresh ceiling with the Kafka producer's broker payload (a named tuple) instead of an int.
+
+    A diagnosis, not a ceiling: the manager holds each message's payload until its persistence is
+    confirmed, and an int is not tracked by the collector while a named tuple is (only exact
+    tuples of untracked items leave its view), so this shows what the payload's type costs the
+    collector with nothing else of Kafka's.
+    """
+
+    async def open_stream(self) -> AsyncIterator[tuple[RawMessage, Any]]:  # type: ignore[override]
+        bodies, number = self.bodies[self.stream], 0
+        window, stream = self._window, self.stream
+        while number < len(bodies):
+            credits = await window.wait_for_credit()
+            for body in bodies[number : number + credits]:
+                window.take()
+                message = RawMessage({"body": body, "number": number}, f"{stream}#{number}")
+                yield message, KafkaBrokerPayload(stream, 0, number, number)
+                number += 1
+                await yield_point()
+        await asyncio.Event().wait()
+
+
+class KafkaPayloadCeilingTrigger(InMemoryTrigger):
+    producer_class = KafkaPayloadCeilingProducer  # type: ignore[assignment]
+
+
 class BulkInMemoryProducer(InMemoryProducer):
     """The leased-queue template over memory; one receive takes every free credit, like a Kafka fetch."""
 
@@ -137,6 +166,22 @@ async def run_fresh_ceiling(cell: Cell, budget: float, sync: float, meter: Meter
         await drive_shared(lambda: FreshCeilingTrigger(stream), cell, meter or Meter(None), budget, sync)
     finally:
         FreshCeilingProducer.bodies.pop(stream, None)
+
+
+async def run_kafka_payload_ceiling(
+    cell: Cell, budget: float, sync: float, meter: Meter | None = None
+) -> None:
+    """The fresh ceiling yielding the Kafka producer's payload type (:class:`KafkaPayloadCeilingProducer`)."""
+    stream = f"ceiling-kafka-payload-{uuid.uuid4().hex[:8]}"
+    KafkaPayloadCeilingProducer.bodies[stream] = [
+        json.loads(json.dumps(body)) for body in _bodies(cell.messages)
+    ]
+    try:
+        await drive_shared(
+            lambda: KafkaPayloadCeilingTrigger(stream), cell, meter or Meter(None), budget, sync
+        )
+    finally:
+        KafkaPayloadCeilingProducer.bodies.pop(stream, None)
 
 
 async def run_template(cell: Cell, budget: float, sync: float) -> None:

@@ -14,6 +14,12 @@ Usage (the official provider on the path, as in docs/benchmarks.rst)::
         --partitions 3 --watchers 1 10 --variants ceiling ours official --repeats 2
     ... --profile /tmp/prof   # cProfile each cell into /tmp/prof-<variant>-<watchers>-<turn>.prof
     ... --freeze              # operator tuning: gc.freeze() after the warm-up, a separate row
+    ... --variants ceiling-fresh bare bare-json ours   # the attainable bound beside ours
+    ... --variants ceiling-fresh ceiling-kafka-payload # what the payload's type costs the collector
+
+``bare`` and ``bare-json`` are aiokafka alone (``getmany`` and commit, no Airflow): each record's
+value touched, or decoded with ``json.loads``. A producer on aiokafka cannot spend less than the
+manager's ceiling plus that read, the bound ours is compared with at one watcher.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import harness, kafka_variants
 from bench import watchers as bench_watchers
-from bench.ceilings import run_ceiling, run_fresh_ceiling
+from bench.ceilings import run_ceiling, run_fresh_ceiling, run_kafka_payload_ceiling
 from bench.rigs.kafka import Kafka
 
 
@@ -94,7 +100,27 @@ class WindowMeter(harness.Meter):
         super().stop(cell, watchers_alive_rss)
 
 
-CEILINGS = {"ceiling": run_ceiling, "ceiling-fresh": run_fresh_ceiling}
+CEILINGS = {
+    "ceiling": run_ceiling,
+    "ceiling-fresh": run_fresh_ceiling,
+    "ceiling-kafka-payload": run_kafka_payload_ceiling,  # a diagnosis: the payload's type alone
+}
+BARE_READS = {"bare": "touch", "bare-json": "json"}
+"""The bare aiokafka read (no Airflow, no manager): each record's value touched, or JSON-decoded."""
+
+
+async def run_bare(kafka: Kafka, topic: str, cell: harness.Cell, meter: harness.Meter) -> None:
+    """One consumer's ``getmany`` and commit loop over ``topic``, timed from its first batch."""
+    meter.start()
+    await kafka_variants.bare_loop(
+        kafka.bootstrap,
+        topic,
+        cell.messages,
+        on_first_record=meter.first_event,
+        on_done=lambda: meter.stop(cell, harness.rss_kib()),
+        read=BARE_READS[cell.variant],
+    )
+    cell.delivered = cell.messages * cell.fanout  # one read per message: no watchers to fan out to
 
 
 async def run_cell(
@@ -112,6 +138,12 @@ async def run_cell(
         if profiler:
             profiler.enable()
         await CEILINGS[variant](cell, args.budget, args.sync, meter)
+    elif variant in BARE_READS:
+        topic = f"cpu-{uuid.uuid4().hex[:8]}"
+        await kafka_variants.prepare_topic(kafka.bootstrap, topic, args.messages, args.partitions)
+        if profiler:
+            profiler.enable()
+        await run_bare(kafka, topic, cell, meter)
     else:
         topic = f"cpu-{uuid.uuid4().hex[:8]}"
         await kafka_variants.prepare_topic(kafka.bootstrap, topic, args.messages, args.partitions)
@@ -132,7 +164,11 @@ async def main(args: argparse.Namespace) -> None:
     collector = CollectorClock()
     with Kafka(rig_args) as kafka:
         for variant in args.variants:  # one unrecorded turn each: first-use costs fall here
-            if variant not in CEILINGS:
+            if variant in BARE_READS:
+                topic = f"cpu-warm-{uuid.uuid4().hex[:8]}"
+                await kafka_variants.prepare_topic(kafka.bootstrap, topic, 300, args.partitions)
+                await run_bare(kafka, topic, harness.Cell("kafka", variant, 1, 300), harness.Meter(None))
+            elif variant not in CEILINGS:
                 topic = f"cpu-warm-{uuid.uuid4().hex[:8]}"
                 await kafka_variants.prepare_topic(kafka.bootstrap, topic, 300, args.partitions)
                 warm = harness.Cell("kafka", variant, 1, 300)

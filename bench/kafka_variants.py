@@ -80,9 +80,14 @@ async def bare_loop(
     *,
     on_first_record: Callable[[], None],
     on_done: Callable[[], None],
+    read: str = "count",
 ) -> None:
     """
     aiokafka ``getmany`` and commit until ``messages`` are read and committed.
+
+    ``read`` is what the loop does with each record: ``count`` only counts the batch, ``touch``
+    reads each record's value, ``json`` decodes it with ``json.loads``: the least a producer on
+    aiokafka must do per record, without and with the decoding a JSON payload needs.
 
     ``on_first_record`` is called when the first batch arrives and ``on_done`` after the last
     commit, before the consumer stops: the caller's meter times exactly that span (its wall
@@ -106,6 +111,12 @@ async def bare_loop(
                 on_first_record()
             for records in batch.values():
                 seen += len(records)
+                if read == "touch":
+                    for record in records:
+                        record.value  # noqa: B018 - the read itself is what is measured
+                elif read == "json":
+                    for record in records:
+                        json.loads(record.value)
             if batch:
                 await consumer.commit()
         on_done()
