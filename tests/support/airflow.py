@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tests.support.processes import free_port, stop, tail, wait_for_port, wait_until
+from tests.support.processes import free_port, stop_all, tail, wait_for_port, wait_until
 
 COMPONENTS = ("dag-processor", "scheduler", "triggerer", "api-server")
 """Started in this order: Dags parse while the rest boots; the api-server is slowest (~35 s)."""
@@ -234,8 +234,8 @@ class AirflowDeployment:
                 )
 
     def stop(self) -> None:
-        for component in reversed(list(self.procs)):
-            stop(self.procs[component])
+        """Stop every component at once (each gets the same grace period to shut down)."""
+        stop_all(list(reversed(self.procs.values())))
 
     def kill_triggerer(self, name: str = "triggerer") -> int:
         """SIGKILL the triggerer ``name`` and its trigger-runner child: no goodbye, no cleanup."""
