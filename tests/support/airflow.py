@@ -186,6 +186,20 @@ class AirflowDeployment:
             )
         return result
 
+    def trigger_dag(self, dag_id: str) -> str:
+        """
+        A manual run of ``dag_id`` through the REST API (``[core] simple_auth_manager_all_admins``):
+        what ``airflow dags trigger`` does, without starting a CLI process. Returns its run id.
+        """
+        import httpx
+
+        answer = httpx.post(
+            f"{self.api_url}/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None}, timeout=60
+        )
+        if answer.status_code != 200:
+            raise RuntimeError(f"triggering {dag_id} answered {answer.status_code}: {answer.text[:2000]}")
+        return str(answer.json()["dag_run_id"])
+
     def migrate(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         self.cli("db", "migrate", timeout=300)
