@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from tests.support.migrated_databases import copy_migrated, keep_as_template
 from tests.support.processes import free_port, stop_all, tail, wait_for_port, wait_until
 
 COMPONENTS = ("dag-processor", "scheduler", "triggerer", "api-server")
@@ -201,8 +202,12 @@ class AirflowDeployment:
         return str(answer.json()["dag_run_id"])
 
     def migrate(self) -> None:
+        """Migrate the empty metadata database, or copy the session's first migrated one."""
         self.home.mkdir(parents=True, exist_ok=True)
+        if copy_migrated(self.database_url, self.db_path):
+            return
         self.cli("db", "migrate", timeout=300)
+        keep_as_template(self.database_url, self.db_path)
 
     def start_component(self, component: str, *args: str, name: str | None = None) -> subprocess.Popen:
         """
