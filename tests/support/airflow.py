@@ -29,6 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from cryptography.fernet import Fernet
+
 from tests.support.migrated_databases import copy_migrated, keep_as_template
 from tests.support.processes import free_port, stop_all, tail, wait_for_port, wait_until
 
@@ -153,6 +155,13 @@ class AirflowDeployment:
             "AIRFLOW__API__BASE_URL": self.api_url,
             # Scheduler and api-server must agree on the JWT key; a random one per deployment.
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+            # And every component on the Fernet key (trigger arguments and connections are
+            # encrypted with it) and the api-server's secret key. Without them each component
+            # that finds no airflow.cfg generates its own and races to write the file: a copied
+            # database (tests/support/migrated_databases.py) has no migration CLI run first to
+            # write it, and the triggerer could not decrypt the triggers the dag-processor wrote.
+            "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
+            "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
