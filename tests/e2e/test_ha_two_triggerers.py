@@ -2,12 +2,11 @@
 High availability (issue 13): one Kafka topic and one SQS queue, six watchers each, spread three
 and three over TWO real triggerer processes sharing one PostgreSQL metadata database.
 
-How the watchers are spread, deterministically: the Dags are born paused; triggerer A starts with
-``--capacity 6`` while ``ha_first`` (three Kafka and three SQS watchers) is unpaused, so it takes
-exactly those six and is full; then triggerer B starts (capacity 12, room for A's watchers after
-a failover) while ``ha_second`` is unpaused, whose watchers only B has room for. Each watcher has
-its own asset, so the asset events say which watcher saw which message; the tests print that
-table.
+How the watchers are spread, deterministically: the Dags are born paused; ``ha_first`` (three
+Kafka and three SQS watchers) is unpaused and triggerer A starts with ``--capacity 6``, so it
+takes exactly those six; then ``ha_second`` is unpaused and triggerer B starts (capacity 12, room
+for A's watchers after a failover). Each watcher has its own asset, so the asset events say
+which watcher saw which message; the tests print that table.
 
 What must hold:
 
@@ -141,7 +140,9 @@ def _events(tag: str, count: int) -> list[dict[str, Any]]:
     return [{"event_id": f"{tag}-{i:03d}", "type": "order_created", "amount": i} for i in range(count)]
 
 
-def _wait_for_triggerer(airflow: AirflowDeployment, name: str, watchers: set[str]) -> None:
+def _start_triggerer(airflow: AirflowDeployment, name: str, capacity: int, watchers: set[str]) -> None:
+    airflow.start_component("triggerer", "--capacity", str(capacity), name=name)
+
     def running() -> bool:
         airflow.check_alive()
         ids = airflow.watcher_trigger_ids()
@@ -220,13 +221,10 @@ def ha(e2e_dir: Path, kafka: KafkaBroker, sqs: SqsServer, postgres: PostgresServ
         airflow.start_component("dag-processor")
         airflow.start_component("scheduler")
         airflow.wait_for_dags(set(DAG_WATCHERS))
-        # Each triggerer boots while its Dag is unpaused (see the module docstring).
-        airflow.start_component("triggerer", "--capacity", str(CAPACITY[FIRST]), name=FIRST)
         _unpause(airflow, "ha_first")
-        _wait_for_triggerer(airflow, FIRST, DAG_WATCHERS["ha_first"])
-        airflow.start_component("triggerer", "--capacity", str(CAPACITY[SECOND]), name=SECOND)
+        _start_triggerer(airflow, FIRST, CAPACITY[FIRST], DAG_WATCHERS["ha_first"])
         _unpause(airflow, "ha_second")
-        _wait_for_triggerer(airflow, SECOND, DAG_WATCHERS["ha_second"])
+        _start_triggerer(airflow, SECOND, CAPACITY[SECOND], DAG_WATCHERS["ha_second"])
         yield HaStack(airflow=airflow, kafka=kafka, sqs=sqs, queue_url=queue_url, statsd=statsd)
     finally:
         airflow.stop()

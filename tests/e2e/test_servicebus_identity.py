@@ -49,15 +49,17 @@ class IdentityStack:
 
 
 def _unpause(airflow: AirflowDeployment, *dag_ids: str) -> None:
-    """One CLI call for all of ``dag_ids``; then wait until their watchers are registered."""
-    airflow.cli("dags", "unpause", "--treat-dag-id-as-regex", "--yes", f"^({'|'.join(dag_ids)})$")
+    for dag_id in dag_ids:
+        airflow.cli("dags", "unpause", dag_id)
     names = set().union(*(WATCHERS[d] for d in dag_ids))
     wait_until(
         lambda: names <= airflow.watcher_trigger_ids().keys(), 120, f"watchers {sorted(names)}", interval=0.5
     )
 
 
-def _wait_for_triggerer(airflow: AirflowDeployment, name: str, watchers: set[str]) -> None:
+def _start_triggerer(airflow: AirflowDeployment, name: str, capacity: int, watchers: set[str]) -> None:
+    airflow.start_component("triggerer", "--capacity", str(capacity), name=name)
+
     def running() -> bool:
         airflow.check_alive()
         ids = airflow.watcher_trigger_ids()
@@ -105,14 +107,10 @@ def stack(e2e_dir: Path, servicebus: ServiceBusServer, postgres: PostgresServer)
         airflow.start_component("dag-processor")
         airflow.start_component("scheduler")
         airflow.wait_for_dags(set(WATCHERS))
-        # Each triggerer boots while its Dags are unpaused. FIRST (capacity 3) takes the first
-        # three watchers; once it runs them it is full, so SECOND can only take the last one.
-        airflow.start_component("triggerer", "--capacity", "3", name=FIRST)
         _unpause(airflow, "identity_together", "identity_split_a")
-        _wait_for_triggerer(airflow, FIRST, WATCHERS["identity_together"] | WATCHERS["identity_split_a"])
-        airflow.start_component("triggerer", "--capacity", "3", name=SECOND)
+        _start_triggerer(airflow, FIRST, 3, WATCHERS["identity_together"] | WATCHERS["identity_split_a"])
         _unpause(airflow, "identity_split_b")
-        _wait_for_triggerer(airflow, SECOND, WATCHERS["identity_split_b"])
+        _start_triggerer(airflow, SECOND, 3, WATCHERS["identity_split_b"])
         yield IdentityStack(airflow=airflow, servicebus=servicebus)
     finally:
         airflow.stop()
