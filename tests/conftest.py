@@ -32,27 +32,34 @@ NO_JVM_IN_SPARK = (
 """Spark tests against the fake master only (no JVM): off the critical path, with the brokers."""
 
 
-LEASED_QUEUES = ("tests/integration/sqs/", "tests/integration/pubsub/", "tests/integration/servicebus/")
-"""The leased queues' integration tests: a group of their own, mostly waiting on leases and locks."""
+LEASED_QUEUES = ("tests/integration/sqs/", "tests/integration/pubsub/")
+"""SQS and Pub/Sub integration tests: mostly waiting on leases and redeliveries."""
+
+SERVICE_BUS_AND_FAULTS = ("tests/integration/servicebus/", "tests/reliability/")
+"""Service Bus integration tests (waiting on locks) and the fault scenarios (waiting on kills,
+outages and redeliveries of every broker)."""
 
 
 def worker_group(nodeid: str) -> str:
     """
-    Which of the three xdist workers runs a test (``scripts/test.sh`` runs ``-n 3``).
+    Which of the four xdist workers runs a test (``scripts/test.sh`` runs ``-n 4``).
 
-    Three groups, measured to take about as long as each other: the Airflow deployments and Spark
-    clusters (e2e, Spark integration); the leased queues' integration tests (SQS, Pub/Sub,
-    Service Bus), which spend most of their time waiting for leases, locks and redeliveries
-    rather than on a core; and everything else (Kafka, the contract mutants, reliability, unit
-    tests, the Spark tests that only talk to a fake master). A group runs on one worker in
-    collection order, so module- and session-scoped fixtures (the e2e deployments, one Spark
-    cluster, one emulator) are built once, and two Airflow deployments or Spark clusters never
-    compete for the machine's two cores at once.
+    The Airflow deployments and Spark clusters (e2e, Spark integration) are the longest group and
+    set the suite's time; the other three are cut to finish before it: the SQS and Pub/Sub
+    integration tests; the Service Bus integration tests with the fault scenarios; everything
+    else (Kafka, the contract mutants, unit tests, docs, the Spark tests that only talk to a fake
+    master). The three leased-queue and fault groups spend most of their time waiting for leases,
+    locks, redeliveries and outages rather than on a core, so four workers fit two cores. A group
+    runs on one worker in collection order, so module- and session-scoped fixtures (the e2e
+    deployments, one Spark cluster, one emulator) are built once, and two Airflow deployments or
+    Spark clusters never compete for the machine's two cores at once.
     """
     if nodeid.startswith(AIRFLOW_AND_SPARK) and not nodeid.startswith(NO_JVM_IN_SPARK):
         return "airflow-and-spark"
     if nodeid.startswith(LEASED_QUEUES):
         return "leased-queues"
+    if nodeid.startswith(SERVICE_BUS_AND_FAULTS):
+        return "service-bus-and-faults"
     return "brokers"
 
 

@@ -29,7 +29,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tests.support.processes import free_port, stop, tail, wait_for_port, wait_until
+from cryptography.fernet import Fernet
+
+from tests.support.migrated_databases import copy_migrated, keep_as_template
+from tests.support.processes import free_port, stop_all, tail, wait_for_port, wait_until
 
 COMPONENTS = ("dag-processor", "scheduler", "triggerer", "api-server")
 """Started in this order: Dags parse while the rest boots; the api-server is slowest (~35 s)."""
@@ -152,6 +155,13 @@ class AirflowDeployment:
             "AIRFLOW__API__BASE_URL": self.api_url,
             # Scheduler and api-server must agree on the JWT key; a random one per deployment.
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+            # And every component on the Fernet key (trigger arguments and connections are
+            # encrypted with it) and the api-server's secret key. Without them each component
+            # that finds no airflow.cfg generates its own and races to write the file: a copied
+            # database (tests/support/migrated_databases.py) has no migration CLI run first to
+            # write it, and the triggerer could not decrypt the triggers the dag-processor wrote.
+            "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
+            "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
@@ -186,9 +196,27 @@ class AirflowDeployment:
             )
         return result
 
+    def trigger_dag(self, dag_id: str) -> str:
+        """
+        A manual run of ``dag_id`` through the REST API (``[core] simple_auth_manager_all_admins``):
+        what ``airflow dags trigger`` does, without starting a CLI process. Returns its run id.
+        """
+        import httpx
+
+        answer = httpx.post(
+            f"{self.api_url}/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None}, timeout=60
+        )
+        if answer.status_code != 200:
+            raise RuntimeError(f"triggering {dag_id} answered {answer.status_code}: {answer.text[:2000]}")
+        return str(answer.json()["dag_run_id"])
+
     def migrate(self) -> None:
+        """Migrate the empty metadata database, or copy the session's first migrated one."""
         self.home.mkdir(parents=True, exist_ok=True)
+        if copy_migrated(self.database_url, self.db_path):
+            return
         self.cli("db", "migrate", timeout=300)
+        keep_as_template(self.database_url, self.db_path)
 
     def start_component(self, component: str, *args: str, name: str | None = None) -> subprocess.Popen:
         """
@@ -234,8 +262,8 @@ class AirflowDeployment:
                 )
 
     def stop(self) -> None:
-        for component in reversed(list(self.procs)):
-            stop(self.procs[component])
+        """Stop every component at once (each gets the same grace period to shut down)."""
+        stop_all(list(reversed(self.procs.values())))
 
     def kill_triggerer(self, name: str = "triggerer") -> int:
         """SIGKILL the triggerer ``name`` and its trigger-runner child: no goodbye, no cleanup."""

@@ -72,16 +72,28 @@ def running(
 
 def stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
     """SIGTERM the process group, then SIGKILL what is left after ``grace`` seconds."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
+    stop_all([proc], grace)
+
+
+def stop_all(procs: Sequence[subprocess.Popen], grace: float = 10.0) -> None:
+    """
+    SIGTERM the process groups of ``procs`` at once, then SIGKILL what is left after ``grace``.
+
+    Their graceful shutdowns overlap: stopping several servers costs the slowest one's grace,
+    not the sum of them.
+    """
+    alive = [proc for proc in procs if proc.poll() is None]
+    for proc in alive:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(5)
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in alive:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
 
 
 def tail(path: Path, lines: int = 40) -> str:

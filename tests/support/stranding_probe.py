@@ -4,8 +4,11 @@ one task that holds the Dag's only slot a few seconds. No Spark, so what is meas
 Airflow's own part: message -> asset event -> Dag run. Used by
 ``tests/e2e/test_stranded_asset_events.py`` and ``bench/asset_run_latency.py``.
 
-Environment of the deployment: ``STRANDING_PROBE_TOPIC`` (also the consumer group) and
-``STRANDING_PROBE_TASK_SECONDS`` (default 4); connection ``kafka_default``.
+Environment of the deployment: ``STRANDING_PROBE_TOPIC`` (also the consumer group),
+``STRANDING_PROBE_TASK_SECONDS`` (default 4) and ``STRANDING_PROBE_RELEASE_FILE`` (optional: the
+task then holds the slot until that file exists, at most the task seconds, so a test ends each
+hold when what it waits for has happened instead of after a fixed time); connection
+``kafka_default``.
 """
 
 from __future__ import annotations
@@ -36,7 +39,10 @@ with DAG(dag_id="stranding_probe", schedule=[probe], max_active_runs=1, catchup=
 
     @task
     def hold_the_slot() -> None:
-        time.sleep(float(os.environ.get("STRANDING_PROBE_TASK_SECONDS", "4")))
+        deadline = time.monotonic() + float(os.environ.get("STRANDING_PROBE_TASK_SECONDS", "4"))
+        release = os.environ.get("STRANDING_PROBE_RELEASE_FILE")
+        while time.monotonic() < deadline and not (release and os.path.exists(release)):
+            time.sleep(0.2)
 
     hold_the_slot()
 """
