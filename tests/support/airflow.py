@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -90,6 +91,35 @@ def _ts(value: str | datetime | None) -> datetime | None:
 def airflow_bin() -> Path:
     """The ``airflow`` entry point of the running interpreter's environment."""
     return Path(sys.executable).parent / "airflow"
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def migrated_airflow_home(home: Path, dag_file: Path) -> dict[str, str]:
+    """
+    A migrated Airflow home on SQLite whose Dags folder holds ``dag_file`` alone: the environment
+    for Airflow CLI runs in processes of their own (``airflow dags test``, a Dag file run as a script).
+    """
+    (home / "dags").mkdir()
+    shutil.copy(dag_file, home / "dags" / dag_file.name)
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "PYTHONPATH": str(REPO),
+    }
+    migrate = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
+    return env
 
 
 @dataclass

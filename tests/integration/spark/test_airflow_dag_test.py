@@ -10,8 +10,6 @@ the Airflow home (SQLite metadata database) is a fresh temporary one.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,34 +17,15 @@ from pathlib import Path
 import pytest
 
 from tests.integration.spark.conftest import APPS
+from tests.support.airflow import migrated_airflow_home
 
 pytestmark = pytest.mark.integration
 SCRIPT = Path(__file__).with_name("dag_test_script.py")
-ROOT = Path(__file__).parents[3]
 
 
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory: pytest.TempPathFactory, spark_conn_id: str) -> dict[str, str]:
-    home = tmp_path_factory.mktemp("airflow-home")
-    (home / "dags").mkdir()
-    shutil.copy(SCRIPT, home / "dags" / SCRIPT.name)
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-        "PYTHONPATH": str(ROOT),
-    }
-    migrate = subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
-    return env
+    return migrated_airflow_home(tmp_path_factory.mktemp("airflow-home"), SCRIPT)
 
 
 def _dag_test(env: dict[str, str], conn_id: str, app: Path, args: list[str], expect: str) -> str:

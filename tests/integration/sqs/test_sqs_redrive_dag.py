@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.airflow import migrated_airflow_home
 from tests.support.brokers import SqsServer
 
 ROOT = Path(__file__).parents[3]
@@ -25,26 +25,7 @@ EXAMPLE = ROOT / "example_dags" / "shared_stream_redrive_dead_letters.py"
 
 @pytest.fixture(scope="module")
 def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    home = tmp_path_factory.mktemp("airflow-home")
-    (home / "dags").mkdir()
-    shutil.copy(EXAMPLE, home / "dags" / EXAMPLE.name)
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-        "PYTHONPATH": str(ROOT),
-    }
-    migrate = subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
-    return env
+    return migrated_airflow_home(tmp_path_factory.mktemp("airflow-home"), EXAMPLE)
 
 
 def test_a_run_of_the_example_dag_with_params_moves_the_dead_letters(
