@@ -136,7 +136,8 @@ class WatcherPositions:
     def advance(self, tp: TopicPartition, settled: list[KafkaBrokerPayload]) -> None:
         """
         Move every admitted watcher's position over the records ``settled`` terminally, in
-        fan-out order: only a record at exactly the watcher's position that it surely received.
+        fan-out order: only a record at exactly the watcher's position that one of its
+        subscribers finished (a watcher the manager failed or let go finishes nothing more).
         """
         for cursor in self.watchers.admitted():
             committer = cursor.committer
@@ -147,7 +148,7 @@ class WatcherPositions:
                 continue
             since = cursor.since_seq or 0
             for payload in settled:
-                if payload.offset == position and payload.seq >= since:
+                if payload.offset == position and payload.seq >= since and cursor.finished(payload.seq):
                     position += 1
             if position != start and committer is not None:
                 cursor.next[tp] = position
