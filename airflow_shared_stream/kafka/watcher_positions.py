@@ -148,8 +148,9 @@ class WatcherPositions:
                 continue
             since = cursor.since_seq or 0
             for payload in settled:
-                if payload.offset == position and payload.seq >= since and cursor.finished(payload.seq):
-                    position += 1
+                if payload.offset == position and payload.seq >= since:
+                    # Not finished: the manager failed or let go of its subscribers meanwhile.
+                    position += 1 if cursor.finished(payload.seq) else 0
             if position != start and committer is not None:
                 cursor.next[tp] = position
                 committer.queue(tp, position)

@@ -59,9 +59,7 @@ async def create_limited_topic(kafka, name: str, limit: int) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
     await admin.start()
     try:
-        await admin.create_topics(
-            [NewTopic(name, 1, 1, topic_configs={"max.message.bytes": str(limit)})]
-        )
+        await admin.create_topics([NewTopic(name, 1, 1, topic_configs={"max.message.bytes": str(limit)})])
     finally:
         await admin.close()
 

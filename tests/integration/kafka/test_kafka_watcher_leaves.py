@@ -18,6 +18,7 @@ from airflow.jobs.triggerer_job_runner import TriggerRunner
 from airflow.triggers.shared_stream import AckTimeout
 
 from airflow_shared_stream.kafka import KafkaSharedStreamTrigger
+from airflow_shared_stream.kafka.marks import PositionMark
 from airflow_shared_stream.kafka.watchers import watcher_group_id
 from airflow_shared_stream.testing import SharedStreamHarness
 
@@ -100,6 +101,20 @@ async def confirm_persisted(runner: TriggerRunner) -> None:
         await asyncio.sleep(0.02)
 
 
+async def last_mark_live(kafka, group: str, topic: str, timeout: float = 20.0) -> bool | None:
+    """Whether the position's last mark says its watcher runs; waits for a mark saying it left."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    live: bool | None = None
+    while asyncio.get_running_loop().time() < deadline:
+        metadata = await kafka.committed_metadata(group, topic)
+        mark = None if metadata is None else PositionMark.decode(metadata)
+        live = None if mark is None else mark.live
+        if live is False:
+            break
+        await asyncio.sleep(0.2)
+    return live
+
+
 async def test_a_cancelled_watcher_is_not_moved_while_core_holds_its_filter(kafka):
     """A watcher cancelled in run_trigger is not moved over records sent after (item 4)."""
     topic = kafka.name("t")
@@ -125,6 +140,8 @@ async def test_a_cancelled_watcher_is_not_moved_while_core_holds_its_filter(kafk
         # result (the cancelled task keeps its CancelledError, whose traceback holds the frame).
         tasks[2].cancel()
         await asyncio.wait({tasks[2]})
+        # It left at the cancel: its last position went out, marked as no longer running here.
+        assert await last_mark_live(kafka, moved_group, topic) is False
         await kafka.produce(topic, [f"r{n}" for n in range(1, 11)])
         assert await kafka.wait_committed(healthy_group, topic, {0: 11}) == {0: 11}
         assert await kafka.committed(moved_group, topic) == {0: 0}
