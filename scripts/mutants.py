@@ -1389,6 +1389,15 @@ MUTANTS: tuple[Mutant, ...] = (
         module="tests/integration/kafka/test_kafka_dead_letter_sizing.py",
     ),
     Mutant(
+        name="Kafka pointer keeps a key that does not fit the dead-letter topic",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/dead_letter.py",
+        original="        except TOO_LARGE:  # the key does not fit the topic: the pointer goes without it\n",
+        mutated="        except ():  # mutant: the pointer is sent with its key or not at all\n",
+        caught_by=("test_a_pointer_whose_key_does_not_fit_the_topic_goes_without_it",),
+        module="tests/integration/kafka/test_kafka_dead_letter_sizing.py",
+    ),
+    Mutant(
         name="Kafka watcher moved over records its subscriber never finished",
         broker="kafka",
         path="airflow_shared_stream/kafka/watcher_positions.py",

@@ -14,12 +14,12 @@ together into one batch that does not.
 A record too large for the dead-letter topic (the origin headers add a few dozen bytes, so a
 record just under the limit that was accepted upstream can be refused here; the dead-letter
 topic may also have a lower limit), or one the client refuses for any other reason of its own, is
-replaced by a **pointer**: no value, the key when it is at most ``POINTER_KEY_LIMIT`` bytes (else,
-or when the record has none, an empty key: Kafka takes no record without key and value), the
-origin headers, the reason and the original size. Retrying the full record would fail the stream
-on it forever; the pointer lets the stream go on and names where the original still is (until the
-source topic's retention removes it). Only a broker error that is not about the record (the
-broker is away, say) fails the stream, and the record is read again.
+replaced by a **pointer**: no value, the key when it is at most ``POINTER_KEY_LIMIT`` bytes and
+fits the topic's limit (else, or when the record has none, an empty key: Kafka takes no record
+without key and value), the origin headers, the reason and the original size. Retrying the full
+record would fail the stream on it forever; the pointer lets the stream go on and names where the
+original still is (until the source topic's retention removes it). Only a broker error that is
+not about the record (the broker is away, say) fails the stream, and the record is read again.
 """
 
 from __future__ import annotations
@@ -166,7 +166,14 @@ class DeadLetterWriter:
             (REASON_HEADER, reason.encode()),
             (SIZE_HEADER, str(size).encode()),
         ]
-        return await self.producer.send(self.topic, value=None, key=key, headers=pointer_headers)
+        try:
+            return await self.producer.send(self.topic, value=None, key=key, headers=pointer_headers)
+        except TOO_LARGE:  # the key does not fit the topic: the pointer goes without it
+            if key == POINTER_EMPTY_KEY:
+                raise
+            return await self.producer.send(
+                self.topic, value=None, key=POINTER_EMPTY_KEY, headers=pointer_headers
+            )
 
 
 def origin_headers(payload: KafkaBrokerPayload) -> list[tuple[str, bytes]]:
