@@ -53,6 +53,9 @@ TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError)
 TOPIC_RESOURCE = 2
 """``DescribeConfigs`` resource type of a topic."""
 TOPIC_LIMIT = "max.message.bytes"
+DEFAULT_BATCH_SIZE = 16384
+DEFAULT_REQUEST_SIZE = 1048576
+"""aiokafka's own ``max_batch_size`` and ``max_request_size``."""
 
 
 async def dead_letter_limit(client: AIOKafkaClient, topic: str) -> int | None:
@@ -88,14 +91,37 @@ def sized_producer_kwargs(kwargs: dict[str, Any], limit: int | None) -> dict[str
 
     aiokafka packs records into batches of ``max_batch_size`` (16 KiB by default) and the broker
     takes or refuses a batch whole, so a topic whose limit is below the batch size would refuse
-    records that fit it one by one.
+    records that fit it one by one. Unchanged when the limit is above both.
     """
-    if limit is None:
-        return kwargs
     sized = dict(kwargs)
-    sized["max_batch_size"] = min(limit, sized.get("max_batch_size", limit))
-    sized["max_request_size"] = min(limit, sized.get("max_request_size", limit))
+    if limit is None:
+        return sized
+    for name, default in (("max_batch_size", DEFAULT_BATCH_SIZE), ("max_request_size", DEFAULT_REQUEST_SIZE)):
+        if limit < sized.get(name, default):
+            sized[name] = limit
     return sized
+
+
+async def start_dead_letter_producer(kwargs: dict[str, Any], topic: str) -> AIOKafkaProducer:
+    """
+    Start the dead-letter producer, sized to ``topic``'s own limit (read through its own client).
+
+    Read through a client of its own: a broker that does not know ``DescribeConfigs`` may close
+    the connection that asked (Tansu does), which must not be the stream consumer's.
+    """
+    producer = AIOKafkaProducer(**kwargs)
+    try:
+        await producer.start()
+        sized = sized_producer_kwargs(kwargs, await dead_letter_limit(producer.client, topic))
+        if sized == kwargs:
+            return producer
+        await producer.stop()
+        producer = AIOKafkaProducer(**sized)
+        await producer.start()
+    except BaseException:
+        await producer.stop()
+        raise
+    return producer
 
 
 class DeadLetterWriter:

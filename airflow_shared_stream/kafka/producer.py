@@ -58,8 +58,7 @@ from airflow_shared_stream.kafka.anchors import StartAnchors  # noqa: E402
 from airflow_shared_stream.kafka.committer import OffsetCommitter  # noqa: E402
 from airflow_shared_stream.kafka.dead_letter import (  # noqa: E402
     DeadLetterWriter,
-    dead_letter_limit,
-    sized_producer_kwargs,
+    start_dead_letter_producer,
 )
 from airflow_shared_stream.kafka.envelope import KafkaBrokerPayload, build_raw_message  # noqa: E402
 from airflow_shared_stream.kafka.errors import (  # noqa: E402
@@ -280,13 +279,11 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 raise KafkaTopicNotFoundError(
                     f"dead-letter topic {self.dead_letter_topic!r} does not exist on {servers}"
                 )
-            limit = await dead_letter_limit(consumer._client, self.dead_letter_topic)
-            dlq = AIOKafkaProducer(**sized_producer_kwargs(config.producer_kwargs(), limit))
-            self.attach(consumer, dlq)
             try:
-                await dlq.start()
+                dlq = await start_dead_letter_producer(config.producer_kwargs(), self.dead_letter_topic)
             except Exception as exc:
                 raise self._error(f"cannot start the dead-letter producer for {servers}", exc) from None
+            self.attach(consumer, dlq)
         lanes = [
             TopicPartition(topic, partition)
             for topic in self.topics
