@@ -1368,6 +1368,56 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_aborted_transactions_are_not_read_by_default",),
         module=KAFKA_LOSS_PATHS,
     ),
+    # fix/kafka-dlq-positions: dead letters never take the stream down; a watcher the manager
+    # no longer serves is not moved (issue 46, items 1-4)
+    Mutant(
+        name="Kafka pointer of a keyless record sent with neither key nor value",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/dead_letter.py",
+        original="        key = payload.key if keep_key else POINTER_EMPTY_KEY\n",
+        mutated="        key = payload.key if keep_key else None\n",
+        caught_by=("test_a_keyless_record_too_large_for_the_dead_letter_topic_becomes_a_pointer",),
+        module="tests/integration/kafka/test_kafka_dead_letter_sizing.py",
+    ),
+    Mutant(
+        name="Kafka dead letters batched past the dead-letter topic's limit",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/dead_letter.py",
+        original="            sized[name] = limit\n",
+        mutated="            pass  # mutant: aiokafka's own batch and request sizes\n",
+        caught_by=("test_records_that_fit_the_dead_letter_topic_are_copied_whole",),
+        module="tests/integration/kafka/test_kafka_dead_letter_sizing.py",
+    ),
+    Mutant(
+        name="Kafka pointer keeps a key that does not fit the dead-letter topic",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/dead_letter.py",
+        original="        except TOO_LARGE:  # the key does not fit the topic: the pointer goes without it\n",
+        mutated="        except ():  # mutant: the pointer is sent with its key or not at all\n",
+        caught_by=("test_a_pointer_whose_key_does_not_fit_the_topic_goes_without_it",),
+        module="tests/integration/kafka/test_kafka_dead_letter_sizing.py",
+    ),
+    Mutant(
+        name="Kafka watcher moved over records its subscriber never finished",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/watcher_positions.py",
+        original="                    position += 1 if cursor.finished(payload.seq) else 0\n",
+        mutated="                    position += 1  # mutant: every settled record moves every watcher\n",
+        caught_by=(
+            "test_a_watcher_failed_by_the_ack_timeout_keeps_its_position",
+            "test_a_cancelled_watcher_is_not_moved_while_core_holds_its_filter",
+        ),
+        module="tests/integration/kafka/test_kafka_watcher_leaves.py",
+    ),
+    Mutant(
+        name="Kafka watcher leaves only when core closes its cancelled filter",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/trigger.py",
+        original="                task.add_done_callback(leave)\n",
+        mutated="                pass  # mutant: no leave at the task's end\n",
+        caught_by=("test_a_cancelled_watcher_is_not_moved_while_core_holds_its_filter",),
+        module="tests/integration/kafka/test_kafka_watcher_leaves.py",
+    ),
 )
 
 

@@ -55,6 +55,10 @@ class RawMessage:
     the broker: Service Bus writes it on the message, SQS and Pub/Sub as an attribute.
     """
 
+    seq: int = field(default=-1, compare=False)
+    """The producer's sequence number of this yield, where it keeps one (Kafka: which records
+    each watcher finished, :mod:`airflow_shared_stream.kafka.watchers`)."""
+
     def dead_letter_reason(self) -> str:
         """One line saying why this message is dead-lettered (unprocessable cause first)."""
         if self.unprocessable is not None:

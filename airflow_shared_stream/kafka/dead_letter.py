@@ -6,12 +6,20 @@ A dead letter is produced with the record's key, value and headers plus three or
 commit that passes the record is even queued: a failed copy fails the stream, and the record is
 read again.
 
+Writes are sized to the dead-letter topic's own limit: its ``max.message.bytes``, read when the
+stream starts (:func:`dead_letter_limit`), bounds the producer's batches and requests
+(:func:`sized_producer_kwargs`), so records that fit the topic are never refused for being packed
+together into one batch that does not.
+
 A record too large for the dead-letter topic (the origin headers add a few dozen bytes, so a
 record just under the limit that was accepted upstream can be refused here; the dead-letter
-topic may also have a lower limit) is replaced by a **pointer**: no value, the key when it is at
-most ``POINTER_KEY_LIMIT`` bytes, the origin headers, the reason and the original size. Retrying
-the full record would fail the stream on it forever; the pointer lets the stream go on and names
-where the original still is (until the source topic's retention removes it).
+topic may also have a lower limit), or one the client refuses for any other reason of its own, is
+replaced by a **pointer**: no value, the key when it is at most ``POINTER_KEY_LIMIT`` bytes and
+fits the topic's limit (else, or when the record has none, an empty key: Kafka takes no record
+without key and value), the origin headers, the reason and the original size. Retrying the full
+record would fail the stream on it forever; the pointer lets the stream go on and names where the
+original still is (until the source topic's retention removes it). Only a broker error that is
+not about the record (the broker is away, say) fails the stream, and the record is read again.
 """
 
 from __future__ import annotations
@@ -22,7 +30,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordListTooLargeError
+from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordListTooLargeError, for_code
+from aiokafka.protocol.admin import DescribeConfigsRequest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from airflow_shared_stream.kafka.envelope import KafkaBrokerPayload
@@ -36,8 +46,82 @@ SIZE_HEADER = "x-shared-stream-original-size"
 POINTER_KEY_LIMIT = 1024
 """A pointer record keeps the original key only up to this size (the key may be what is large)."""
 
+POINTER_EMPTY_KEY = b""
+"""A pointer's key when the record has none, or one over ``POINTER_KEY_LIMIT``: a record needs one."""
 TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError)
 """Client- or broker-side refusals of a record for its size: retrying the same record never helps."""
+TOPIC_RESOURCE = 2
+"""``DescribeConfigs`` resource type of a topic."""
+TOPIC_LIMIT = "max.message.bytes"
+DEFAULT_BATCH_SIZE = 16384
+DEFAULT_REQUEST_SIZE = 1048576
+"""aiokafka's own ``max_batch_size`` and ``max_request_size``."""
+
+
+async def dead_letter_limit(client: AIOKafkaClient, topic: str) -> int | None:
+    """
+    The dead-letter topic's ``max.message.bytes`` (the broker's default when it sets none), or
+    ``None`` when the broker does not say (the producer's own limits stay then, logged).
+    """
+    request = DescribeConfigsRequest([(TOPIC_RESOURCE, topic, [TOPIC_LIMIT])])
+    try:
+        response = await client.send(client.get_random_node(), request)
+        for error_code, _message, _kind, _name, entries in response.resources:
+            if error_code:
+                raise for_code(error_code)()
+            for name, value, *_ in entries:
+                if name == TOPIC_LIMIT and value:
+                    return int(value)
+    except (KafkaError, ValueError) as exc:
+        log.warning(
+            "Cannot read %s of dead-letter topic %r (%s): dead letters are sized to the "
+            "producer's own limits, and a batch the topic refuses becomes pointer records",
+            TOPIC_LIMIT,
+            topic,
+            type(exc).__name__,
+        )
+        return None
+    log.warning("The broker does not say the %s of dead-letter topic %r", TOPIC_LIMIT, topic)
+    return None
+
+
+def sized_producer_kwargs(kwargs: dict[str, Any], limit: int | None) -> dict[str, Any]:
+    """
+    The dead-letter producer's arguments with batches and requests no larger than ``limit``.
+
+    aiokafka packs records into batches of ``max_batch_size`` (16 KiB by default) and the broker
+    takes or refuses a batch whole, so a topic whose limit is below the batch size would refuse
+    records that fit it one by one. Unchanged when the limit is above both.
+    """
+    sized = dict(kwargs)
+    if limit is None:
+        return sized
+    for name, default in (("max_batch_size", DEFAULT_BATCH_SIZE), ("max_request_size", DEFAULT_REQUEST_SIZE)):
+        if limit < sized.get(name, default):
+            sized[name] = limit
+    return sized
+
+
+async def start_dead_letter_producer(kwargs: dict[str, Any], topic: str) -> AIOKafkaProducer:
+    """
+    Start the dead-letter producer, sized to ``topic``'s own limit (read through its own client).
+
+    Read through a client of its own: a broker that does not know ``DescribeConfigs`` may close
+    the connection that asked (Tansu does), which must not be the stream consumer's.
+    """
+    producer = AIOKafkaProducer(**kwargs)
+    try:
+        await producer.start()
+        sized = sized_producer_kwargs(kwargs, await dead_letter_limit(producer.client, topic))
+        if sized == kwargs:
+            return producer
+        await producer.stop()
+        producer = AIOKafkaProducer(**sized)
+        await producer.start()
+    except BaseException:
+        await producer.stop()
+        raise
+    return producer
 
 
 class DeadLetterWriter:
@@ -67,6 +151,10 @@ class DeadLetterWriter:
                     delivery = await dlq.send(topic, value=payload.value, key=payload.key, headers=headers)
                 except TOO_LARGE as exc:  # refused by the client before it was sent
                     delivery = await self._send_pointer(payload, headers, exc)
+                except KafkaError:
+                    raise
+                except Exception as exc:  # the client's own checks refuse this record: for good
+                    delivery = await self._send_pointer(payload, headers, exc)
                 deliveries.append((payload, headers, delivery))
             await dlq.flush()
             pointers = []
@@ -78,7 +166,7 @@ class DeadLetterWriter:
             if pointers:
                 await dlq.flush()
                 await asyncio.gather(*pointers)
-        except KafkaError as exc:
+        except Exception as exc:  # the broker is away, or a client fault: the record is read again
             raise self._describe_error(f"producing to dead-letter topic {topic!r} failed", exc) from None
         log.warning("Dead-lettered %d message(s) to %s", len(payloads), topic)
 
@@ -86,7 +174,10 @@ class DeadLetterWriter:
         self, payload: KafkaBrokerPayload, headers: list[tuple[str, bytes]], exc: BaseException
     ) -> asyncio.Future[Any]:
         size = DefaultRecordBatchBuilder.estimate_size_in_bytes(payload.key, payload.value, headers)
-        reason = f"record too large for the dead-letter topic ({size} bytes): {type(exc).__name__}"
+        if isinstance(exc, TOO_LARGE):
+            reason = f"record too large for the dead-letter topic ({size} bytes): {type(exc).__name__}"
+        else:
+            reason = f"record of {size} bytes refused by the Kafka client: {type(exc).__name__}"
         log.error(
             "Dead-lettering %s/%d@%d as a pointer record: %s",
             payload.topic,
@@ -94,13 +185,21 @@ class DeadLetterWriter:
             payload.offset,
             reason,
         )
-        key = payload.key if payload.key is None or len(payload.key) <= POINTER_KEY_LIMIT else None
+        keep_key = payload.key is not None and len(payload.key) <= POINTER_KEY_LIMIT
+        key = payload.key if keep_key else POINTER_EMPTY_KEY
         pointer_headers = [
             *origin_headers(payload),
             (REASON_HEADER, reason.encode()),
             (SIZE_HEADER, str(size).encode()),
         ]
-        return await self.producer.send(self.topic, value=None, key=key, headers=pointer_headers)
+        try:
+            return await self.producer.send(self.topic, value=None, key=key, headers=pointer_headers)
+        except TOO_LARGE:  # the key does not fit the topic: the pointer goes without it
+            if key == POINTER_EMPTY_KEY:
+                raise
+            return await self.producer.send(
+                self.topic, value=None, key=POINTER_EMPTY_KEY, headers=pointer_headers
+            )
 
 
 def origin_headers(payload: KafkaBrokerPayload) -> list[tuple[str, bytes]]:

@@ -56,7 +56,10 @@ from airflow_shared_stream.common.trigger import (  # noqa: E402
 from airflow_shared_stream.console.figures import stream_figures  # noqa: E402
 from airflow_shared_stream.kafka.anchors import StartAnchors  # noqa: E402
 from airflow_shared_stream.kafka.committer import OffsetCommitter  # noqa: E402
-from airflow_shared_stream.kafka.dead_letter import DeadLetterWriter  # noqa: E402
+from airflow_shared_stream.kafka.dead_letter import (  # noqa: E402
+    DeadLetterWriter,
+    start_dead_letter_producer,
+)
 from airflow_shared_stream.kafka.envelope import KafkaBrokerPayload, build_raw_message  # noqa: E402
 from airflow_shared_stream.kafka.errors import (  # noqa: E402
     KafkaErrorTranslator,
@@ -153,8 +156,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self._consumer: AIOKafkaConsumer | None = None
         self._dlq: AIOKafkaProducer | None = None
         self._refresher: asyncio.Task[None] | None = None
-        self._seq = 0
-        """Sequence number of the next record yielded (stamped on its payload)."""
+        self._seq = self.watchers.first_seq()
+        """Sequence number of the next record yielded (stamped on its payload and message)."""
 
     @property
     def kafka_conn_id(self) -> str:
@@ -226,7 +229,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                     else:
                         payload = KafkaBrokerPayload(record.topic, record.partition, record.offset, seq)
                     credits.take()
-                    yield build_raw_message(record, self.max_payload_bytes), payload
+                    message = build_raw_message(record, self.max_payload_bytes)
+                    message.seq = seq
+                    yield message, payload
                     # Let the subscribers take each message before the next one: the manager's
                     # per-event work does not batch, so yielding a whole fetch at once is slower.
                     await yield_point()
@@ -274,12 +279,11 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 raise KafkaTopicNotFoundError(
                     f"dead-letter topic {self.dead_letter_topic!r} does not exist on {servers}"
                 )
-            dlq = AIOKafkaProducer(**config.producer_kwargs())
-            self.attach(consumer, dlq)
             try:
-                await dlq.start()
+                dlq = await start_dead_letter_producer(config.producer_kwargs(), self.dead_letter_topic)
             except Exception as exc:
                 raise self._error(f"cannot start the dead-letter producer for {servers}", exc) from None
+            self.attach(consumer, dlq)
         lanes = [
             TopicPartition(topic, partition)
             for topic in self.topics

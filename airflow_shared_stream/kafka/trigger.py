@@ -15,12 +15,14 @@ payload, so it lands in ``AssetEvent.extra["payload"]``.
 
 from __future__ import annotations
 
+import asyncio
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from airflow.exceptions import AirflowProviderDeprecationWarning
+from airflow.triggers.base import TriggerEvent
 
 from airflow_shared_stream.common.matching import RawMessage
 from airflow_shared_stream.common.trigger import (
@@ -31,7 +33,7 @@ from airflow_shared_stream.common.trigger import (
 )
 from airflow_shared_stream.kafka.identity import normalise_topics
 from airflow_shared_stream.kafka.producer import KafkaSharedStreamProducer
-from airflow_shared_stream.kafka.watchers import stream_ref, watcher_digest, watchers_of
+from airflow_shared_stream.kafka.watchers import Receipt, stream_ref, watcher_digest, watchers_of
 
 # The keyword arguments the trigger took positionally before they became keyword-only, in order.
 _FORMER_POSITIONAL = (
@@ -116,6 +118,7 @@ class KafkaSharedStreamTrigger(SharedStreamTrigger):
         self.kafka_config_id: str = given["kafka_config_id"] or "kafka_default"
         self.group_id: str | None = given["group_id"]
         self.dead_letter_topic: str | None = given["dead_letter_topic"]
+        self._receipt: Receipt | None = None
 
     @property
     def kafka_conn_id(self) -> str:
@@ -127,6 +130,11 @@ class KafkaSharedStreamTrigger(SharedStreamTrigger):
         stream = stream_ref(self.topics, self.kafka_config_id, self.group_id)
         return watcher_digest(stream, self.match, self.reject)
 
+    def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
+        """The common filter, over the stream as this subscriber finishes it (:class:`.Receipt`)."""
+        self._receipt = Receipt(shared_stream)
+        return super().filter_shared_stream(self._receipt)
+
     @contextmanager
     def _watching(self) -> Iterator[Callable[[RawMessage], bool] | None]:
         """
@@ -134,14 +142,42 @@ class KafkaSharedStreamTrigger(SharedStreamTrigger):
 
         The watcher joins its stream's registry here, the one place of ours that runs for every
         watcher inside the triggerer; the producer admits it (loads its position) from its loop.
+        It leaves when the filter ends or when the task running it ends, whichever comes first:
+        a cancelled ``run_trigger`` unsubscribes at once, but core may close the suspended filter
+        generator only at its next loop (:mod:`.watchers`).
         """
         with super()._watching():
             watchers = watchers_of(stream_ref(self.topics, self.kafka_config_id, self.group_id))
-            cursor = watchers.join(self.watcher_digest(), self._watcher_name())
+            receipt = self._receipt
+            cursor = watchers.join(self.watcher_digest(), self._watcher_name(), receipt)
+            left = False
+
+            def leave(_: object = None) -> None:
+                nonlocal left
+                if not left:
+                    left = True
+                    watchers.leave(cursor, receipt)
+
+            task = asyncio.current_task()
+            if task is not None:
+                task.add_done_callback(leave)
             try:
-                yield cursor.passed
+                yield cursor.passed if receipt is None else _taking(receipt, cursor.passed)
             finally:
-                watchers.leave(cursor)
+                if task is not None:
+                    task.remove_done_callback(leave)
+                leave()
+
+
+def _taking(receipt: Receipt, passed: Callable[[RawMessage], bool]) -> Callable[[RawMessage], bool]:
+    """``passed``, noting on ``receipt`` each record the filter pulls first."""
+    took = receipt.took
+
+    def taking(message: RawMessage) -> bool:
+        took(message.seq)
+        return passed(message)
+
+    return taking
 
 
 def _former_positional(args: tuple[Any, ...]) -> dict[str, Any]:

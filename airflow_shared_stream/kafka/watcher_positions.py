@@ -136,7 +136,8 @@ class WatcherPositions:
     def advance(self, tp: TopicPartition, settled: list[KafkaBrokerPayload]) -> None:
         """
         Move every admitted watcher's position over the records ``settled`` terminally, in
-        fan-out order: only a record at exactly the watcher's position that it surely received.
+        fan-out order: only a record at exactly the watcher's position that one of its
+        subscribers finished (a watcher the manager failed or let go finishes nothing more).
         """
         for cursor in self.watchers.admitted():
             committer = cursor.committer
@@ -148,7 +149,8 @@ class WatcherPositions:
             since = cursor.since_seq or 0
             for payload in settled:
                 if payload.offset == position and payload.seq >= since:
-                    position += 1
+                    # Not finished: the manager failed or let go of its subscribers meanwhile.
+                    position += 1 if cursor.finished(payload.seq) else 0
             if position != start and committer is not None:
                 cursor.next[tp] = position
                 committer.queue(tp, position)

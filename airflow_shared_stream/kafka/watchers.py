@@ -18,8 +18,15 @@ How a position stays safe (loss never, duplicates allowed):
   watcher subscribed before its filter started, so it receives every record from ``since_seq`` on.
 * On ``advance`` the producer moves a watcher's position over a partition's records one offset at
   a time: only a record at exactly the watcher's position, yielded at or after its ``since_seq``,
-  and settled ACK or DEAD-LETTER (every subscriber it was fanned out to, this watcher included,
-  has persisted or rejected it) moves it. A record the watcher never received cannot move it.
+  that one of the watcher's own subscribers *finished* (its :class:`Receipt`: the filter came back
+  for the next record after it), and settled ACK or DEAD-LETTER (every subscriber it was fanned
+  out to has persisted or rejected it) moves it. A record the watcher never received cannot move
+  it: the manager stops fanning records out to a subscriber it failed (ack timeout, full queue)
+  or that left, while its filter may live on for a while (stuck on a record, or a cancelled
+  filter generator that core closes only later), and such a subscriber finishes nothing more.
+* A watcher leaves when its filter ends, or as soon as the task running it ends (a cancel: core
+  unsubscribes it there, and may close the filter generator only a second later), whichever is
+  first; its last position is sent then.
 * The filter skips records below its watcher's position: the watcher already passed them,
   maybe in another triggerer. Everything else is evaluated, so after a seek back the other
   watchers of the process may fire again for records still in flight: duplicates, never loss.
@@ -33,8 +40,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import logging
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_shared_stream.common.matching import RawMessage
@@ -73,10 +81,47 @@ def watcher_group_id(stream_group: str, digest: str) -> str:
     return f"{stream_group}.watcher-{digest}"
 
 
+class Receipt:
+    """
+    Which records one subscriber of a watcher finished: the stream it reads, as its filter sees it.
+
+    The manager fans records out to a subscriber in order, from its subscription until it fails or
+    leaves, and its filter pulls them in order; a record is finished when the filter comes back for
+    the next one (where the manager closes the record's window), so the subscriber finished exactly
+    the sequence numbers from ``first`` to ``finished``. ``__anext__`` hands the manager's awaitable
+    on, so this adds no generator layer to the hot path.
+    """
+
+    __slots__ = ("_next", "finished", "first", "pulled")
+
+    def __init__(self, stream: AsyncIterator[Any]) -> None:
+        self._next = stream.__aiter__().__anext__
+        self.first = -1
+        """Sequence number of the first record the subscriber pulled (-1: none yet)."""
+        self.pulled = -1
+        self.finished = -1
+
+    def __aiter__(self) -> Receipt:
+        return self
+
+    def __anext__(self) -> Awaitable[Any]:
+        self.finished = self.pulled
+        return self._next()
+
+    def took(self, seq: int) -> None:
+        """The filter pulled the record yielded as ``seq``."""
+        if self.first < 0:
+            self.first = seq
+        self.pulled = seq
+
+    def covers(self, seq: int) -> bool:
+        return self.first <= seq <= self.finished and seq >= 0
+
+
 class WatcherCursor:
     """One watcher's position in this process (see the module docstring)."""
 
-    __slots__ = ("committer", "conflict", "digest", "group", "label", "next", "refs", "since_seq")
+    __slots__ = ("committer", "conflict", "digest", "group", "label", "next", "receipts", "refs", "since_seq")
 
     def __init__(self, digest: str, label: str) -> None:
         self.digest = digest
@@ -90,6 +135,12 @@ class WatcherCursor:
         self.committer: OffsetCommitter | None = None
         self.conflict: Exception | None = None
         """Why the watcher was refused (see :meth:`refuse`); its filter raises it."""
+        self.receipts: list[Receipt] = []
+        """What each of the watcher's subscribers in this process finished (one, but for a move)."""
+
+    def finished(self, seq: int) -> bool:
+        """Whether one of the watcher's subscribers here finished the record yielded as ``seq``."""
+        return any(receipt.covers(seq) for receipt in self.receipts)
 
     def passed(self, message: RawMessage) -> bool:
         """Whether the watcher already passed this record (the filter skips it): hot path."""
@@ -120,10 +171,15 @@ class WatcherCursor:
         self.committer = None
 
 
+SEQ_SPACE = 1 << 48
+"""Sequence numbers each producer of a stream has for itself (see :meth:`StreamWatchers.first_seq`)."""
+
+
 class StreamWatchers:
     """The watchers of one stream in this process: the meeting point of filters and producer."""
 
     def __init__(self) -> None:
+        self._seq_spaces = itertools.count()
         self.cursors: dict[str, WatcherCursor] = {}
         self.pending: list[WatcherCursor] = []
         """Joined, not yet admitted by the producer."""
@@ -132,21 +188,40 @@ class StreamWatchers:
         """The producer's fold of the ACKs it keeps for its committer's round: called before a
         watcher's last position is sent, so that position covers everything it persisted."""
 
-    def join(self, digest: str, label: str) -> WatcherCursor:
+    def first_seq(self) -> int:
+        """
+        Where a new producer of the stream starts its sequence numbers: after every earlier one's.
+
+        A subscriber of a producer that went away can outlive it (stuck on a record), and its
+        receipt names that producer's numbers: they must never name another producer's records.
+        """
+        return next(self._seq_spaces) * SEQ_SPACE
+
+    def join(self, digest: str, label: str, receipt: Receipt | None = None) -> WatcherCursor:
         cursor = self.cursors.get(digest)
         if cursor is None:
             cursor = self.cursors[digest] = WatcherCursor(digest, label)
             self.pending.append(cursor)
         cursor.refs += 1
+        if receipt is not None:
+            cursor.receipts.append(receipt)
         return cursor
 
-    def leave(self, cursor: WatcherCursor) -> None:
-        """The watcher's filter ended: send its last position (in the background) and drop it."""
+    def leave(self, cursor: WatcherCursor, receipt: Receipt | None = None) -> None:
+        """
+        The watcher's filter ended: send its last position (in the background) and drop it.
+
+        What the subscriber finished and had persisted is folded in first, while its receipt
+        still counts: the last position covers it.
+        """
         cursor.refs -= 1
+        if cursor.refs <= 0 and cursor.committer is not None and self.before_leave is not None:
+            self.before_leave()
+        if receipt is not None:
+            with contextlib.suppress(ValueError):
+                cursor.receipts.remove(receipt)
         if cursor.refs > 0:
             return
-        if cursor.committer is not None and self.before_leave is not None:
-            self.before_leave()
         self.cursors.pop(cursor.digest, None)
         with contextlib.suppress(ValueError):
             self.pending.remove(cursor)

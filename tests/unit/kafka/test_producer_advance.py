@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaConnectionError
@@ -12,6 +14,7 @@ from airflow_shared_stream.kafka import KafkaSharedStreamError, KafkaSharedStrea
 from airflow_shared_stream.kafka.committer import OffsetCommitter
 from airflow_shared_stream.kafka.envelope import KafkaBrokerPayload
 from airflow_shared_stream.kafka.settler import FOLD_ACKS_AT
+from airflow_shared_stream.kafka.watchers import Receipt
 from tests.support.waiting import eventually
 
 TP = TopicPartition("t", 0)
@@ -189,12 +192,20 @@ async def test_a_leaving_watchers_last_position_covers_the_acks_kept_for_the_rou
     async def commit(offsets: dict[TopicPartition, int]) -> None:
         sent.append(dict(offsets))
 
-    cursor = producer.watchers.join("digest", "trigger 1")
+    receipt = Receipt(_no_records())
+    cursor = producer.watchers.join("digest", "trigger 1", receipt)
     producer.watchers.take_pending()
     cursor.since_seq, cursor.next[TP] = 0, 0
     cursor.committer = OffsetCommitter(commit=commit, describe_error=producer._error)
     cursor.committer.start()
+    receipt.took(0)
+    receipt.finished = 0  # the filter came back for the next record: it finished seq 0
     await producer.advance([AdvanceItem(KafkaBrokerPayload("t", 0, 0, 0), ACK)])
-    producer.watchers.leave(cursor)  # before the stream committer's round folded the ACK
+    producer.watchers.leave(cursor, receipt)  # before the stream committer's round folded the ACK
     await producer.watchers.closed()
     assert sent == [{TP: 1}]
+
+
+async def _no_records() -> AsyncIterator[object]:
+    return
+    yield  # pragma: no cover - makes this an async generator
