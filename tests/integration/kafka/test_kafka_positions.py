@@ -97,8 +97,10 @@ async def test_an_idle_watchers_position_is_committed_again_so_retention_never_e
         await w.wait_for_events(5)
         assert await kafka.wait_committed(own_group, topic, {0: 5}) == {0: 5}
         # Idle from here on. Retention runs out for both the stream's and the watcher's group.
+        # delete_groups asserts the broker's answer for each group. Reading the offsets back here
+        # would race the 0.5 s refresh, which may already have committed them again on a loaded
+        # machine (seen: {0: 5} instead of {0: None}).
         await kafka.delete_groups(own_group, group)
-        assert await kafka.committed(own_group, topic) == {0: None}
         assert await kafka.wait_committed(own_group, topic, {0: 5}) == {0: 5}, "position expired"
         assert await kafka.wait_committed(group, topic, {0: 5}) == {0: 5}, "stream start expired"
     await kafka.produce(topic, [{"round": 2, "i": i} for i in range(5)])  # while nothing runs
