@@ -238,6 +238,8 @@ class ServiceBusServer:
         """Messages completed (accepted on their link, or ``completed`` through ``$management``)."""
         self.expired_session_locks = 0
         """Session locks that ran out because nobody renewed them."""
+        self.session_lock_renewals: collections.Counter[str] = collections.Counter()
+        """Session id -> how many times a client renewed its session lock."""
         self.ignore_ranges = False
         """Apply a disposition that names a range of deliveries to its first delivery only, as a
         broker that does not implement ranges would: the others stay locked, with no outcome."""
@@ -1102,6 +1104,7 @@ class _Handler:
             return 410, {}, ("com.microsoft:session-lock-lost", "The session lock has expired.")
         until = _now_ms() + int(entity.lock_duration * 1000)
         entity.session_locked_until_ms[session_id] = until
+        self.server.session_lock_renewals[session_id] += 1
         return 200, {"expiration": timestamp(until)}, None
 
     def _update_disposition(self, entity: Entity, body: dict[str, Any]) -> tuple[int, Any, Any]:
