@@ -29,6 +29,7 @@ share an advance lane.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 from collections.abc import Awaitable, Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from airflow_shared_stream.servicebus.errors import (
     ServiceBusConfigurationError,
     ServiceBusSharedStreamError,
     is_lock_lost,
+    require_sdk_version,
 )
 from airflow_shared_stream.servicebus.errors import (
     explain as explain_sdk_error,
@@ -61,6 +63,7 @@ from airflow_shared_stream.servicebus.ranges import message_supports_ranges, ran
 from airflow_shared_stream.servicebus.sessions import SessionReceiver, SessionReceivers, close_quietly
 
 require_sdk("azure.servicebus", "servicebus")
+require_sdk_version(importlib.import_module("azure.servicebus").__version__)
 
 log = logging.getLogger(__name__)
 
@@ -337,14 +340,14 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         uncounted; its lane is idle, so nothing of it is in flight). Abandon what ``released``
         cannot reach.
         """
+        rest = await self._release([d for d in deliveries if d.handle.session is None])
+        if rest:
+            await self.redeliver(rest)
         for delivery in deliveries:
             if delivery.handle.session is not None:
                 # Given up at the next receive (a receive may be waiting on its receiver now).
                 delivery.handle.session.restarting = True
                 self._forget_in_session(delivery)
-        rest = await self._release([d for d in deliveries if d.handle.session is None])
-        if rest:
-            await self.redeliver(rest)
 
     async def release_unsettled(self, deliveries: Sequence[Delivery[Any]]) -> None:
         """On close, release what the stream holds; the rest comes back as its lock runs out."""
