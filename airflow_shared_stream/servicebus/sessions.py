@@ -192,7 +192,9 @@ class SessionReceivers:
 
     def _start_keeping_locks(self) -> None:
         if self._keeper is None or self._keeper.done():
-            self._keeper = asyncio.create_task(self.keep_locks(), name="shared-stream-session-locks[servicebus]")
+            self._keeper = asyncio.create_task(
+                self.keep_locks(), name="shared-stream-session-locks[servicebus]"
+            )
 
     async def keep_locks(self) -> None:
         """

@@ -24,8 +24,11 @@ implement, because the shared stream depends on it:
 * ``$management``: ``renew-lock``, ``peek-message``, ``update-disposition``,
   ``renew-session-lock``;
 * lock expiry (the message comes back with its delivery count + 1), session lock expiry (a
-  session whose lock is not renewed is taken from its receiver: the link is detached with
-  ``com.microsoft:session-lock-lost`` and the messages it held come back, delivery count + 1),
+  session whose lock is not renewed is taken from its receiver, whatever credit its link has:
+  the link is detached with ``com.microsoft:session-lock-lost`` and every message locked on it,
+  prefetched ones the client never handed out included, comes back with its delivery count + 1,
+  as the service team describes the service in FIDELITY.md's row "Service Bus session lock
+  expiry"; closing a session receiver returns them uncounted),
   ``max_delivery_count``
   (then it is dead-lettered with ``MaxDeliveryCountExceeded``), the SDK's batch envelope
   (several messages in one transfer) split into messages;

@@ -10,10 +10,10 @@ test server, so nothing below 7.15 is tested; on them a message given back unsee
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from packaging.requirements import Requirement
 from packaging.version import Version
 
