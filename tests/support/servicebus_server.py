@@ -32,8 +32,9 @@ implement, because the shared stream depends on it:
   ``max_delivery_count``
   (then it is dead-lettered with ``MaxDeliveryCountExceeded``), the SDK's batch envelope
   (several messages in one transfer) split into messages;
-* sessions: a session-enabled entity hands a receive link one session (named, or the next one
-  with messages) and delivers only its messages, in sequence order;
+* sessions: a session-enabled entity hands a receive link one session (named in the link's
+  ``com.microsoft:session-filter``, or the next one with messages) and delivers only its
+  messages, in sequence order;
 * ranged dispositions (one disposition naming a first and a last delivery) as AMQP says, or,
   with ``ignore_ranges``, as a broker that applies one only to its first delivery (the others
   stay locked and get no outcome).
@@ -718,7 +719,7 @@ class _Handler:
             self._refuse(link, "amqp:not-found", f"The messaging entity '{path}' could not be found.")
             return
         if entity.requires_session:
-            wanted = (link.remote_source.filter.get_object() or {}).get(SESSION_FILTER)
+            wanted = _filters(link.remote_source.filter).get(SESSION_FILTER)
             timeout_ms = (link.remote_properties or {}).get(symbol("com.microsoft:timeout"), 60000)
             self.pending_sessions.append((link, entity, time.monotonic() + timeout_ms / 1000, wanted))
             self._assign_sessions(entity)
@@ -1153,6 +1154,14 @@ def _links(session: Any) -> Iterator[Any]:
         if link.session == session:
             yield link
         link = link.next(0)
+
+
+def _filters(data: Any) -> dict[Any, Any]:
+    """A link source's filter map (the Data must be positioned on it: unread, it is ``None``)."""
+    data.rewind()
+    value = data.get_object() if data.next() is not None else None
+    data.rewind()
+    return dict(value or {})
 
 
 def _field(body: dict[Any, Any], name: str) -> Any:
