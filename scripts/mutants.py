@@ -48,6 +48,7 @@ PUBSUB_RAW_STUB_TESTS = "tests/integration/pubsub/test_pubsub_raw_stubs.py"
 PUBSUB_DEAD_LETTER_COPY_TESTS = "tests/unit/pubsub/test_pubsub_dead_letter_copy.py"
 SERVICEBUS_LOCKS = "tests/integration/servicebus/test_servicebus_lock_from_broker.py"
 SERVICEBUS_RANGES = "tests/integration/servicebus/test_servicebus_range_completion.py"
+SERVICEBUS_SESSION_BUDGET = "tests/integration/servicebus/test_servicebus_session_budget.py"
 TWO_SCHEDULERS = "tests/integration/scheduling/test_sweep_with_two_schedulers.py"
 STRANDED = "tests/integration/scheduling/test_stranded_asset_events.py"
 SPARK_UNIT = "tests/unit/spark/test_operator_trigger.py"
@@ -1417,6 +1418,58 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="                pass  # mutant: no leave at the task's end\n",
         caught_by=("test_a_cancelled_watcher_is_not_moved_while_core_holds_its_filter",),
         module="tests/integration/kafka/test_kafka_watcher_leaves.py",
+    ),
+    # fix/sb-sessions: issue 47 items 1-3, a session message no watcher saw spends no delivery;
+    # the azure-servicebus floor.
+    Mutant(
+        name="a Service Bus session with nothing in flight loses its lock behind a full window",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/sessions.py",
+        original="            self._start_keeping_locks()\n",
+        mutated="            pass  # mutant: a session is renewed only through its messages in flight\n",
+        caught_by=("test_a_session_held_behind_a_full_window_keeps_its_lock",),
+        module=SERVICEBUS_SESSION_BUDGET,
+    ),
+    Mutant(
+        name="held Service Bus session messages given back by abandoning them",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/producer.py",
+        original="        rest = await self._release([d for d in deliveries if d.handle.session is None])\n",
+        mutated="        rest = await self._release(deliveries)  # mutant: session messages abandoned\n",
+        caught_by=("test_held_session_messages_given_back_past_the_bound_spend_no_attempt",),
+        module=SERVICEBUS_SESSION_BUDGET,
+    ),
+    Mutant(
+        name="a Service Bus session message held back behind its redelivery abandoned",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/producer.py",
+        original=(
+            "        abandon = [d for d in deliveries if d.handle.session is None "
+            "or not d.handle.session.restarting]\n"
+        ),
+        mutated="        abandon = list(deliveries)  # mutant: abandoned, counting a delivery\n",
+        caught_by=("test_a_message_held_back_behind_its_sessions_redelivery_spends_no_attempt",),
+        module=SERVICEBUS_SESSION_BUDGET,
+    ),
+    Mutant(
+        name="the servicebus extra allows an azure-servicebus below the floor",
+        broker="servicebus",
+        path="pyproject.toml",
+        original='servicebus = ["azure-servicebus>=7.15.0"]\n',
+        mutated='servicebus = ["azure-servicebus>=7.12"]\n',
+        caught_by=(
+            "tests/unit/servicebus/test_sdk_floor.py::test_the_servicebus_extra_requires_the_floor_the_stream_checks",
+            "tests/unit/test_distribution.py::test_the_servicebus_extra_installs_no_sdk_below_the_floor",
+        ),
+    ),
+    Mutant(
+        name="an azure-servicebus below the floor taken without a word",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/errors.py",
+        original="    if Version(installed) < Version(MIN_SDK_VERSION):\n",
+        mutated="    if False:  # mutant: any SDK taken\n",
+        caught_by=("test_an_sdk_below_the_floor_is_refused_by_name",),
+        module="tests/unit/servicebus/test_sdk_floor.py",
     ),
 )
 

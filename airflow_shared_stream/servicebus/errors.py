@@ -19,6 +19,13 @@ from airflow_shared_stream.common.errors import (
     SharedStreamNotFoundError,
 )
 
+MIN_SDK_VERSION = "7.15.0"
+"""The oldest azure-servicebus the stream runs on (the ``servicebus`` extra's floor).
+
+The suite runs against 7.15; 7.14 and older fail against its test server, and on them a message
+given back unseen was abandoned and one left on close waited for its lock to run out: each spent
+a ``MaxDeliveryCount`` attempt of a message no watcher saw."""
+
 UNAUTHORIZED_STATUS = re.compile(r"(?<![\d.:])401(?!\d)")
 """A 401 status in an SDK error's text: the number alone, not digits of a port or an address
 (a refused connection to 127.0.0.1:54011 read as a refused credential)."""
@@ -99,3 +106,15 @@ def is_timeout(exc: BaseException) -> bool:
     from azure.servicebus.exceptions import OperationTimeoutError
 
     return isinstance(exc, OperationTimeoutError)
+
+
+def require_sdk_version(installed: str) -> None:
+    """Refuse an azure-servicebus older than :data:`MIN_SDK_VERSION`, naming both versions."""
+    from packaging.version import Version
+
+    if Version(installed) < Version(MIN_SDK_VERSION):
+        raise ImportError(
+            f"azure-servicebus {installed} is installed; the Service Bus shared stream needs "
+            f"{MIN_SDK_VERSION} or later (on older versions a message no watcher saw spends a "
+            f"delivery attempt when it is given back): pip install 'azure-servicebus>={MIN_SDK_VERSION}'"
+        )

@@ -89,7 +89,8 @@ class LockRenewer:
     after another, never together: the SDK fails management requests that race on one receiver
     ("Management Operation error occurred", then the handler shuts down). Receivers (each
     session has its own, on a connection of its own) are renewed together. A session's messages
-    are renewed by renewing the session's lock, once per round.
+    are renewed by renewing the session's lock, once per round (a held session with no message in
+    flight is renewed by :meth:`.SessionReceivers.keep_locks`).
 
     :param owner: the stream, told of each lock found lost (the lease keeper the lost
         deliveries are returned to counts them).
@@ -148,6 +149,8 @@ class LockRenewer:
             return await self._renew_one_by_one(group, keeper)
         try:
             renew_in_time(keeper, [seconds_until(await receiver.session.renew_lock())])
+            if session is not None:
+                session.lock_renewed()  # the sessions' own lock keeper need not renew it now
         except Exception as exc:
             if not is_lock_lost(exc):
                 raise self._owner.explain("renew a lock on", exc) from None

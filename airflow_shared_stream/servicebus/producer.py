@@ -5,7 +5,8 @@ The Service Bus half of a shared stream: one peek-lock receiver per entity, on t
 ACK          one disposition ``accepted`` per run of consecutive deliveries
              (:mod:`.ranges`), ``complete_message`` for a message that is not in such a run
 REDELIVER    ``abandon_message``: available again at once, its delivery count + 1
-             (a message no watcher has seen, given back: AMQP ``released``, count unchanged)
+             (a message no watcher has seen, given back: AMQP ``released``, or its session's
+             receiver closed; count unchanged)
 DEAD-LETTER  ``dead_letter_message`` with ``reason`` (``rejected`` or ``unprocessable``) and an
              ``error_description`` naming the watcher whose ``reject`` refused it, or the cause
 ===========  ===============================================================================
@@ -28,6 +29,7 @@ share an advance lane.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 from collections.abc import Awaitable, Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -45,6 +47,7 @@ from airflow_shared_stream.servicebus.errors import (
     ServiceBusConfigurationError,
     ServiceBusSharedStreamError,
     is_lock_lost,
+    require_sdk_version,
 )
 from airflow_shared_stream.servicebus.errors import (
     explain as explain_sdk_error,
@@ -60,6 +63,7 @@ from airflow_shared_stream.servicebus.ranges import message_supports_ranges, ran
 from airflow_shared_stream.servicebus.sessions import SessionReceiver, SessionReceivers, close_quietly
 
 require_sdk("azure.servicebus", "servicebus")
+require_sdk_version(importlib.import_module("azure.servicebus").__version__)
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +136,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         self._config: ServiceBusClientConfig | None = None
         self._client: Any = None
         self._receiver: Any = None
+        self._locks = LockRenewer(sessions=session_enabled, owner=self)
         self._sessions = SessionReceivers(
             entity_path=self._entity.path,
             max_sessions=max_concurrent_sessions,
@@ -139,8 +144,8 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             prefetch=max(1, max_in_flight // max_concurrent_sessions),
             open_receiver=self._new_receiver,
             owner=self,
+            management_of=self._locks.management_of,
         )
-        self._locks = LockRenewer(sessions=session_enabled, owner=self)
         self._ranges = RangeCompleter(
             enabled=complete_in_ranges,
             management_of=self._locks.management_of,
@@ -311,22 +316,38 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         )
 
     async def redeliver(self, deliveries: Sequence[Delivery[Any]]) -> None:
-        """Abandon; a session with an abandoned message is given up and taken again (module docstring)."""
+        """
+        Abandon; a session with an abandoned message is given up and taken again (module docstring).
+
+        A message of a session already being given up is not abandoned (that would count a
+        delivery): closing the session's receiver returns it, count unchanged, behind the
+        abandoned one. It is a message held back behind its session's redelivery, nobody saw it.
+        """
+        abandon = [d for d in deliveries if d.handle.session is None or not d.handle.session.restarting]
         try:
-            await _all(
-                self._settle_one("abandon", d, lambda r, msg: r.abandon_message(msg)) for d in deliveries
-            )
+            await _all(self._settle_one("abandon", d, lambda r, msg: r.abandon_message(msg)) for d in abandon)
         finally:
             for delivery in deliveries:
                 session = delivery.handle.session
                 if session is not None:
                     session.restarting = True
+                    self._forget_in_session(delivery)
 
     async def give_back(self, deliveries: Sequence[Delivery[Any]]) -> None:
-        """Release messages no watcher has seen (their delivery count stays); abandon the rest."""
-        rest = await self._release(deliveries)
+        """
+        Return messages no watcher has seen with their delivery count unchanged: ``released``,
+        or, for a session's, by giving the session up (closing its receiver returns all it holds,
+        uncounted; its lane is idle, so nothing of it is in flight). Abandon what ``released``
+        cannot reach.
+        """
+        rest = await self._release([d for d in deliveries if d.handle.session is None])
         if rest:
             await self.redeliver(rest)
+        for delivery in deliveries:
+            if delivery.handle.session is not None:
+                # Given up at the next receive (a receive may be waiting on its receiver now).
+                delivery.handle.session.restarting = True
+                self._forget_in_session(delivery)
 
     async def release_unsettled(self, deliveries: Sequence[Delivery[Any]]) -> None:
         """On close, release what the stream holds; the rest comes back as its lock runs out."""

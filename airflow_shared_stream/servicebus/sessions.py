@@ -12,6 +12,13 @@ could be released while the one after it was handed out. And an abandon gives th
 the service puts an abandoned message back at the head of its session, but what the receiver
 already holds (prefetched, or received and not yet handed out) is ahead of it on the link.
 Closing the receiver releases all of that; the session is then taken again from its head.
+
+Prefetch has a price: a session receiver holds messages nobody has been handed yet, and when the
+session lock runs out the service counts a delivery of every message locked on the link. So the
+lock of every session the stream holds is kept (:meth:`SessionReceivers.keep_locks`), whether or
+not a message of it is in flight: a session behind a full credit window keeps its prefetched
+messages uncounted. Giving a session up (closing its receiver) returns what it holds with its
+delivery count unchanged: that is how messages of a session are given back unseen.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any
 
 from airflow_shared_stream.common.leased_queue import Delivery
 from airflow_shared_stream.servicebus.errors import is_lock_lost, is_timeout
+from airflow_shared_stream.servicebus.locks import MIN_RENEW_INTERVAL_SECONDS, seconds_until
 from airflow_shared_stream.servicebus.parts import StreamOwner
 
 log = logging.getLogger(__name__)
@@ -47,6 +55,14 @@ class SessionReceiver:
     """A message of it was abandoned: given up at the next receive, taken again from its head."""
     closed: bool = False
     """Its receiver is closed: the service has its session lock and every message it held back."""
+    renew_at: float = 0.0
+    """Loop time by which its session lock is renewed next (:meth:`SessionReceivers.keep_locks`)."""
+
+    def lock_renewed(self) -> None:
+        """Its session lock was just taken or renewed: renew it again within a third of what it has left."""
+        left = seconds_until(getattr(self.receiver.session, "locked_until_utc", None))
+        interval = MIN_RENEW_INTERVAL_SECONDS if left is None else max(MIN_RENEW_INTERVAL_SECONDS, left / 3)
+        self.renew_at = asyncio.get_running_loop().time() + interval
 
 
 class SessionReceivers:
@@ -57,6 +73,8 @@ class SessionReceivers:
         arguments.
     :param owner: the stream, told of a session whose lock was lost while receiving (it is
         released), and explaining the SDK's errors.
+    :param management_of: the lock every ``$management`` request on a receiver takes (the SDK
+        fails requests that race on one receiver).
     """
 
     def __init__(
@@ -68,6 +86,7 @@ class SessionReceivers:
         prefetch: int,
         open_receiver: Callable[..., Any],
         owner: StreamOwner,
+        management_of: Callable[[Any], asyncio.Lock],
     ) -> None:
         self._entity_path = entity_path
         self._max_sessions = max_sessions
@@ -75,8 +94,10 @@ class SessionReceivers:
         self._prefetch = prefetch
         self._open_receiver = open_receiver
         self._owner = owner
+        self._management_of = management_of
         self.held: list[SessionReceiver] = []
         self._next_accept = 0.0
+        self._keeper: asyncio.Task[None] | None = None
 
     def ids(self) -> list[str]:
         """The sessions held, in receive order."""
@@ -161,8 +182,62 @@ class SessionReceivers:
                 if not self.held:
                     await asyncio.sleep(min(1.0, self._max_wait_time))
                 return
-            self.held.append(SessionReceiver(receiver, session_id))
+            session = SessionReceiver(receiver, session_id)
+            session.lock_renewed()
+            self.held.append(session)
+            self._start_keeping_locks()
             log.debug("Accepted session %r of %s", session_id, self._entity_path)
+
+    # -- session locks ----------------------------------------------------------------------------
+
+    def _start_keeping_locks(self) -> None:
+        if self._keeper is None or self._keeper.done():
+            self._keeper = asyncio.create_task(
+                self.keep_locks(), name="shared-stream-session-locks[servicebus]"
+            )
+
+    async def keep_locks(self) -> None:
+        """
+        Renew the lock of every held session within a third of what it has left, for as long as
+        it is held: the background task of the stream's sessions.
+
+        The lease keeper renews a session's lock through its messages in flight; a session with
+        none (all settled, the rest prefetched, the credit window full) is renewed here, or its
+        lock runs out and the service counts a delivery of every message its receiver holds.
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            due = [session for session in self.held if session.renew_at <= now]
+            if due:
+                await asyncio.gather(*(self._renew(session) for session in due))
+            wake = min((session.renew_at for session in self.held), default=now + MIN_RENEW_INTERVAL_SECONDS)
+            await asyncio.sleep(min(MIN_RENEW_INTERVAL_SECONDS, max(0.0, wake - loop.time())))
+
+    async def _renew(self, session: SessionReceiver) -> None:
+        try:
+            async with self._management_of(session.receiver):
+                if session.closed:
+                    return
+                await session.receiver.session.renew_lock()
+                session.lock_renewed()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if session.closed:
+                return  # given up meanwhile: nothing left to renew
+            if is_lock_lost(exc):
+                self._owner.lock_lost(f"session lock of {session.session_id!r}", exc)
+                await self.release(session)
+                return
+            # Retried on the next pass, well within the lock (a third of it is used up per pass).
+            session.renew_at = asyncio.get_running_loop().time() + MIN_RENEW_INTERVAL_SECONDS
+            log.warning(
+                "Renewing the lock of session %r of %s failed (%s); retrying",
+                session.session_id,
+                self._entity_path,
+                type(exc).__name__,
+            )
 
     async def release(self, session: SessionReceiver) -> None:
         """Give a session up: closing its receiver gives back its lock and all it held."""
@@ -177,7 +252,12 @@ class SessionReceivers:
             session.in_flight.discard(lease)
 
     async def close(self) -> None:
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
         for session in self.held:
+            session.closed = True
             await close_quietly(session.receiver)
         self.held.clear()
 

@@ -24,13 +24,17 @@ implement, because the shared stream depends on it:
 * ``$management``: ``renew-lock``, ``peek-message``, ``update-disposition``,
   ``renew-session-lock``;
 * lock expiry (the message comes back with its delivery count + 1), session lock expiry (a
-  session whose lock is not renewed is taken from its receiver: the link is detached with
-  ``com.microsoft:session-lock-lost`` and the messages it held come back, delivery count + 1),
+  session whose lock is not renewed is taken from its receiver, whatever credit its link has:
+  the link is detached with ``com.microsoft:session-lock-lost`` and every message locked on it,
+  prefetched ones the client never handed out included, comes back with its delivery count + 1,
+  as the service team describes the service in FIDELITY.md's row "Service Bus session lock
+  expiry"; closing a session receiver returns them uncounted),
   ``max_delivery_count``
   (then it is dead-lettered with ``MaxDeliveryCountExceeded``), the SDK's batch envelope
   (several messages in one transfer) split into messages;
-* sessions: a session-enabled entity hands a receive link one session (named, or the next one
-  with messages) and delivers only its messages, in sequence order;
+* sessions: a session-enabled entity hands a receive link one session (named in the link's
+  ``com.microsoft:session-filter``, or the next one with messages) and delivers only its
+  messages, in sequence order;
 * ranged dispositions (one disposition naming a first and a last delivery) as AMQP says, or,
   with ``ignore_ranges``, as a broker that applies one only to its first delivery (the others
   stay locked and get no outcome).
@@ -238,6 +242,8 @@ class ServiceBusServer:
         """Messages completed (accepted on their link, or ``completed`` through ``$management``)."""
         self.expired_session_locks = 0
         """Session locks that ran out because nobody renewed them."""
+        self.session_lock_renewals: collections.Counter[str] = collections.Counter()
+        """Session id -> how many times a client renewed its session lock."""
         self.ignore_ranges = False
         """Apply a disposition that names a range of deliveries to its first delivery only, as a
         broker that does not implement ranges would: the others stay locked, with no outcome."""
@@ -713,7 +719,7 @@ class _Handler:
             self._refuse(link, "amqp:not-found", f"The messaging entity '{path}' could not be found.")
             return
         if entity.requires_session:
-            wanted = (link.remote_source.filter.get_object() or {}).get(SESSION_FILTER)
+            wanted = _filters(link.remote_source.filter).get(SESSION_FILTER)
             timeout_ms = (link.remote_properties or {}).get(symbol("com.microsoft:timeout"), 60000)
             self.pending_sessions.append((link, entity, time.monotonic() + timeout_ms / 1000, wanted))
             self._assign_sessions(entity)
@@ -1102,6 +1108,7 @@ class _Handler:
             return 410, {}, ("com.microsoft:session-lock-lost", "The session lock has expired.")
         until = _now_ms() + int(entity.lock_duration * 1000)
         entity.session_locked_until_ms[session_id] = until
+        self.server.session_lock_renewals[session_id] += 1
         return 200, {"expiration": timestamp(until)}, None
 
     def _update_disposition(self, entity: Entity, body: dict[str, Any]) -> tuple[int, Any, Any]:
@@ -1147,6 +1154,14 @@ def _links(session: Any) -> Iterator[Any]:
         if link.session == session:
             yield link
         link = link.next(0)
+
+
+def _filters(data: Any) -> dict[Any, Any]:
+    """A link source's filter map (the Data must be positioned on it: unread, it is ``None``)."""
+    data.rewind()
+    value = data.get_object() if data.next() is not None else None
+    data.rewind()
+    return dict(value or {})
 
 
 def _field(body: dict[Any, Any], name: str) -> Any:

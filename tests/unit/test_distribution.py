@@ -73,6 +73,26 @@ def test_the_wheel_publishes_user_extras_only_and_no_spark_in_the_base(built: tu
     assert "Framework :: Apache Airflow :: Provider" in (metadata.get_all("Classifier") or [])
 
 
+def test_the_servicebus_extra_installs_no_sdk_below_the_floor(built: tuple[Path, Path]) -> None:
+    """
+    What pip reads from the wheel: ``[servicebus]`` never resolves to an azure-servicebus the
+    stream refuses (below 7.15, a message given back unseen spends a delivery attempt).
+    """
+    from packaging.requirements import Requirement
+
+    from airflow_shared_stream.servicebus.errors import MIN_SDK_VERSION
+
+    _, wheel = built
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = HeaderParser().parsestr(archive.read(f"{DIST}.dist-info/METADATA").decode())
+    requirements = [Requirement(r) for r in metadata.get_all("Requires-Dist") or []]
+    sdks = [r for r in requirements if r.name == "azure-servicebus"]  # [servicebus], and [all]
+    assert any(r.marker is not None and r.marker.evaluate({"extra": "servicebus"}) for r in sdks), sdks
+    for sdk in sdks:
+        assert [v for v in ("7.12.0", "7.14.2") if sdk.specifier.contains(v)] == [], str(sdk)
+        assert sdk.specifier.contains(MIN_SDK_VERSION)
+
+
 def test_the_bootstrap_installs_every_extra_and_the_groups_it_names() -> None:
     """scripts/bootstrap.sh (what the README's two commands run) names groups that exist."""
     import re

@@ -148,6 +148,37 @@ async def test_a_session_lock_that_is_not_renewed_expires_and_a_renewed_one_does
     assert str(dropped) == "lost"
 
 
+async def test_a_lapsed_session_lock_counts_the_prefetched_messages_and_a_closed_receiver_none(servicebus):
+    """
+    FIDELITY rows "Service Bus session lock expiry" (+1 on every message locked on the link) and
+    "Service Bus session receiver closed with unsettled messages" (count unchanged): the server
+    counts a delivery of the messages a prefetching receiver holds, never handed to the
+    application, when the session lock lapses, and none when the receiver is closed.
+    """
+    queue = servicebus.create_queue(requires_session=True, lock_duration=5)
+    servicebus.send(queue, ["1", "2", "3"], session_id="lapsing")
+    servicebus.send(queue, ["1", "2", "3"], session_id="closed")
+    async with client_for(servicebus) as client:
+        for session_id in ("lapsing", "closed"):
+            receiver = client.get_queue_receiver(queue, session_id=session_id, prefetch_count=5)
+            async with receiver:
+                [first] = await receiver.receive_messages(max_message_count=1, max_wait_time=3)
+                assert str(first) == "1"
+                prefetched = [m for m in servicebus.messages(queue) if m.session_id == session_id]
+                assert [m.lock_token is not None for m in prefetched] == [True, True, True]
+                if session_id == "lapsing":
+                    expired_before = servicebus.expired_session_locks
+                    for _ in range(100):  # the 5 s lock runs out on the server within 20 s
+                        if servicebus.expired_session_locks > expired_before:
+                            break
+                        await asyncio.sleep(0.2)
+    counts = {(m.session_id, m.body): m.delivery_count for m in servicebus.messages(queue)}
+    assert counts == {
+        **{("lapsing", n): 1 for n in (b"1", b"2", b"3")},
+        **{("closed", n): 0 for n in (b"1", b"2", b"3")},
+    }
+
+
 async def test_ignore_ranges_applies_a_ranged_disposition_to_its_first_delivery_only(servicebus):
     queue = servicebus.create_queue()
     servicebus.send(queue, ["a", "b", "c"])
