@@ -67,6 +67,7 @@ from airflow_shared_stream.kafka.errors import (  # noqa: E402
 from airflow_shared_stream.kafka.fair_fetch import fetch_evenly  # noqa: E402
 from airflow_shared_stream.kafka.hook import KafkaSharedStreamHook  # noqa: E402
 from airflow_shared_stream.kafka.identity import consumer_group_id, group_claims  # noqa: E402
+from airflow_shared_stream.kafka.log_bounds import place_stream_starts  # noqa: E402
 from airflow_shared_stream.kafka.positions import PositionStore  # noqa: E402
 from airflow_shared_stream.kafka.settler import LaneSettler  # noqa: E402
 from airflow_shared_stream.kafka.watcher_positions import WatcherPositions  # noqa: E402
@@ -287,7 +288,20 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         ]
         # Every partition, in every triggerer: no membership, so nothing is ever split.
         consumer.assign(lanes)
-        self.positions.bind(PositionStore(consumer._client), group_id, lanes)
+        store = PositionStore(consumer._client)
+        self.positions.bind(store, group_id, lanes)
+        try:  # read through the store, which asks a loading coordinator again
+            committed = await store.fetch(group_id, lanes)
+            await place_stream_starts(
+                consumer,
+                committed.offsets,
+                lanes,
+                whose=f"the stream (group {group_id!r})",
+                seek=self._rewind,
+                commit=consumer.commit,
+            )
+        except KafkaError as exc:
+            raise self._error("reading where the stream starts", exc) from None
         await self.positions.admit(consumer, self._rewind, self._seq, starting=True)
         self.anchors.unanchored |= set(lanes)
         log.info(
