@@ -147,6 +147,14 @@ class WatcherPositions:
                 cursor.group,
             )
 
+    def restart_lanes(self, starts: dict[TopicPartition, int]) -> None:
+        """Every admitted watcher reads these lanes from these offsets (new partitions, new logs)."""
+        for cursor in self.watchers.admitted():
+            for tp, start in starts.items():
+                cursor.next[tp] = start
+                if cursor.committer is not None:
+                    cursor.committer.queue(tp, start)
+
     def advance(self, tp: TopicPartition, settled: list[KafkaBrokerPayload]) -> None:
         """
         Move every admitted watcher's position over the records ``settled`` terminally, in

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic, RecordsToDelete
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, RecordsToDelete
 
-from airflow_shared_stream.kafka import producer as producer_module
+from airflow_shared_stream.kafka import cluster_watch
 from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger
 from airflow_shared_stream.kafka.watchers import watcher_group_id
 from airflow_shared_stream.testing import SharedStreamHarness, Watcher
@@ -117,5 +117,94 @@ async def test_a_coordinator_loading_answer_is_asked_again_not_taken_for_a_new_w
             await kafka.produce(topic, [{"i": 20}])
             assert await _received_up_to(moved, 20) == list(range(10, 21)), "records 10-19 lost"
             assert proxy.loading_answered == 3
+            assert await kafka.wait_committed(own_group, topic, {0: 21}) == {0: 21}
             assert moved.error is None
-        assert await kafka.committed(own_group, topic) == {0: 21}
+
+
+# -- 7: a topic deleted and created again ------------------------------------------------------
+
+
+@pytest.mark.parametrize("kafka_broker", ["tansu"], indirect=True)  # noida-db: no topic ids
+async def test_a_topic_created_again_while_the_stream_runs_is_read_from_its_start(kafka, monkeypatch, caplog):
+    """
+    The stream read 20 records; the topic is deleted, created again and 25 records produced to
+    it, offsets 0-24 again. Reading on at 20 skips 0-19 with no error, even with
+    ``auto.offset.reset=earliest``: the new topic (its new topic id) must be read from its start,
+    and said at WARNING.
+    """
+    monkeypatch.setattr(cluster_watch, "CLUSTER_CHECK_INTERVAL", 0.2)
+    caplog.set_level(logging.INFO, logger=POSITIONS_LOG)
+    topic = kafka.name("t")
+    await kafka.create_topics(topic)
+    group = kafka.name("g")
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group)
+    own_group = watcher_group_id(group, trigger.watcher_digest())
+    async with SharedStreamHarness(confirm_after=0.0) as triggerer:
+        w = triggerer.add(trigger)
+        await kafka.produce(topic, [{"round": 1, "i": i} for i in range(20)])
+        await w.wait_for_events(20)
+        assert await kafka.wait_committed(own_group, topic, {0: 20}) == {0: 20}
+        await _admin(kafka, lambda admin: admin.delete_topics([topic]))
+        await kafka.create_topics(topic)
+        await kafka.produce(topic, [{"round": 2, "i": i} for i in range(25)])
+        await _until(lambda: any(p["value"] == {"round": 2, "i": 24} for p in w.payloads), "round 2")
+        second = [p["value"]["i"] for p in w.payloads if p["value"]["round"] == 2]
+        assert second == list(range(25)), "the new topic's first records were skipped"
+        assert await kafka.wait_committed(own_group, topic, {0: 25}) == {0: 25}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("new log" in message for message in warnings), warnings
+
+
+# -- 8: partitions added while the stream runs -------------------------------------------------
+
+
+@pytest.mark.parametrize("kafka_broker", ["noida-db"], indirect=True)  # Tansu: no CreatePartitions
+async def test_a_partition_added_while_the_stream_runs_is_read_from_its_start(kafka, monkeypatch):
+    """
+    ``auto.offset.reset=latest``: a partition added while the stream runs must be read from its
+    start, while running, and records produced to it while the stream is down are read after a
+    restart (not anchored at ``latest``).
+    """
+    monkeypatch.setattr(cluster_watch, "CLUSTER_CHECK_INTERVAL", 0.2)
+    topic = kafka.name("t")
+    await kafka.create_topics(topic)
+    group = kafka.name("g")
+    trigger = KafkaSharedStreamTrigger(
+        [topic], kafka_config_id=kafka.connection("latest", **LATEST), group_id=group
+    )
+    own_group = watcher_group_id(group, trigger.watcher_digest())
+    async with SharedStreamHarness(confirm_after=0.0) as triggerer:
+        w = triggerer.add(trigger)
+        assert await kafka.wait_committed(own_group, topic, {0: 0}) == {0: 0}
+        await _admin(kafka, lambda admin: admin.create_partitions({topic: NewPartitions(2)}))
+        await kafka.produce(topic, [{"p": 1, "i": i} for i in range(5)], partition=1)
+        await kafka.produce(topic, [{"p": 0, "i": 0}], partition=0)
+        await _until(lambda: len(w.payloads) >= 6, "six records", timeout=15)
+        assert sorted((p["value"]["p"], p["value"]["i"]) for p in w.payloads) == [(0, 0)] + [
+            (1, i) for i in range(5)
+        ], "records of the added partition were lost"
+        assert await kafka.wait_committed(own_group, topic, {0: 1, 1: 5}, partitions=2) == {0: 1, 1: 5}
+
+
+@pytest.mark.parametrize("kafka_broker", ["noida-db"], indirect=True)  # Tansu: no CreatePartitions
+async def test_a_partition_added_while_the_stream_is_down_is_read_from_its_start_on_restart(kafka):
+    topic = kafka.name("t")
+    await kafka.create_topics(topic)
+    group = kafka.name("g")
+    trigger = KafkaSharedStreamTrigger(
+        [topic], kafka_config_id=kafka.connection("latest", **LATEST), group_id=group
+    )
+    own_group = watcher_group_id(group, trigger.watcher_digest())
+    async with SharedStreamHarness(confirm_after=0.0) as triggerer:
+        triggerer.add(trigger)
+        assert await kafka.wait_committed(own_group, topic, {0: 0}) == {0: 0}
+    await _admin(kafka, lambda admin: admin.create_partitions({topic: NewPartitions(2)}))
+    await kafka.produce(topic, [{"p": 1, "i": i} for i in range(5)], partition=1)
+    async with SharedStreamHarness(confirm_after=0.0) as restarted:
+        w = restarted.add(trigger)
+        await kafka.produce(topic, [{"p": 0, "i": 0}], partition=0)
+        await _until(lambda: any(p["value"]["p"] == 0 for p in w.payloads), "the marker")
+        await kafka.wait_committed(own_group, topic, {0: 1, 1: 5}, partitions=2, timeout=5)
+        assert sorted((p["value"]["p"], p["value"]["i"]) for p in w.payloads) == [(0, 0)] + [
+            (1, i) for i in range(5)
+        ], "records produced to the added partition while the stream was down were skipped"
