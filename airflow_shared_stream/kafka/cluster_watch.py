@@ -6,13 +6,14 @@ would be read by no one until a restart, and then from ``auto.offset.reset`` (``
 records so far skipped). A topic deleted and created again numbers its records from 0 again,
 while the consumer keeps reading at its old position: the new topic's first records are skipped,
 with no error. :class:`ClusterWatch` checks for both every ``interval``, between fetches, at the
-cost of one Metadata request and one ListOffsets request, and :meth:`ClusterWatch.follow` reads
-what is new from its start.
+cost of one Metadata request (and one ListOffsets request without topic ids), and
+:meth:`ClusterWatch.follow` reads what is new from its start.
 
-A topic is taken for created again when its topic id changed, when it was seen missing (deleted)
-by an earlier check, or when its log ends below the consumer's position. Brokers without topic ids
-(noida-db) show only the last two: a topic deleted, created and filled past the old position
-between two checks is then not seen.
+A topic is taken for created again when its topic id changed, or when it was seen missing
+(deleted) by an earlier check. A broker without topic ids (noida-db) has a third sign, a log that
+ends below the consumer's position; it is not used where there are ids, since a broker may report
+its log end late (Tansu 0.6.0 reported log ends below offsets it had already served). Without
+ids, a topic deleted, created and filled past the old position between two checks is not seen.
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ class ClusterWatch:
 
     def due(self) -> bool:
         return time.monotonic() >= self._next_check
+
+    @property
+    def has_topic_ids(self) -> bool:
+        """Whether the broker gives topic ids (then they alone show a topic created again)."""
+        return any(shape.topic_id for shape in self.shapes.values())
 
     async def look(self, consumer: AIOKafkaConsumer) -> None:
         """Note the topics' ids when the stream starts (the first check compares with them)."""
@@ -122,8 +128,9 @@ class ClusterWatch:
             if topic in self.gone or (before is not None and before.topic_id != now.topic_id):
                 renewed.add(topic)
             self.gone.discard(topic)
-        renewed |= await self._ending_below(consumer, [tp for tp in lanes if tp.topic in shapes])
         self.shapes.update(shapes)
+        if not self.has_topic_ids:  # a broker with ids may report its log end late (Tansu)
+            renewed |= await self._ending_below(consumer, [tp for tp in lanes if tp.topic in shapes])
         read = set(lanes)
         added = [
             TopicPartition(topic, partition)

@@ -7,7 +7,8 @@ retention kept, at every start, since the position never moves again. A topic de
 created again numbers its records from 0 again: an old position points into or past the new log,
 and reading from it skips the new log's first records. Both are placed here before any read, and
 said at WARNING: below the log start, at the log start (naming the offsets retention took); on a
-new topic (a new topic id, or a log that ends below the position), at its start.
+new topic (a new topic id or, where the broker has no topic ids, a log that ends below the
+position), at its start.
 
 A partition with no position while its topic's other partitions have one was added since the
 stream last ran: it is read from its start too (``auto.offset.reset`` is for a new stream, and
@@ -44,16 +45,24 @@ async def read_log_bounds(
 
 
 def place(
-    tp: TopicPartition, position: int, bounds: LogBounds | None, *, whose: str, renewed: bool = False
+    tp: TopicPartition,
+    position: int,
+    bounds: LogBounds | None,
+    *,
+    whose: str,
+    renewed: bool = False,
+    end_shows_new_topics: bool = True,
 ) -> int:
     """
     Where ``whose`` position ``position`` on ``tp`` reads from: itself while the log holds it.
 
     ``renewed``: the topic was found deleted and created again (another topic id).
+    ``end_shows_new_topics``: whether a log ending below the position means a new topic; only
+    where the broker has no topic ids (one that has them may report its log end late: Tansu).
     """
     if bounds is None:
         return position
-    if renewed or position > bounds.end:
+    if renewed or (end_shows_new_topics and position > bounds.end):
         log.warning(
             "Kafka %s/%d is a new log (the topic was deleted and created again, or truncated): "
             "%s reads it from its start %d, not from its old position %d",
@@ -85,11 +94,19 @@ def place_all(
     *,
     whose: str,
     renewed: Collection[str] = (),
+    end_shows_new_topics: bool = True,
 ) -> dict[TopicPartition, int]:
     """:func:`place` every position of ``found``, in place; returns those that moved."""
     moved: dict[TopicPartition, int] = {}
     for tp, position in found.items():
-        start = place(tp, position, bounds.get(tp), whose=whose, renewed=tp.topic in renewed)
+        start = place(
+            tp,
+            position,
+            bounds.get(tp),
+            whose=whose,
+            renewed=tp.topic in renewed,
+            end_shows_new_topics=end_shows_new_topics,
+        )
         if start != position:
             moved[tp] = start
     found.update(moved)
@@ -105,6 +122,7 @@ async def place_stream_starts(
     seek: Callable[[TopicPartition, int], None],
     commit: Callable[[dict[TopicPartition, int]], Awaitable[object]],
     renewed: Collection[str] = (),
+    end_shows_new_topics: bool = True,
 ) -> None:
     """
     Seek every lane of a starting stream to where it reads from, and commit what moved.
@@ -119,7 +137,14 @@ async def place_stream_starts(
     for tp in lanes:
         position = committed.get(tp)
         if position is not None:
-            start = place(tp, position, bounds.get(tp), whose=whose, renewed=tp.topic in renewed)
+            start = place(
+                tp,
+                position,
+                bounds.get(tp),
+                whose=whose,
+                renewed=tp.topic in renewed,
+                end_shows_new_topics=end_shows_new_topics,
+            )
         elif tp.topic in known_topics and tp in bounds:
             start = bounds[tp].start
             log.warning(

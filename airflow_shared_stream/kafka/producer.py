@@ -298,6 +298,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         store = PositionStore(consumer._client)
         self.positions.bind(store, group_id, lanes)
         try:  # read through the store, which asks a loading coordinator again
+            await self.cluster.look(consumer)
+            self.positions.end_shows_new_topics = not self.cluster.has_topic_ids
             committed = await store.fetch(group_id, lanes)
             await place_stream_starts(
                 consumer,
@@ -306,14 +308,11 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 whose=f"the stream (group {group_id!r})",
                 seek=self._rewind,
                 commit=consumer.commit,
+                end_shows_new_topics=not self.cluster.has_topic_ids,
             )
         except KafkaError as exc:
             raise self._error("reading where the stream starts", exc) from None
         await self.positions.admit(consumer, self._rewind, self._seq, starting=True)
-        try:
-            await self.cluster.look(consumer)
-        except KafkaError as exc:
-            raise self._error("reading the topics' ids", exc) from None
         self.anchors.unanchored |= set(lanes)
         log.info(
             "Kafka shared stream reading all %d partition(s) of %s (group %r, connection %r), %d watcher(s)",
