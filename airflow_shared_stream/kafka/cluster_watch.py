@@ -77,6 +77,10 @@ class ClusterWatch:
         """
         try:
             added, renewed = await self.check(consumer, producer.positions.lanes)
+        except KafkaError as exc:  # a broker restarting, say: the reads go on, the next check sees
+            log.info("Checking the partitions of %s failed (%s)", ",".join(self.topics), type(exc).__name__)
+            return
+        try:
             lanes = producer.positions.lanes
             fresh = added + [tp for tp in lanes if tp.topic in renewed]
             if not fresh:
@@ -109,7 +113,7 @@ class ClusterWatch:
         producer.positions.restart_lanes(starts)
 
     async def check(self, consumer: AIOKafkaConsumer, lanes: Sequence[TopicPartition]) -> ClusterChanges:
-        """Compare the topics with the last check; a client error propagates (the stream fails)."""
+        """Compare the topics with the last check; a client error propagates."""
         self._next_check = time.monotonic() + self.interval
         shapes = await read_topic_shapes(consumer._client, self.topics)
         if shapes is None:  # no Metadata v10: partition counts from aiokafka's own metadata
