@@ -18,7 +18,7 @@ stream last ran: it is read from its start too (``auto.offset.reset`` is for a n
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -50,19 +50,17 @@ def place(
     bounds: LogBounds | None,
     *,
     whose: str,
-    renewed: bool = False,
     end_shows_new_topics: bool = True,
 ) -> int:
     """
     Where ``whose`` position ``position`` on ``tp`` reads from: itself while the log holds it.
 
-    ``renewed``: the topic was found deleted and created again (another topic id).
     ``end_shows_new_topics``: whether a log ending below the position means a new topic; only
     where the broker has no topic ids (one that has them may report its log end late: Tansu).
     """
     if bounds is None:
         return position
-    if renewed or (end_shows_new_topics and position > bounds.end):
+    if end_shows_new_topics and position > bounds.end:
         log.warning(
             "Kafka %s/%d is a new log (the topic was deleted and created again, or truncated): "
             "%s reads it from its start %d, not from its old position %d",
@@ -93,7 +91,6 @@ def place_all(
     bounds: Mapping[TopicPartition, LogBounds],
     *,
     whose: str,
-    renewed: Collection[str] = (),
     end_shows_new_topics: bool = True,
 ) -> dict[TopicPartition, int]:
     """:func:`place` every position of ``found``, in place; returns those that moved."""
@@ -104,7 +101,6 @@ def place_all(
             position,
             bounds.get(tp),
             whose=whose,
-            renewed=tp.topic in renewed,
             end_shows_new_topics=end_shows_new_topics,
         )
         if start != position:
@@ -121,7 +117,6 @@ async def place_stream_starts(
     whose: str,
     seek: Callable[[TopicPartition, int], None],
     commit: Callable[[dict[TopicPartition, int]], Awaitable[object]],
-    renewed: Collection[str] = (),
     end_shows_new_topics: bool = True,
 ) -> None:
     """
@@ -129,7 +124,7 @@ async def place_stream_starts(
 
     ``committed``: the stream group's positions. A lane without one reads from its start when its
     topic's other lanes have one (a partition added since the last run); a lane of a topic with no
-    position at all is left to ``auto.offset.reset``. ``renewed``: topics created again.
+    position at all is left to ``auto.offset.reset``.
     """
     bounds = await read_log_bounds(consumer, lanes)
     known_topics = {tp.topic for tp in committed}
@@ -142,7 +137,6 @@ async def place_stream_starts(
                 position,
                 bounds.get(tp),
                 whose=whose,
-                renewed=tp.topic in renewed,
                 end_shows_new_topics=end_shows_new_topics,
             )
         elif tp.topic in known_topics and tp in bounds:

@@ -58,8 +58,6 @@ class WatcherPositions:
         self.lanes: list[TopicPartition] = []
         self.closing = False
         """Set when the stream stops: its last marks say its watchers no longer run here."""
-        self.renewed_topics: set[str] = set()
-        """Topics found deleted and created again when the stream started: positions start over."""
         self.end_shows_new_topics = True
         """Whether a log ending below a position means a new topic (a broker without topic ids)."""
         self._marking = True
@@ -108,13 +106,11 @@ class WatcherPositions:
         except KafkaError as exc:
             self.watchers.pending[:0] = pending
             raise self._error("reading where the partitions' logs start", exc) from None
-        renewed = self.renewed_topics if starting else ()
         moved = {
             group: place_all(
                 found,
                 bounds,
                 whose=f"watcher {cursor.label}",
-                renewed=renewed,
                 end_shows_new_topics=self.end_shows_new_topics,
             )
             for cursor, group, found in loaded

@@ -33,8 +33,7 @@ def test_retention_says_at_warning_which_offsets_it_took(caplog):
     assert "retention deleted offsets 4-9 before watcher w" in caplog.text
 
 
-def test_a_renewed_topic_starts_over_and_a_short_log_only_counts_without_topic_ids():
-    assert place(TP, 15, LogBounds(0, 30), whose="w", renewed=True) == 0
+def test_a_log_ending_below_a_position_counts_only_without_topic_ids():
     assert place(TP, 25, LogBounds(0, 20), whose="w", end_shows_new_topics=False) == 25
 
 
