@@ -51,6 +51,7 @@ SERVICEBUS_RANGES = "tests/integration/servicebus/test_servicebus_range_completi
 SERVICEBUS_SESSION_BUDGET = "tests/integration/servicebus/test_servicebus_session_budget.py"
 TWO_SCHEDULERS = "tests/integration/scheduling/test_sweep_with_two_schedulers.py"
 STRANDED = "tests/integration/scheduling/test_stranded_asset_events.py"
+KAFKA_CLUSTER_CHANGES = "tests/integration/kafka/test_kafka_cluster_changes.py"
 SPARK_UNIT = "tests/unit/spark/test_operator_trigger.py"
 SPARK_RECORDING = "tests/integration/spark/test_recording_master.py"
 SPARK_CLUSTER = "tests/integration/spark/test_deferrable_operator.py"
@@ -1470,6 +1471,52 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="    if False:  # mutant: any SDK taken\n",
         caught_by=("test_an_sdk_below_the_floor_is_refused_by_name",),
         module="tests/unit/servicebus/test_sdk_floor.py",
+    ),
+    # fix/kafka-metadata: Kafka positions when the cluster changes (issue 46, items 5-8)
+    Mutant(
+        name="Kafka position below the log start not moved to it",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/log_bounds.py",
+        original="    if position < bounds.start:\n",
+        mutated="    if position < bounds.start - 2**62:\n",
+        caught_by=("test_a_position_below_the_log_start_moves_to_it_loudly_and_restarts_skip_nothing",),
+        module=KAFKA_CLUSTER_CHANGES,
+    ),
+    Mutant(
+        name="Kafka coordinator loading answer read as no position",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/positions.py",
+        original='        self._raise_for(group, getattr(response, "error_code", 0))  # request-level, v2+\n',
+        mutated="",
+        caught_by=("test_a_coordinator_loading_answer_is_asked_again_not_taken_for_a_new_watcher",),
+        module=KAFKA_CLUSTER_CHANGES,
+    ),
+    Mutant(
+        name="Kafka new topic id not taken for a topic created again",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/cluster_watch.py",
+        original="(before is not None and before.topic_id != now.topic_id)",
+        mutated="(False)",
+        caught_by=("test_a_topic_created_again_while_the_stream_runs_is_read_from_its_start",),
+        module=KAFKA_CLUSTER_CHANGES,
+    ),
+    Mutant(
+        name="Kafka partitions added while running not read",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/cluster_watch.py",
+        original="            for partition in range(shape.partitions)\n",
+        mutated="            for partition in range(0)\n",
+        caught_by=("test_a_partition_added_while_the_stream_runs_is_read_from_its_start",),
+        module=KAFKA_CLUSTER_CHANGES,
+    ),
+    Mutant(
+        name="Kafka partition added while down anchored at auto.offset.reset",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/log_bounds.py",
+        original="        elif tp.topic in known_topics and tp in bounds:\n",
+        mutated="        elif False:\n",
+        caught_by=("test_a_partition_added_while_the_stream_is_down_is_read_from_its_start_on_restart",),
+        module=KAFKA_CLUSTER_CHANGES,
     ),
 )
 

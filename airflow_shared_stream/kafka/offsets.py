@@ -52,6 +52,11 @@ class OffsetLedger:
     def committed(self, lane: Hashable) -> int | None:
         return self._committed.get(lane)
 
+    def forget(self, lane: Hashable) -> None:
+        """Start ``lane`` over: its log is a new one (a topic created again), read from its start."""
+        self._floors.pop(lane, None)
+        self._committed.pop(lane, None)
+
     def settle(self, lane: Hashable, items: Sequence[tuple[int, Settlement]]) -> LaneAction:
         """
         Fold one advance batch, ``(offset, settlement)`` in fan-out order, into the lane.

@@ -16,6 +16,7 @@ client (``AIOKafkaConsumer._client``, the one aiokafka object that exposes ``sen
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -44,6 +45,10 @@ COORDINATOR_MOVED = (
     CoordinatorNotAvailableError,
     NotCoordinatorForGroupError,
 )
+FETCH_ATTEMPTS = 12
+"""How often a read of positions is asked again while the coordinator is loading or moved."""
+FETCH_BACKOFF = (0.1, 2.0)
+"""First and longest wait between two such reads (doubling): about 15 s in all."""
 
 
 class Committed(NamedTuple):
@@ -80,12 +85,32 @@ class PositionStore:
             raise
 
     async def fetch(self, group: str, partitions: Iterable[TopicPartition]) -> Committed:
-        """The committed offsets of ``group`` on ``partitions``; partitions without one are absent."""
+        """
+        The committed offsets of ``group`` on ``partitions``; partitions without one are absent.
+
+        A coordinator that is loading the group's offsets, or is not its coordinator any more,
+        says so in the request-level error code (OffsetFetch v2+) and lists no partition: that is
+        "ask again", never "no position" (a watcher taken for new is anchored past its records).
+        Asked again, through a fresh coordinator lookup, until it answers or the attempts run out.
+        """
+        wanted = list(partitions)
+        wait, longest = FETCH_BACKOFF
+        for _ in range(FETCH_ATTEMPTS - 1):
+            try:
+                return await self._fetch_once(group, wanted)
+            except COORDINATOR_MOVED as exc:
+                log.info("Position of %r not read (%s): asking again", group, type(exc).__name__)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, longest)
+        return await self._fetch_once(group, wanted)  # the last answer, whatever it is
+
+    async def _fetch_once(self, group: str, partitions: list[TopicPartition]) -> Committed:
         by_topic: dict[str, list[int]] = defaultdict(list)
         for tp in partitions:
             by_topic[tp.topic].append(tp.partition)
         request = OffsetFetchRequest(group, sorted(by_topic.items()))
         response = await self._send(group, request)
+        self._raise_for(group, getattr(response, "error_code", 0))  # request-level, v2+
         found = Committed({}, {})
         for topic, parts in response.topics:
             for fields in parts:  # (partition, offset, [leader epoch,] metadata, error code)

@@ -55,6 +55,7 @@ from airflow_shared_stream.common.trigger import (  # noqa: E402
 )
 from airflow_shared_stream.console.figures import stream_figures  # noqa: E402
 from airflow_shared_stream.kafka.anchors import StartAnchors  # noqa: E402
+from airflow_shared_stream.kafka.cluster_watch import ClusterWatch  # noqa: E402
 from airflow_shared_stream.kafka.committer import OffsetCommitter  # noqa: E402
 from airflow_shared_stream.kafka.dead_letter import (  # noqa: E402
     DeadLetterWriter,
@@ -70,6 +71,7 @@ from airflow_shared_stream.kafka.errors import (  # noqa: E402
 from airflow_shared_stream.kafka.fair_fetch import fetch_evenly  # noqa: E402
 from airflow_shared_stream.kafka.hook import KafkaSharedStreamHook  # noqa: E402
 from airflow_shared_stream.kafka.identity import consumer_group_id, group_claims  # noqa: E402
+from airflow_shared_stream.kafka.log_bounds import place_stream_starts  # noqa: E402
 from airflow_shared_stream.kafka.positions import PositionStore  # noqa: E402
 from airflow_shared_stream.kafka.settler import LaneSettler  # noqa: E402
 from airflow_shared_stream.kafka.watcher_positions import WatcherPositions  # noqa: E402
@@ -158,6 +160,10 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self._refresher: asyncio.Task[None] | None = None
         self._seq = self.watchers.first_seq()
         """Sequence number of the next record yielded (stamped on its payload and message)."""
+        self.cluster = ClusterWatch(self.topics)
+        self.renewed_at: dict[tuple[str, int], int] = {}
+        """Per lane created again: the first sequence number of its new log; records yielded
+        before are of the old log, and settling them must move no position of the new one."""
 
     @property
     def kafka_conn_id(self) -> str:
@@ -199,6 +205,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             available = credits.available or await self._wait_for_credit()
             await self.backoff.wait()
             await anchors.anchor_all(consumer)
+            if self.cluster.due():
+                await self.cluster.follow(consumer, self)
             if self.watchers.pending:
                 await self.positions.admit(consumer, self._rewind, self._seq)
             try:
@@ -291,7 +299,23 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         ]
         # Every partition, in every triggerer: no membership, so nothing is ever split.
         consumer.assign(lanes)
-        self.positions.bind(PositionStore(consumer._client), group_id, lanes)
+        store = PositionStore(consumer._client)
+        self.positions.bind(store, group_id, lanes)
+        try:  # read through the store, which asks a loading coordinator again
+            await self.cluster.look(consumer)
+            self.positions.end_shows_new_topics = not self.cluster.has_topic_ids
+            committed = await store.fetch(group_id, lanes)
+            await place_stream_starts(
+                consumer,
+                committed.offsets,
+                lanes,
+                whose=f"the stream (group {group_id!r})",
+                seek=self._rewind,
+                commit=consumer.commit,
+                end_shows_new_topics=not self.cluster.has_topic_ids,
+            )
+        except KafkaError as exc:
+            raise self._error("reading where the stream starts", exc) from None
         await self.positions.admit(consumer, self._rewind, self._seq, starting=True)
         self.anchors.unanchored |= set(lanes)
         log.info(
@@ -333,6 +357,10 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self.credits.release(len(batch))  # every advanced message returns its credit, whatever happens
         if self.committer.error is not None:
             raise self.committer.error
+        if self.renewed_at:
+            batch = self._of_current_logs(batch)
+            if not batch:
+                return
         # One decision per message, made here (the manager often advances one message at a time).
         plan = [decide(batch[0].outcome)] if len(batch) == 1 else [decide(item.outcome) for item in batch]
         if plan.count(Settlement.ACK) == len(plan):
@@ -350,6 +378,16 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             with self.metrics.timed(m.ADVANCE_LATENCY):  # the one broker call an advance makes
                 await self._dead_letter(dead)
         self.settler.fold(tp, batch, plan)
+
+    def _of_current_logs(self, batch: Sequence[AdvanceItem]) -> Sequence[AdvanceItem]:
+        """Leave out records of a topic's old log (yielded before it was created again)."""
+        renewed_at = self.renewed_at
+        return [
+            item
+            for item in batch
+            if item.broker_payload.seq
+            >= renewed_at.get((item.broker_payload.topic, item.broker_payload.partition), -1)
+        ]
 
     def fold_advanced_acks(self) -> None:
         """Fold the ACKs kept for the committer's round (before each round and a watcher's leave)."""

@@ -22,6 +22,7 @@ from airflow_shared_stream.common.errors import StreamShapeConflictError
 from airflow_shared_stream.kafka.committer import OffsetCommitter
 from airflow_shared_stream.kafka.envelope import KafkaBrokerPayload
 from airflow_shared_stream.kafka.errors import KafkaSharedStreamError
+from airflow_shared_stream.kafka.log_bounds import place_all, read_log_bounds
 from airflow_shared_stream.kafka.marks import LIVE_FOR, PositionMark, disagreements, newest_mark
 from airflow_shared_stream.kafka.positions import Committed, PositionStore
 from airflow_shared_stream.kafka.watchers import StreamWatchers, WatcherCursor, watcher_group_id
@@ -57,6 +58,8 @@ class WatcherPositions:
         self.lanes: list[TopicPartition] = []
         self.closing = False
         """Set when the stream stops: its last marks say its watchers no longer run here."""
+        self.end_shows_new_topics = True
+        """Whether a log ending below a position means a new topic (a broker without topic ids)."""
         self._marking = True
 
     def bind(self, store: PositionStore, stream_group: str, lanes: list[TopicPartition]) -> None:
@@ -97,6 +100,21 @@ class WatcherPositions:
                 raise self._error(f"reading the position of watcher {cursor.label}", exc) from None
             if not self._refused(cursor, committed):
                 loaded.append((cursor, group, committed.offsets))
+        # A position the log no longer holds (retention, a new topic) reads from the log start.
+        try:
+            bounds = await read_log_bounds(consumer, self.lanes) if loaded else {}
+        except KafkaError as exc:
+            self.watchers.pending[:0] = pending
+            raise self._error("reading where the partitions' logs start", exc) from None
+        moved = {
+            group: place_all(
+                found,
+                bounds,
+                whose=f"watcher {cursor.label}",
+                end_shows_new_topics=self.end_shows_new_topics,
+            )
+            for cursor, group, found in loaded
+        }
         # Start (or seek back) each partition at the lowest position among the joiners.
         for tp in self.lanes:
             wanted = [found[tp] for _, _, found in loaded if tp in found]
@@ -107,7 +125,7 @@ class WatcherPositions:
                 seek(tp, lowest)
                 log.info("Kafka %s/%d: reading from %d, its watchers' lowest", tp.topic, tp.partition, lowest)
         for cursor, group, found in loaded:
-            anchors: dict[TopicPartition, int] = {}
+            anchors: dict[TopicPartition, int] = dict(moved[group])
             for tp in self.lanes:
                 if tp in found:
                     cursor.next[tp] = found[tp]
@@ -132,6 +150,14 @@ class WatcherPositions:
                 ", ".join(f"{tp.partition}@{cursor.next[tp]}" for tp in self.lanes),
                 cursor.group,
             )
+
+    def restart_lanes(self, starts: dict[TopicPartition, int]) -> None:
+        """Every admitted watcher reads these lanes from these offsets (new partitions, new logs)."""
+        for cursor in self.watchers.admitted():
+            for tp, start in starts.items():
+                cursor.next[tp] = start
+                if cursor.committer is not None:
+                    cursor.committer.queue(tp, start)
 
     def advance(self, tp: TopicPartition, settled: list[KafkaBrokerPayload]) -> None:
         """

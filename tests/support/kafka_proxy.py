@@ -1,0 +1,155 @@
+"""
+A Kafka-protocol proxy on loopback, for the answers the brokers here never give (FIDELITY.md).
+
+It forwards every request to one broker and every answer back, rewriting the broker's address
+in Metadata and FindCoordinator answers to its own, so the client keeps talking through it. For
+chosen groups it can answer OffsetFetch (v2+) the way a Kafka coordinator that is loading the
+group's offsets does: a request-level ``COORDINATOR_LOAD_IN_PROGRESS`` and no partitions
+(Kafka's ``OffsetFetchRequest.getErrorResponse``). The request still goes to the broker first,
+so answers keep their order on the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from typing import Any
+
+from aiokafka.protocol.commit import (
+    OffsetFetchResponse_v2,
+    OffsetFetchResponse_v3,
+)
+from aiokafka.protocol.coordination import FindCoordinatorResponse_v0, FindCoordinatorResponse_v1
+from aiokafka.protocol.metadata import (
+    MetadataResponse_v0,
+    MetadataResponse_v1,
+    MetadataResponse_v2,
+    MetadataResponse_v3,
+    MetadataResponse_v4,
+    MetadataResponse_v5,
+)
+
+METADATA, OFFSET_FETCH, FIND_COORDINATOR = 3, 9, 10
+COORDINATOR_LOAD_IN_PROGRESS = 14
+METADATA_ANSWERS: dict[int, Any] = {
+    r.API_VERSION: r
+    for r in (
+        MetadataResponse_v0,
+        MetadataResponse_v1,
+        MetadataResponse_v2,
+        MetadataResponse_v3,
+        MetadataResponse_v4,
+        MetadataResponse_v5,
+    )
+}
+COORDINATOR_ANSWERS: dict[int, Any] = {0: FindCoordinatorResponse_v0, 1: FindCoordinatorResponse_v1}
+
+
+class KafkaProtocolProxy:
+    """
+    Forward ``127.0.0.1:port`` to the broker at ``127.0.0.1:target_port`` (one broker).
+
+    ``loading[group] = n``: the next ``n`` OffsetFetch requests of ``group`` are answered with a
+    request-level ``COORDINATOR_LOAD_IN_PROGRESS``; ``loading_answered`` counts them.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.loading: dict[str, int] = {}
+        self.loading_answered = 0
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def __aenter__(self) -> KafkaProtocolProxy:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def _serve(self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        broker_in, broker_out = await asyncio.open_connection("127.0.0.1", self.target_port)
+        asked: dict[int, tuple[int, int, str | None]] = {}
+        try:
+            await asyncio.gather(
+                self._requests(client_in, broker_out, asked), self._answers(broker_in, client_out, asked)
+            )
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self._tasks.discard(task)
+            for writer in (client_out, broker_out):
+                writer.close()
+
+    async def _requests(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        asked: dict[int, tuple[int, int, str | None]],
+    ) -> None:
+        while True:
+            frame = await _read_frame(reader)
+            api_key, version, correlation = struct.unpack(">hhi", frame[:8])
+            group = None
+            if api_key == OFFSET_FETCH:
+                (client_len,) = struct.unpack(">h", frame[8:10])
+                at = 10 + max(client_len, 0)
+                (group_len,) = struct.unpack(">h", frame[at : at + 2])
+                group = frame[at + 2 : at + 2 + group_len].decode()
+            asked[correlation] = (api_key, version, group)
+            writer.write(struct.pack(">i", len(frame)) + frame)
+            await writer.drain()
+
+    async def _answers(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        asked: dict[int, tuple[int, int, str | None]],
+    ) -> None:
+        while True:
+            frame = await _read_frame(reader)
+            (correlation,) = struct.unpack(">i", frame[:4])
+            api_key, version, group = asked.pop(correlation, (-1, -1, None))
+            body = self._rewrite(api_key, version, group, frame[4:])
+            answer = frame[:4] + body
+            writer.write(struct.pack(">i", len(answer)) + answer)
+            await writer.drain()
+
+    def _rewrite(self, api_key: int, version: int, group: str | None, body: bytes) -> bytes:
+        if api_key == METADATA and version in METADATA_ANSWERS:
+            answer = METADATA_ANSWERS[version].decode(body)
+            answer.brokers = [(b[0], b[1], self.port, *b[3:]) for b in answer.brokers]
+            return bytes(answer.encode())
+        if api_key == FIND_COORDINATOR and version in COORDINATOR_ANSWERS:
+            answer = COORDINATOR_ANSWERS[version].decode(body)
+            answer.port = self.port
+            return bytes(answer.encode())
+        if api_key == OFFSET_FETCH and group is not None and self.loading.get(group, 0) > 0:
+            assert version >= 2, f"OffsetFetch v{version} has no request-level error code"
+            self.loading[group] -= 1
+            self.loading_answered += 1
+            if version == 2:
+                return bytes(OffsetFetchResponse_v2([], COORDINATOR_LOAD_IN_PROGRESS).encode())
+            return bytes(OffsetFetchResponse_v3(0, [], COORDINATOR_LOAD_IN_PROGRESS).encode())
+        return body
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    (size,) = struct.unpack(">i", await reader.readexactly(4))
+    return await reader.readexactly(size)
