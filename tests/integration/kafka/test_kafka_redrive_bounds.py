@@ -43,8 +43,9 @@ async def test_a_redrive_stops_at_the_end_offsets_it_started_with(kafka: KafkaSa
     finally:
         await producer.stop()
 
-    assert (summary.examined, summary.moved) == (6, 6)
+    assert summary.moved == 6  # not one copy chased
     assert await kafka.committed(default_group_id(dlq), dlq) == {0: 6}
+    assert summary.examined == 6
     again = await redrive(source(kafka, dlq), dry_run=True)  # the copies that came back: the next one's
     assert (again.examined, again.moved, again.left) == (6, 6, 6)
 
@@ -55,11 +56,12 @@ async def test_a_filtered_redrive_leaves_the_skipped_records_to_the_next_one(kaf
 
     first = await redrive(source(kafka, dlq), filter="value.type == 'a'")
 
-    assert (first.examined, first.moved, first.skipped, first.left) == (10, 5, 5, 5)
+    assert (first.moved, first.skipped) == (5, 5)
     second = await redrive(source(kafka, dlq))
-    assert (second.examined, second.moved, second.left) == (5, 5, 0)
+    assert second.moved == 5  # the skipped ones, still reachable
     moved = [json.loads(r.value)["n"] for r in await kafka.read_all(origin, 10)]
     assert sorted(moved) == list(range(10))
+    assert (first.examined, first.left, second.examined, second.left) == (10, 5, 5, 0)
 
 
 async def test_a_dry_run_holds_one_batch_whatever_the_depth(kafka: KafkaSandbox) -> None:
@@ -82,5 +84,5 @@ async def test_a_dry_run_holds_one_batch_whatever_the_depth(kafka: KafkaSandbox)
     dead_letter_source.read = read_and_count
     summary = await redrive(dead_letter_source, dry_run=True, max_messages=1000, filter="value.n == `-1`")
 
-    assert (summary.examined, summary.skipped, summary.moved) == (400, 400, 0)
     assert most_alive <= 10  # the batch being judged, never the topic
+    assert (summary.examined, summary.skipped, summary.moved) == (400, 400, 0)
