@@ -140,6 +140,9 @@ class DeadLetterSource(Protocol):
     async def renew(self, items: Sequence[RedriveItem]) -> None:
         """Extend the leases of ``items`` by :attr:`lease_seconds` (only called when it is set)."""
 
+    def held_handle(self, item: RedriveItem) -> Any:
+        """What of a held message's handle :meth:`renew` and :meth:`release` need (not its content)."""
+
     async def copy(self, items: Sequence[RedriveItem]) -> Sequence[RedriveItem]:
         """Copy ``items`` to their origin; return those the broker accepted (acknowledged)."""
 
@@ -222,6 +225,7 @@ class _Held:
 
     def __init__(self, source: DeadLetterSource) -> None:
         self._source = source
+        self._slim = source.held_handle
         self.items: dict[str, RedriveItem] = {}
         self._task: asyncio.Task[None] | None = None
         if source.lease_seconds is not None:
@@ -230,6 +234,7 @@ class _Held:
     def keep(self, items: Sequence[RedriveItem]) -> None:
         for item in items:
             item.envelope = {}  # the filter has judged it: keep the handle, not the content
+            item.handle = self._slim(item)
             self.items[item.key] = item
 
     def returning(self, item: RedriveItem) -> bool:

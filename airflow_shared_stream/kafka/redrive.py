@@ -279,6 +279,13 @@ class KafkaDeadLetterSource:
         except KafkaError as exc:  # nothing committed past them: the next redrive reads them
             raise self._error("appending the skipped records again failed", exc) from None
 
+    async def renew(self, items: Sequence[RedriveItem]) -> None:
+        """Never called: a log holds nothing (``lease_seconds`` is ``None``)."""
+        await asyncio.sleep(0)
+
+    def held_handle(self, item: RedriveItem) -> Any:
+        return item.handle
+
     async def release(self, items: Sequence[RedriveItem]) -> None:
         """Nothing to give back (a record not committed past is read again); forget their offsets."""
         for item in items:

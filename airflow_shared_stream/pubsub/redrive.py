@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_shared_stream.common.matching import build_message
@@ -52,6 +53,13 @@ ORIGIN_ATTRIBUTES = frozenset(
 )
 """The attributes our dead-lettering adds (stripped unless ``keep_origin_attributes``)."""
 PULL_WAIT_SECONDS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class HeldMessage:
+    """What a redrive keeps of a message it holds: the ack id, not the data."""
+
+    ack_id: str
 
 
 class PubSubDeadLetterSource:
@@ -120,6 +128,9 @@ class PubSubDeadLetterSource:
         now = datetime.datetime.now(datetime.timezone.utc)
         self._started_ns = int(now.timestamp()) * 1_000_000_000 + now.microsecond * 1000
         return RedriveSnapshot(depth=None, bound=f"messages published before {now.isoformat()}")
+
+    def held_handle(self, item: RedriveItem) -> Any:
+        return HeldMessage(ack_id=item.handle.ack_id)
 
     async def renew(self, items: Sequence[RedriveItem]) -> None:
         await self.client.modify_ack_deadline(

@@ -155,6 +155,10 @@ class ServiceBusDeadLetterSource:
         self._started = datetime.datetime.now(datetime.timezone.utc)
         return RedriveSnapshot(depth=None, bound=f"dead letters enqueued before {self._started.isoformat()}")
 
+    def held_handle(self, item: RedriveItem) -> Any:
+        """The SDK renews and abandons by the received message itself."""
+        return item.handle
+
     async def renew(self, items: Sequence[RedriveItem]) -> None:
         for item in items:
             try:

@@ -184,6 +184,9 @@ class SqsDeadLetterSource:
                 failure.get("Code"),
             )
 
+    def held_handle(self, item: RedriveItem) -> Any:
+        return {"ReceiptHandle": item.handle["ReceiptHandle"]}
+
     async def renew(self, items: Sequence[RedriveItem]) -> None:
         await self._hide_for(items, self.lease_seconds, "keep hidden")
 

@@ -122,6 +122,9 @@ class ListSource:
     async def renew(self, items: Sequence[RedriveItem]) -> None:
         pass
 
+    def held_handle(self, item: RedriveItem) -> Any:
+        return item.handle
+
     async def read(self, limit: int) -> Sequence[RedriveItem]:
         taken, self.waiting = self.waiting[:limit], self.waiting[limit:]
         return [RedriveItem(key=str(n), envelope={"body": {"n": n}}, handle=n) for n in taken]
