@@ -9,6 +9,7 @@ time whatever the topic's depth.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import weakref
@@ -21,6 +22,7 @@ from airflow_shared_stream.common.redrive import RedriveItem, redrive
 from airflow_shared_stream.kafka.redrive import default_group_id
 from tests.integration.kafka.conftest import KafkaSandbox
 from tests.integration.kafka.test_kafka_redrive import dead_letters, source, topics
+from tests.support.redrive_child import kill_between_copy_and_remove
 
 
 async def test_a_redrive_stops_at_the_end_offsets_it_started_with(kafka: KafkaSandbox) -> None:
@@ -86,3 +88,25 @@ async def test_a_dry_run_holds_one_batch_whatever_the_depth(kafka: KafkaSandbox)
 
     assert most_alive <= 10  # the batch being judged, never the topic
     assert (summary.examined, summary.skipped, summary.moved) == (400, 400, 0)
+
+
+async def test_a_filtered_redrive_killed_between_append_and_commit_loses_nothing(kafka: KafkaSandbox) -> None:
+    """SIGKILL once the skipped records were appended again, before the group commits past them."""
+    dlq, origin = await topics(kafka)
+    records = await dead_letters(kafka, dlq, origin, 10)
+
+    line = await asyncio.to_thread(
+        kill_between_copy_and_remove,
+        "kafka",
+        run={"filter": "value.type == 'a'", "stop_after": "append"},
+        dead_letter=dlq,
+        conn_id=kafka.conn_id,
+        source=origin,
+    )
+
+    assert line == "COPIED 5"
+    assert await kafka.committed(default_group_id(dlq), dlq) == {0: None}
+    again = await redrive(source(kafka, dlq, source=origin))  # everything, the appended copies too
+    assert again.moved == 15  # the 10 originals and the 5 skipped ones appended: duplicates, no loss
+    at_origin = {r.value for r in await kafka.read_all(origin, 20)}
+    assert at_origin == {r["value"] for r in records}
