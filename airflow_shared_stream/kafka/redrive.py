@@ -234,8 +234,8 @@ class KafkaDeadLetterSource:
         return accepted
 
     async def remove(self, moved: Sequence[RedriveItem], skipped: Sequence[RedriveItem]) -> None:
-        await self._append_again(skipped)
-        for item in (*moved, *skipped):
+        appended = await self._append_again(skipped)
+        for item in (*moved, *appended):
             record = item.handle
             self._handled.setdefault(TopicPartition(record.topic, record.partition), set()).add(record.offset)
         offsets: dict[TopicPartition, int] = {}
@@ -257,27 +257,51 @@ class KafkaDeadLetterSource:
                     f"committing group {self._group_id!r} on {self._topic!r} failed", exc
                 ) from None
 
-    async def _append_again(self, skipped: Sequence[RedriveItem]) -> None:
-        """Append the skipped records to their partition's end (past the snapshot), acknowledged."""
+    async def _append_again(self, skipped: Sequence[RedriveItem]) -> list[RedriveItem]:
+        """
+        Append the skipped records to their partition's end (past the snapshot); return those the
+        brokers acknowledged. One refused stops its partition like a refused copy: nothing from it
+        on is committed, so the next redrive reads it again (never a crash loop, never a skip).
+        """
         producer = self._producer
         assert producer is not None
-        deliveries = []
-        try:
-            for item in skipped:
-                record = item.handle
-                deliveries.append(
-                    await producer.send(
-                        self._topic,
-                        value=record.value,
-                        key=record.key,
-                        headers=list(record.headers),
-                        partition=record.partition,
-                    )
+        sent: list[tuple[RedriveItem, Any]] = []
+        for item in skipped:
+            record = item.handle
+            partition = TopicPartition(record.topic, record.partition)
+            if partition in self._stopped:
+                continue
+            try:
+                delivery = await producer.send(
+                    self._topic,
+                    value=record.value,
+                    key=record.key,
+                    headers=list(record.headers),
+                    partition=record.partition,
                 )
-            for delivery in deliveries:
+            except KafkaError as exc:
+                self._refuse_append(item, partition, exc)
+                continue
+            sent.append((item, delivery))
+        appended = []
+        for item, delivery in sent:
+            try:
                 await delivery
-        except KafkaError as exc:  # nothing committed past them: the next redrive reads them
-            raise self._error("appending the skipped records again failed", exc) from None
+            except KafkaError as exc:
+                self._refuse_append(item, TopicPartition(item.handle.topic, item.handle.partition), exc)
+                continue
+            appended.append(item)
+        return appended
+
+    def _refuse_append(self, item: RedriveItem, partition: TopicPartition, exc: KafkaError) -> None:
+        log.warning(
+            "Kafka refused to append skipped record %s to %s again: it stays, and nothing after it "
+            "in its partition is committed by this redrive: %s",
+            item.key,
+            self._topic,
+            self._scrubber.describe(exc),
+        )
+        self._stopped.add(partition)
 
     async def renew(self, items: Sequence[RedriveItem]) -> None:
         """Never called: a log holds nothing (``lease_seconds`` is ``None``)."""
