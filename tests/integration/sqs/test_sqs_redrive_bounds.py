@@ -52,18 +52,21 @@ async def test_a_filtered_redrive_keeps_what_it_skipped_hidden_and_reads_on_to_i
     dead_letter_source = source(aws_connection, dlq, origin, lease_seconds=lease)
     read = dead_letter_source.read
     reads = 0
+    visible_while_held: list[int] = []
 
     async def read_held_up_once(limit: int) -> Sequence[RedriveItem]:
         nonlocal reads
         reads += 1
         if reads == 3:  # 20 skipped ones held: their first lease runs out twice over
             await asyncio.sleep(2 * lease)
+            visible_while_held.append((await asyncio.to_thread(sqs.depth, dlq)).visible)
         return await read(limit)
 
     dead_letter_source.read = read_held_up_once
     summary = await redrive(dead_letter_source, filter="body.type == 'fixed'", batch_size=10)
 
     assert summary.moved == 5  # the matching ones were read, after the held ones
+    assert visible_while_held == [25]  # the 20 held stayed hidden: their leases were renewed
     assert sorted(json.loads(m["Body"])["n"] for m in sqs.drain(origin)) == list(range(40, 45))
     assert (summary.examined, summary.skipped, summary.left) == (45, 40, 40)
     assert len(sqs.drain(dlq)) == 40  # given back at the end
