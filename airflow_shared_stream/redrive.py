@@ -19,6 +19,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_shared_stream.common.redrive import (
     BROKERS,
+    DEFAULT_MAX_MESSAGES,
     DeadLetterSource,
     RedriveConfigurationError,
     check_max_messages,
@@ -80,9 +81,10 @@ def _flag(name: str, value: Any) -> bool:
     raise RedriveConfigurationError(f"{name} must be true or false, got {value!r}")
 
 
-def _count(value: Any) -> int | None:
+def _count(value: Any) -> int:
+    """A blank count (``None``, an empty field, a rendered ``None``) is the default, never unbounded."""
     if value in (None, "", "None", "null"):
-        return None
+        return DEFAULT_MAX_MESSAGES
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
     return check_max_messages(value)
@@ -102,12 +104,14 @@ class RedriveDeadLettersOperator(BaseOperator):
     :param conn_id: the Airflow connection (the triggers' default for the broker if not given).
     :param filter: a JMESPath expression over the envelope the triggers see; only messages it
         selects are moved.
-    :param max_messages: move at most this many.
+    :param max_messages: move at most this many (blank or ``None``: ``DEFAULT_MAX_MESSAGES``, 100).
+        A redrive also never reads past the snapshot it takes when it starts (docs/redrive.rst).
     :param dry_run: count and sample what would move; copy nothing, remove nothing.
     :param keep_origin_attributes: keep the attributes our dead-lettering added (reason, origin).
     :param broker_options: ``group_id`` (Kafka), ``region_name`` (SQS), ``project_id``
         (Pub/Sub), ``lease_seconds`` (SQS, Pub/Sub).
-    :return: (XCom) ``{"moved", "skipped", "failed", "dry_run", "samples", "broker", "source"}``.
+    :return: (XCom) ``{"examined", "moved", "skipped", "failed", "left", "snapshot", "dry_run",
+        "samples", "broker", "source"}``.
     """
 
     template_fields: Sequence[str] = (
@@ -149,7 +153,7 @@ class RedriveDeadLettersOperator(BaseOperator):
         if not _templated(broker, filter, max_messages):  # fail at parse time where we can
             self._arguments()
 
-    def _arguments(self) -> tuple[DeadLetterSource, str | None, int | None, bool]:
+    def _arguments(self) -> tuple[DeadLetterSource, str | None, int, bool]:
         broker = str(self.broker or "").strip().lower()
         compile_filter(self.filter or None)
         source = dead_letter_source(
@@ -166,10 +170,13 @@ class RedriveDeadLettersOperator(BaseOperator):
         source, expression, max_messages, dry_run = self._arguments()
         summary = asyncio.run(redrive(source, filter=expression, max_messages=max_messages, dry_run=dry_run))
         self.log.info(
-            "Redrive summary: moved=%d skipped=%d failed=%d dry_run=%s",
+            "Redrive summary: examined=%d moved=%d skipped=%d failed=%d left=%s snapshot=%s dry_run=%s",
+            summary.examined,
             summary.moved,
             summary.skipped,
             summary.failed,
+            summary.left,
+            summary.snapshot,
             summary.dry_run,
         )
         return summary.as_dict()

@@ -44,7 +44,11 @@ with DAG(
             None, type=["null", "string"], description="JMESPath over the envelope the triggers see."
         ),
         "max_messages": Param(
-            100, type=["null", "integer"], minimum=1, description="Move at most this many."
+            100,
+            type=["null", "integer"],
+            minimum=1,
+            description="Move at most this many; empty: 100. Never more than the dead-letter source "
+            "held when the redrive started.",
         ),
         "dry_run": Param(True, type="boolean", description="Only count and sample; move nothing."),
         "keep_origin_attributes": Param(

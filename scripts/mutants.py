@@ -1518,6 +1518,132 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_a_partition_added_while_the_stream_is_down_is_read_from_its_start_on_restart",),
         module=KAFKA_CLUSTER_CHANGES,
     ),
+    # fix/redrive-bounds: issue 45 items 1, 5, 10, 11 -- a redrive stops at its snapshot, keeps what
+    # its filter skipped reachable (Kafka) or hidden while it reads on (queues), holds one batch on a
+    # log, reports what it left; a blank count is the default, a bad filter is refused on POST.
+    Mutant(
+        name="Kafka redrive reads past the end offsets of its snapshot",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/redrive.py",
+        original=(
+            "                    if record.offset >= self._ends[tp] and "
+            "record.timestamp > self._started_ms:\n"
+        ),
+        mutated="                    if False:\n",
+        caught_by=("test_a_redrive_stops_at_the_end_offsets_it_started_with",),
+        module="tests/integration/kafka/test_kafka_redrive_bounds.py",
+    ),
+    Mutant(
+        name="redrive examines past the depth of its snapshot",
+        broker="sqs",
+        path="airflow_shared_stream/common/redrive.py",
+        original=(
+            "        while summary.moved < limit and (snapshot.depth is None or "
+            "summary.examined < snapshot.depth):\n"
+        ),
+        mutated="        while summary.moved < limit:\n",
+        caught_by=("test_an_sqs_redrive_stops_at_the_depth_it_started_with",),
+        module="tests/integration/sqs/test_sqs_redrive_bounds.py",
+    ),
+    Mutant(
+        name="Pub/Sub redrive takes messages published after it started",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/redrive.py",
+        original="        past = self._started_ns is not None and published_ns > self._started_ns\n",
+        mutated="        past = False\n",
+        caught_by=("test_a_pubsub_redrive_never_chases_its_own_copies",),
+        module="tests/integration/pubsub/test_pubsub_redrive_bounds.py",
+    ),
+    Mutant(
+        name="Service Bus redrive takes dead letters enqueued after it started",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/redrive.py",
+        original=(
+            "            past = self._started is not None and enqueued is not None and "
+            "enqueued > self._started\n"
+        ),
+        mutated="            past = False\n",
+        caught_by=("test_a_service_bus_redrive_never_chases_its_own_copies",),
+        module="tests/integration/servicebus/test_servicebus_redrive_bounds.py",
+    ),
+    Mutant(
+        name="Kafka redrive commits past skipped records without appending them again",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/redrive.py",
+        original="        appended = await self._append_again(skipped)\n",
+        mutated="        appended = list(skipped)\n",
+        caught_by=("test_a_filtered_redrive_leaves_the_skipped_records_to_the_next_one",),
+        module="tests/integration/kafka/test_kafka_redrive_bounds.py",
+    ),
+    Mutant(
+        name="Kafka redrive holds every record its dry run read",
+        broker="kafka",
+        path="airflow_shared_stream/common/redrive.py",
+        original=(
+            '    """A queue holds what stays until the end (each read once); a log has nothing to hold."""\n'
+            "    if source.lease_seconds is not None:\n"
+        ),
+        mutated=(
+            '    """A queue holds what stays until the end (each read once); a log has nothing to hold."""\n'
+            "    if True:\n"
+        ),
+        caught_by=("test_a_dry_run_holds_one_batch_whatever_the_depth",),
+        module="tests/integration/kafka/test_kafka_redrive_bounds.py",
+    ),
+    Mutant(
+        name="redrive never renews the leases of what it holds",
+        broker="sqs",
+        path="airflow_shared_stream/common/redrive.py",
+        original="            self._task = asyncio.create_task(self._renew_every())\n",
+        mutated="            pass\n",
+        caught_by=("test_a_filtered_redrive_keeps_what_it_skipped_hidden_and_reads_on_to_its_snapshot",),
+        module="tests/integration/sqs/test_sqs_redrive_bounds.py",
+    ),
+    Mutant(
+        name="redrive ends at the first read of messages it already holds",
+        broker="sqs",
+        path="airflow_shared_stream/common/redrive.py",
+        original="                if returning_reads >= RETURNING_READS_LIMIT:\n",
+        mutated="                if True:\n",
+        caught_by=("test_a_read_of_messages_already_held_does_not_end_the_redrive",),
+        module="tests/unit/test_redrive_operator.py",
+    ),
+    Mutant(
+        name="redrive without max_messages is unbounded",
+        broker="sqs",
+        path="airflow_shared_stream/common/redrive.py",
+        original="    if max_messages is None:\n        return DEFAULT_MAX_MESSAGES\n",
+        mutated="    if max_messages is None:\n        return 10**9\n",
+        caught_by=("test_no_maximum_is_the_default_maximum_never_unbounded",),
+        module="tests/unit/test_redrive_operator.py",
+    ),
+    Mutant(
+        name="the page sends a blank max_messages over the redrive Dag's default",
+        broker="sqs",
+        path="airflow_shared_stream/console/api.py",
+        original="        return self.model_dump(exclude_none=True)\n",
+        mutated="        return self.model_dump()\n",
+        caught_by=("test_a_blank_max_messages_leaves_the_dags_default",),
+        module=CONSOLE_REDRIVE_FORM,
+    ),
+    Mutant(
+        name="the page accepts a redrive filter that does not compile",
+        broker="sqs",
+        path="airflow_shared_stream/console/api.py",
+        original="        compile_filter(value or None)\n",
+        mutated="        pass\n",
+        caught_by=("test_a_filter_that_does_not_compile_is_refused_where_the_redrive_is_asked_for",),
+        module=CONSOLE_REDRIVE_FORM,
+    ),
+    Mutant(
+        name="redrive report leaves out what it left",
+        broker="sqs",
+        path="airflow_shared_stream/common/redrive.py",
+        original="    summary.left = _left(summary, exhausted)\n",
+        mutated="    summary.left = None\n",
+        caught_by=("test_the_operator_reports_examined_moved_skipped_left",),
+        module="tests/integration/sqs/test_sqs_redrive_bounds.py",
+    ),
 )
 
 

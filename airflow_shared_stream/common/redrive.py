@@ -8,13 +8,23 @@ out of the dead-letter source. A redrive killed at any point leaves every messag
 dead-letter source, at the origin, or in both (a duplicate, which at-least-once allows); never in
 neither.
 
-Messages the ``filter`` leaves, and copies the broker refuses, are held until the redrive ends
-and then given back (a queue makes them visible again), so one redrive reads each message once.
-A dry run holds everything and gives it all back: nothing is copied and nothing removed.
+A redrive is bounded by a snapshot taken once open, before its first read
+(:meth:`DeadLetterSource.snapshot`): the end offsets of a Kafka topic, the approximate depth of a
+queue, the time a Pub/Sub or Service Bus read started. It never reads past it, so copies that come
+back to the dead-letter source while it runs (a watcher rejects them again) wait for the next
+redrive instead of being chased; and it moves at most ``max_messages`` (a default when not given).
+
+On a queue (SQS, Pub/Sub, Service Bus) the messages the ``filter`` leaves, and copies the broker
+refuses, are held until the redrive ends, their leases renewed while held, and then given back,
+so one redrive reads each message once; what it holds is the broker's handle, not the message's
+content. A log (Kafka) holds nothing: a record not committed past is read again by the next
+redrive. A dry run copies nothing and removes nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +47,10 @@ REDRIVE_FAILED = "redrive_failed"
 
 DEFAULT_BATCH_SIZE = 10
 DEFAULT_SAMPLE_SIZE = 5
+DEFAULT_MAX_MESSAGES = 100
+"""How many a redrive moves when ``max_messages`` is not given (a blank form field, ``None``)."""
+RETURNING_READS_LIMIT = 10
+"""Reads in a row made only of messages already held (their leases ran out) before giving up."""
 
 
 class RedriveConfigurationError(SharedStreamConfigurationError):
@@ -54,6 +68,9 @@ class RedriveItem:
     """What the triggers would see for this message (the ``filter`` runs over it)."""
     handle: Any = field(repr=False)
     """What the broker's source needs to copy and remove it."""
+    past_snapshot: bool = False
+    """Reached the dead-letter source after the redrive's snapshot (a copy dead-lettered again):
+    held and given back at the end, never examined nor counted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +99,17 @@ def refuse_loop(source: DeadLetterSource) -> None:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class RedriveSnapshot:
+    """Where a redrive stops, taken once open: the source keeps its own bound, and says a count."""
+
+    depth: int | None
+    """How many messages the dead-letter source held (approximate for a queue); ``None``: the
+    broker cannot count them without reading them (the source's own bound still holds)."""
+    bound: str
+    """The bound as the broker states it, for the log (end offsets, a depth, a time)."""
+
+
 class DeadLetterSource(Protocol):
     """What a broker's ``redrive.py`` implements; see the module docstring for the order of calls."""
 
@@ -99,8 +127,21 @@ class DeadLetterSource(Protocol):
     async def close(self) -> None:
         """Release the connections (best effort)."""
 
+    lease_seconds: float | None
+    """How long a read holds a message before the broker hands it out again; ``None``: reading
+    holds nothing (a log), so the engine keeps nothing between reads."""
+
+    async def snapshot(self) -> RedriveSnapshot:
+        """Fix where this redrive stops (called once, after :meth:`open`, before any read)."""
+
     async def read(self, limit: int) -> Sequence[RedriveItem]:
-        """At most ``limit`` messages; an empty batch when the dead-letter source has no more."""
+        """At most ``limit`` messages within the snapshot; an empty batch when there are no more."""
+
+    async def renew(self, items: Sequence[RedriveItem]) -> None:
+        """Extend the leases of ``items`` by :attr:`lease_seconds` (only called when it is set)."""
+
+    def held_handle(self, item: RedriveItem) -> Any:
+        """What of a held message's handle :meth:`renew` and :meth:`release` need (not its content)."""
 
     async def copy(self, items: Sequence[RedriveItem]) -> Sequence[RedriveItem]:
         """Copy ``items`` to their origin; return those the broker accepted (acknowledged)."""
@@ -128,9 +169,19 @@ class RedriveSummary:
 
     broker: str
     source: str
+    examined: int = 0
+    """Messages of the snapshot read and judged by the filter (each once)."""
     moved: int = 0
+    """Copied and removed (a dry run: the ones that would move)."""
     skipped: int = 0
+    """Left by the filter: still in the dead-letter source."""
     failed: int = 0
+    """Copies the broker refused: still in the dead-letter source."""
+    left: int | None = None
+    """Of the snapshot, still in the dead-letter source when the redrive ended (skipped, failed,
+    and what it did not reach); ``None`` when the broker cannot count and it stopped early."""
+    snapshot: int | None = None
+    """The snapshot's count (``None``: the broker cannot count without reading)."""
     dry_run: bool = False
     samples: list[dict[str, Any]] = field(default_factory=list)
 
@@ -138,9 +189,12 @@ class RedriveSummary:
         return {
             "broker": self.broker,
             "source": self.source,
+            "examined": self.examined,
             "moved": self.moved,
             "skipped": self.skipped,
             "failed": self.failed,
+            "left": self.left,
+            "snapshot": self.snapshot,
             "dry_run": self.dry_run,
             "samples": self.samples,
         }
@@ -154,14 +208,58 @@ def compile_filter(expression: str | None) -> EnvelopeMatcher:
         raise RedriveConfigurationError(str(exc).replace("match", "filter", 1)) from None
 
 
-def check_max_messages(max_messages: Any) -> int | None:
+def check_max_messages(max_messages: Any) -> int:
+    """A positive count; ``None`` is :data:`DEFAULT_MAX_MESSAGES`, never "unbounded"."""
     if max_messages is None:
-        return None
+        return DEFAULT_MAX_MESSAGES
     if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
         raise RedriveConfigurationError(
-            f"max_messages must be a positive integer or None, got {max_messages!r}"
+            f"max_messages must be a positive integer or None (the default, {DEFAULT_MAX_MESSAGES}), "
+            f"got {max_messages!r}"
         )
     return max_messages
+
+
+class _Held:
+    """What a queue's redrive holds until its end: handles only, leases renewed in the background."""
+
+    def __init__(self, source: DeadLetterSource) -> None:
+        self._source = source
+        self._slim = source.held_handle
+        self.items: dict[str, RedriveItem] = {}
+        self._task: asyncio.Task[None] | None = None
+        if source.lease_seconds is not None:
+            self._task = asyncio.create_task(self._renew_every())
+
+    def keep(self, items: Sequence[RedriveItem]) -> None:
+        for item in items:
+            item.envelope = {}  # the filter has judged it: keep the handle, not the content
+            item.handle = self._slim(item)
+            self.items[item.key] = item
+
+    def returning(self, item: RedriveItem) -> bool:
+        """Whether ``item`` is one already held (read again): then its newer handle is kept."""
+        if item.key not in self.items:
+            return False
+        self.keep([item])
+        return True
+
+    async def _renew_every(self) -> None:
+        """At a third of the lease, as the source states it now (Service Bus learns it on a read)."""
+        while True:
+            await asyncio.sleep((self._source.lease_seconds or 0) / 3)
+            held = list(self.items.values())
+            if held:
+                try:
+                    await self._source.renew(held)
+                except Exception as exc:  # they come back: recognised by key, never lost
+                    log.warning("Renewing %d held message(s) failed: %s", len(held), type(exc).__name__)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
 
 
 async def redrive(
@@ -177,42 +275,60 @@ async def redrive(
     """
     Move the dead-letter source's messages that ``filter`` selects back to their origin.
 
-    Stops when the source has no more, or ``max_messages`` were moved (a dry run: selected).
+    Stops when the source has no more within its snapshot, when the snapshot's count was
+    examined, or when ``max_messages`` (:data:`DEFAULT_MAX_MESSAGES` if ``None``) were moved
+    (a dry run: selected).
     """
     matcher = compile_filter(filter)
     limit = check_max_messages(max_messages)
     summary = RedriveSummary(broker=source.broker, source=source.label, dry_run=dry_run)
     metrics = StreamMetrics(source.broker, source.label)
-    held: dict[str, RedriveItem] = {}
     refuse_loop(source)
+    held: _Held | None = None
+    exhausted = False
     try:
         await source.open()  # inside: a source that half opened is closed too
         refuse_loop(source)  # what only the broker knows (a subscription's topic), now known
-        while limit is None or summary.moved < limit:
-            want = batch_size if limit is None else min(batch_size, limit - summary.moved)
+        snapshot = await source.snapshot()
+        summary.snapshot = snapshot.depth
+        log.info("Redrive of %s %s stops at %s", source.broker, source.label, snapshot.bound)
+        held = _Held(source)
+        returning_reads = 0
+        while summary.moved < limit and (snapshot.depth is None or summary.examined < snapshot.depth):
+            want = min(batch_size, limit - summary.moved)
+            if snapshot.depth is not None:
+                want = min(want, snapshot.depth - summary.examined)
             batch = await source.read(want)
-            fresh = []
-            for item in batch:
-                if item.key in held:  # its lease ran out while held: keep the newer handle
-                    held[item.key] = item
-                else:
-                    fresh.append(item)
-            if not fresh:
+            if not batch:
+                exhausted = True
                 break
+            fresh = [item for item in batch if not held.returning(item)]
+            _hold(source, held, [item for item in fresh if item.past_snapshot])
+            fresh = [item for item in fresh if not item.past_snapshot]
+            if not fresh:  # leases run out despite renewal, or newer than the snapshot: read on, bounded
+                returning_reads += 1
+                if returning_reads >= RETURNING_READS_LIMIT:
+                    log.warning("Redrive of %s reads only messages it already holds: it stops", source.label)
+                    break
+                continue
+            returning_reads = 0
+            summary.examined += len(fresh)
             selected: list[RedriveItem] = []
             skipped: list[RedriveItem] = []
             for item in fresh:
                 verdict, _ = matcher.evaluate(item.envelope)
                 (selected if verdict is Verdict.MATCH else skipped).append(item)
             beyond: list[RedriveItem] = []  # read past the maximum: given back, not counted
-            room = None if limit is None else limit - summary.moved
-            if room is not None and len(selected) > room:
+            room = limit - summary.moved
+            if len(selected) > room:
                 selected, beyond = selected[:room], selected[room:]
+                summary.examined -= len(beyond)
             summary.skipped += len(skipped)
             if dry_run:
                 summary.moved += len(selected)
                 summary.samples.extend(i.envelope for i in selected[: sample_size - len(summary.samples)])
-                held.update((i.key, i) for i in fresh)
+                _hold(source, held, fresh)
+                await _release_now(source, fresh)
                 continue
             if checkpoint is not None:
                 await checkpoint("read", selected)
@@ -225,26 +341,53 @@ async def redrive(
             summary.failed += len(refused)
             metrics.incr(REDRIVE_MOVED, len(accepted))
             metrics.incr(REDRIVE_FAILED, len(refused))
-            held.update((i.key, i) for i in (*skipped, *beyond, *refused))
+            _hold(source, held, [*skipped, *beyond, *refused])
             if refused:
                 log.warning(
                     "The broker refused %d copy(ies) from %s: they stay there", len(refused), source.label
                 )
     finally:
         try:
-            if held:
-                await source.release(list(held.values()))
+            if held is not None:
+                await held.stop()
+                if held.items:
+                    await source.release(list(held.items.values()))
         finally:
             metrics.incr(REDRIVE_SKIPPED, summary.skipped)
             metrics.flush()
             await source.close()
+    summary.left = _left(summary, exhausted)
     log.info(
-        "Redrive of %s %s%s: moved %d, skipped by filter %d, failed %d",
+        "Redrive of %s %s%s: examined %d, moved %d, skipped by filter %d, failed %d, left %s (snapshot: %s)",
         summary.broker,
         summary.source,
         " (dry run)" if dry_run else "",
+        summary.examined,
         summary.moved,
         summary.skipped,
         summary.failed,
+        "unknown" if summary.left is None else summary.left,
+        "no count" if summary.snapshot is None else summary.snapshot,
     )
     return summary
+
+
+def _hold(source: DeadLetterSource, held: _Held, items: Sequence[RedriveItem]) -> None:
+    """A queue holds what stays until the end (each read once); a log has nothing to hold."""
+    if source.lease_seconds is not None:
+        held.keep(items)
+
+
+async def _release_now(source: DeadLetterSource, items: Sequence[RedriveItem]) -> None:
+    """A log's dry run lets each batch go at once, so memory stays one batch whatever the depth."""
+    if source.lease_seconds is None:
+        await source.release(items)
+
+
+def _left(summary: RedriveSummary, exhausted: bool) -> int | None:
+    """What of the snapshot is still in the dead-letter source (see :attr:`RedriveSummary.left`)."""
+    moved = 0 if summary.dry_run else summary.moved
+    stayed = summary.examined - moved
+    if summary.snapshot is None:
+        return stayed if exhausted else None
+    return max(summary.snapshot - moved, stayed)

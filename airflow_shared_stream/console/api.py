@@ -26,7 +26,7 @@ from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessE
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 
 from airflow_shared_stream.console.backlog import broker_backlog
@@ -50,6 +50,19 @@ class RedriveRequest(BaseModel):
     max_messages: int | None = Field(default=None, ge=1, le=MAX_REDRIVE_MESSAGES)
     dry_run: bool = True
     keep_origin_attributes: bool = False
+
+    @field_validator("filter")
+    @classmethod
+    def _filter_compiles(cls, value: str | None) -> str | None:
+        """A filter the redrive would refuse is refused here, with its reason (a 422)."""
+        from airflow_shared_stream.common.redrive import compile_filter
+
+        compile_filter(value or None)
+        return value or None
+
+    def params(self) -> dict[str, Any]:
+        """The Dag run's conf: a field left blank is not sent, so the Dag's default applies."""
+        return self.model_dump(exclude_none=True)
 
 
 can_read = Depends(requires_access_dag("GET"))
@@ -90,7 +103,7 @@ def create_app() -> FastAPI:
             raise HTTPException(404, f"No stream {stream_id!r}")
         if not stream.redrive_params:
             raise HTTPException(409, f"Stream {stream_id!r} has no dead-letter destination to redrive from")
-        params = {**stream.redrive_params, **body.model_dump()}
+        params = {**stream.redrive_params, **body.params()}
         async with httpx.AsyncClient(base_url=_airflow_api_root(request), timeout=30) as client:
             answer = await client.post(
                 f"/api/v2/dags/{REDRIVE_DAG_ID}/dagRuns",

@@ -12,22 +12,30 @@ redrive: the records after it are not copied (a broker's late refusal may leave 
 sent: duplicates) and nothing from it on is committed, so the next redrive reads it again.
 
 The consumer is assigned the partitions (no group membership, so no rebalance and no session
-to time out). It reads until every partition is past the end offset it had when the redrive
-started and a read finds nothing more (some brokers report end offsets per batch, not per
-record, so the end offsets alone cannot say when a partition is done).
+to time out). Its snapshot is each partition's end offset when the redrive started (and the
+time, for brokers that report end offsets per batch): it never reads past it, so copies that come
+back to the dead-letter topic while it runs (a watcher rejected them again) wait for the next
+redrive.
+
+Records the ``filter`` leaves are appended again to the end of their partition of the
+dead-letter topic (acknowledged) before the group commits past them: they stay in the topic,
+reachable by the next redrive and counted in its depth, while the group still moves on past the
+records it moved. A redrive killed between the two leaves a skipped record twice (a duplicate).
+A redrive holds nothing between reads: its memory is one batch whatever the topic's depth.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute
+from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute, RedriveSnapshot
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.kafka.dead_letter import ORIGIN_HEADERS, REASON_HEADER, SIZE_HEADER
 from airflow_shared_stream.kafka.errors import (
@@ -59,6 +67,7 @@ class KafkaDeadLetterSource:
     """
 
     broker = "kafka"
+    lease_seconds = None  # a log: a record not committed past is read again, nothing is held
 
     def __init__(
         self,
@@ -80,7 +89,11 @@ class KafkaDeadLetterSource:
         self._producer: AIOKafkaProducer | None = None
         self._scrubber: Any = None
         self._ends: dict[TopicPartition, int] = {}
+        """The snapshot: each partition's end offset when the redrive started (exclusive)."""
         self._stopped: set[TopicPartition] = set()
+        self._done: set[TopicPartition] = set()
+        """Partitions read up to the snapshot."""
+        self._started_ms = 0
         self._unsettled: dict[TopicPartition, list[int]] = {}
         """Offsets read and not yet moved or passed, per partition, in order."""
         self._handled: dict[TopicPartition, set[int]] = {}
@@ -132,28 +145,42 @@ class KafkaDeadLetterSource:
                 except Exception as exc:  # best effort: the redrive is over
                     log.debug("Stopping a Kafka client failed: %s", type(exc).__name__)
 
+    async def snapshot(self) -> RedriveSnapshot:
+        """
+        The end offsets taken when opened, and now: a record at or past its partition's end offset
+        and written after now is the next redrive's. The time covers brokers that report end
+        offsets per batch (a record past the end offset was there before the redrive started);
+        no count, since such an end offset cannot give one.
+        """
+        self._started_ms = int(time.time() * 1000)
+        ends = {tp.partition: end for tp, end in sorted(self._ends.items())}
+        return RedriveSnapshot(depth=None, bound=f"end offsets {ends} of {self._topic!r}")
+
     async def read(self, limit: int) -> Sequence[RedriveItem]:
         consumer = self._consumer
         assert consumer is not None
         while True:
-            reading = [tp for tp in self._ends if tp not in self._stopped]
+            reading = [tp for tp in self._ends if tp not in self._stopped and tp not in self._done]
             if not reading:
                 return []
             try:
                 batches = await consumer.getmany(*reading, timeout_ms=READ_TIMEOUT_MS, max_records=limit)
             except KafkaError as exc:
                 raise self._error("reading failed", exc) from None
-            items = [
-                self._item(record)
-                for tp, records in batches.items()
-                if tp not in self._stopped
-                for record in records
-            ]
+            items = []
+            for tp, records in batches.items():
+                for record in records:
+                    if tp in self._stopped or tp in self._done:
+                        break
+                    if record.offset >= self._ends[tp] and record.timestamp > self._started_ms:
+                        self._done.add(tp)  # past the snapshot: this and what follows wait
+                        break
+                    items.append(self._item(record))
             if items:
                 return items
-            positions = {tp: await consumer.position(tp) for tp in reading}
-            if all(position >= self._ends[tp] for tp, position in positions.items()):
-                return []
+            for tp in reading:  # nothing more within the snapshot
+                if tp not in batches and await consumer.position(tp) >= self._ends[tp]:
+                    self._done.add(tp)
 
     def _item(self, record: Any) -> RedriveItem:
         tp = TopicPartition(record.topic, record.partition)
@@ -207,7 +234,8 @@ class KafkaDeadLetterSource:
         return accepted
 
     async def remove(self, moved: Sequence[RedriveItem], skipped: Sequence[RedriveItem]) -> None:
-        for item in (*moved, *skipped):
+        appended = await self._append_again(skipped)
+        for item in (*moved, *appended):
             record = item.handle
             self._handled.setdefault(TopicPartition(record.topic, record.partition), set()).add(record.offset)
         offsets: dict[TopicPartition, int] = {}
@@ -229,8 +257,66 @@ class KafkaDeadLetterSource:
                     f"committing group {self._group_id!r} on {self._topic!r} failed", exc
                 ) from None
 
+    async def _append_again(self, skipped: Sequence[RedriveItem]) -> list[RedriveItem]:
+        """
+        Append the skipped records to their partition's end (past the snapshot); return those the
+        brokers acknowledged. One refused stops its partition like a refused copy: nothing from it
+        on is committed, so the next redrive reads it again (never a crash loop, never a skip).
+        """
+        producer = self._producer
+        assert producer is not None
+        sent: list[tuple[RedriveItem, Any]] = []
+        for item in skipped:
+            record = item.handle
+            partition = TopicPartition(record.topic, record.partition)
+            if partition in self._stopped:
+                continue
+            try:
+                delivery = await producer.send(
+                    self._topic,
+                    value=record.value,
+                    key=record.key,
+                    headers=list(record.headers),
+                    partition=record.partition,
+                )
+            except KafkaError as exc:
+                self._refuse_append(item, partition, exc)
+                continue
+            sent.append((item, delivery))
+        appended = []
+        for item, delivery in sent:
+            try:
+                await delivery
+            except KafkaError as exc:
+                self._refuse_append(item, TopicPartition(item.handle.topic, item.handle.partition), exc)
+                continue
+            appended.append(item)
+        return appended
+
+    def _refuse_append(self, item: RedriveItem, partition: TopicPartition, exc: KafkaError) -> None:
+        log.warning(
+            "Kafka refused to append skipped record %s to %s again: it stays, and nothing after it "
+            "in its partition is committed by this redrive: %s",
+            item.key,
+            self._topic,
+            self._scrubber.describe(exc),
+        )
+        self._stopped.add(partition)
+
+    async def renew(self, items: Sequence[RedriveItem]) -> None:
+        """Never called: a log holds nothing (``lease_seconds`` is ``None``)."""
+        await asyncio.sleep(0)
+
+    def held_handle(self, item: RedriveItem) -> Any:
+        return item.handle
+
     async def release(self, items: Sequence[RedriveItem]) -> None:
-        """Nothing to give back: a record not committed past is read again by the next redrive."""
+        """Nothing to give back (a record not committed past is read again); forget their offsets."""
+        for item in items:
+            record = item.handle
+            pending = self._unsettled.get(TopicPartition(record.topic, record.partition))
+            if pending is not None and record.offset in pending:
+                pending.remove(record.offset)
         await asyncio.sleep(0)
 
     def _error(self, what: str, exc: BaseException) -> KafkaSharedStreamError:

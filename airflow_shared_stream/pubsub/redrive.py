@@ -7,18 +7,23 @@ acknowledged on the dead-letter subscription only after Pub/Sub returned its new
 A topic reaches every subscription on it: a message redriven to a topic with several
 subscriptions is delivered to each of them again (docs/redrive.rst).
 
-Pulled messages get the redrive's own ack deadline (``lease_seconds``); one held longer (a
-skipped one in a long redrive) is handed out again and recognised by its message id.
+Pulled messages get the redrive's own ack deadline (``lease_seconds``), extended while the
+redrive holds them; one handed out again anyway is recognised by its message id. Pub/Sub cannot
+count a subscription's messages without a monitoring API, so the snapshot is a time: a message
+published to the dead-letter topic after the redrive started (a copy dead-lettered again) is held
+and given back at the end, never examined.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_shared_stream.common.matching import build_message
-from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute
+from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute, RedriveSnapshot
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.pubsub.client import PubSubClient
 from airflow_shared_stream.pubsub.dead_letter import (
@@ -50,6 +55,13 @@ ORIGIN_ATTRIBUTES = frozenset(
 PULL_WAIT_SECONDS = 2.0
 
 
+@dataclass(frozen=True, slots=True)
+class HeldMessage:
+    """What a redrive keeps of a message it holds: the ack id, not the data."""
+
+    ack_id: str
+
+
 class PubSubDeadLetterSource:
     """
     Pull a dead-letter subscription; publish to ``source``; acknowledge what was published.
@@ -77,7 +89,9 @@ class PubSubDeadLetterSource:
         self._conn_id = conn_id or PubSubSharedStreamHook.default_conn_name
         self._keep = keep_origin_attributes
         self._project_id = project_id
-        self._lease_seconds = lease_seconds
+        self.lease_seconds = lease_seconds
+        self._started_ns: int | None = None
+        """The snapshot: publish times after it (the service's clock, nanoseconds) are the next redrive's."""
         self._client: PubSubClient | None = None
         self.subscription = ""
         self.topic = ""
@@ -110,11 +124,24 @@ class PubSubDeadLetterSource:
         assert self._client is not None, "the redrive source is not open"
         return self._client
 
+    async def snapshot(self) -> RedriveSnapshot:
+        now = datetime.datetime.now(datetime.timezone.utc)
+        self._started_ns = int(now.timestamp()) * 1_000_000_000 + now.microsecond * 1000
+        return RedriveSnapshot(depth=None, bound=f"messages published before {now.isoformat()}")
+
+    def held_handle(self, item: RedriveItem) -> Any:
+        return HeldMessage(ack_id=item.handle.ack_id)
+
+    async def renew(self, items: Sequence[RedriveItem]) -> None:
+        await self.client.modify_ack_deadline(
+            self.subscription, [item.handle.ack_id for item in items], self.lease_seconds
+        )
+
     async def read(self, limit: int) -> Sequence[RedriveItem]:
         received = await self.client.pull(self.subscription, limit, PULL_WAIT_SECONDS)
         if received:  # hold them for the redrive, not for the subscription's deadline
             await self.client.modify_ack_deadline(
-                self.subscription, [r.ack_id for r in received], self._lease_seconds
+                self.subscription, [r.ack_id for r in received], self.lease_seconds
             )
         return [self._item(r) for r in received]
 
@@ -132,7 +159,10 @@ class PubSubDeadLetterSource:
             label=f"{self.label}/{message.message_id}",
             max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES,
         ).envelope
-        return RedriveItem(key=message.message_id, envelope=envelope, handle=received)
+        stamp = message.publish_time
+        published_ns = stamp.seconds * 1_000_000_000 + stamp.nanos
+        past = self._started_ns is not None and published_ns > self._started_ns
+        return RedriveItem(key=message.message_id, envelope=envelope, handle=received, past_snapshot=past)
 
     async def copy(self, items: Sequence[RedriveItem]) -> Sequence[RedriveItem]:
         from google.pubsub_v1 import types

@@ -15,17 +15,22 @@ subscription, so the topic's other subscriptions can leave it out with a rule
 Service Bus keeps why a message was dead-lettered in two application properties of the message,
 ``DeadLetterReason`` and ``DeadLetterErrorDescription`` (what our triggers' reject writes there).
 The copy leaves them out, unless ``keep_origin_attributes``.
+
+The snapshot is a time: a dead letter enqueued after the redrive started (a copy dead-lettered
+again) is held and given back at the end, never examined. Held messages' locks are renewed at a
+third of the lock the broker granted (``locked_until_utc`` of the last read).
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from airflow_shared_stream.common.errors import SecretScrubber
 from airflow_shared_stream.common.matching import build_message
-from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute
+from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute, RedriveSnapshot
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.servicebus.errors import (
     ServiceBusConfigurationError,
@@ -41,6 +46,8 @@ REDRIVE_SUBSCRIPTION_PROPERTY = "shared_stream_redrive_subscription"
 ORIGIN_PROPERTIES = frozenset(("DeadLetterReason", "DeadLetterErrorDescription"))
 """Where Service Bus keeps a dead-lettering's reason (stripped unless ``keep_origin_attributes``)."""
 RECEIVE_WAIT_SECONDS = 2.0
+FIRST_LOCK_SECONDS = 30.0
+"""The lock assumed until a read says what the broker grants (Service Bus's least is 5 s)."""
 _SUBSCRIPTIONS = "/subscriptions/"
 
 
@@ -93,6 +100,8 @@ class ServiceBusDeadLetterSource:
         self._client: Any = None
         self._receiver: Any = None
         self._sender: Any = None
+        self._started: datetime.datetime | None = None
+        self.lease_seconds = FIRST_LOCK_SECONDS
         self.label = self._entity.path + "/$deadletterqueue"
 
     @property
@@ -142,6 +151,21 @@ class ServiceBusDeadLetterSource:
                     log.debug("Closing a Service Bus handler failed: %s", type(exc).__name__)
         self._sender = self._receiver = self._client = None
 
+    async def snapshot(self) -> RedriveSnapshot:
+        self._started = datetime.datetime.now(datetime.timezone.utc)
+        return RedriveSnapshot(depth=None, bound=f"dead letters enqueued before {self._started.isoformat()}")
+
+    def held_handle(self, item: RedriveItem) -> Any:
+        """The SDK renews and abandons by the received message itself."""
+        return item.handle
+
+    async def renew(self, items: Sequence[RedriveItem]) -> None:
+        for item in items:
+            try:
+                await self._receiver.renew_message_lock(item.handle)
+            except Exception as exc:  # a lost lock: it is handed out again and recognised by key
+                log.debug("Could not renew the lock of %s: %s", item.key, type(exc).__name__)
+
     async def read(self, limit: int) -> Sequence[RedriveItem]:
         try:
             messages = await self._receiver.receive_messages(
@@ -158,8 +182,22 @@ class ServiceBusDeadLetterSource:
                 label=f"{self.label}/{message.sequence_number}",
                 max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES,
             ).envelope
-            items.append(RedriveItem(key=str(message.sequence_number), envelope=envelope, handle=message))
+            enqueued = message.enqueued_time_utc
+            past = self._started is not None and enqueued is not None and enqueued > self._started
+            items.append(
+                RedriveItem(
+                    key=str(message.sequence_number), envelope=envelope, handle=message, past_snapshot=past
+                )
+            )
+            self._learn_lock(message)
         return items
+
+    def _learn_lock(self, message: Any) -> None:
+        """The lock the broker granted, from the message (FAULT_MODEL 5: what the broker says)."""
+        until = message.locked_until_utc
+        if until is not None:
+            granted = (until - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+            self.lease_seconds = max(1.0, min(self.lease_seconds, granted))
 
     def _copy_of(self, message: Any) -> Any:
         from azure.servicebus import ServiceBusMessage

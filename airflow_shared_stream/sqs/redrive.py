@@ -7,8 +7,10 @@ the copy keeps the original's ``MessageGroupId``, and its ``MessageDeduplication
 dead-letter message's id: a copy sent again after a redrive was killed before its delete is
 dropped by SQS's deduplication window instead of being delivered twice.
 
-Messages are received with the redrive's own visibility timeout (``lease_seconds``); a message
-held longer (a skipped one in a long redrive) comes back and is recognised by its id.
+Messages are received with the redrive's own visibility timeout (``lease_seconds``), renewed
+(``ChangeMessageVisibilityBatch``) while the redrive holds them; one that comes back anyway is
+recognised by its id. The snapshot is the queue's ``ApproximateNumberOfMessages`` when the
+redrive starts: it examines no more, so copies dead-lettered again while it runs are not chased.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from airflow_shared_stream.common.errors import SecretScrubber
 from airflow_shared_stream.common.matching import build_message
-from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute
+from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute, RedriveSnapshot
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.sqs.dead_letter import (
     DEAD_LETTER_DESCRIPTION,
@@ -71,7 +73,7 @@ class SqsDeadLetterSource:
         self._conn_id = conn_id or SqsSharedStreamHook.default_conn_name
         self._keep = keep_origin_attributes
         self._region_name = region_name
-        self._lease_seconds = lease_seconds
+        self.lease_seconds = lease_seconds
         self._wait_seconds = wait_seconds
         self._client: Any = None
         self._exit_stack = contextlib.AsyncExitStack()
@@ -99,6 +101,17 @@ class SqsDeadLetterSource:
         await self._exit_stack.aclose()
         self._client = None
 
+    async def snapshot(self) -> RedriveSnapshot:
+        """The visible messages now (approximate, as SQS counts): more are never examined."""
+        response = await self._call(
+            "GetQueueAttributes",
+            self._dead_letter,
+            QueueUrl=self._dead_letter.url,
+            AttributeNames=["ApproximateNumberOfMessages"],
+        )
+        depth = int(response.get("Attributes", {}).get("ApproximateNumberOfMessages", 0))
+        return RedriveSnapshot(depth=depth, bound=f"{depth} message(s) of {self._dead_letter.name}")
+
     async def read(self, limit: int) -> Sequence[RedriveItem]:
         response = await self._call(
             "ReceiveMessage",
@@ -106,7 +119,7 @@ class SqsDeadLetterSource:
             QueueUrl=self._dead_letter.url,
             MaxNumberOfMessages=max(1, min(limit, SQS_BATCH_LIMIT)),
             WaitTimeSeconds=self._wait_seconds,
-            VisibilityTimeout=self._lease_seconds,
+            VisibilityTimeout=self.lease_seconds,
             MessageSystemAttributeNames=["All"],
             MessageAttributeNames=["All"],
         )
@@ -171,11 +184,20 @@ class SqsDeadLetterSource:
                 failure.get("Code"),
             )
 
+    def held_handle(self, item: RedriveItem) -> Any:
+        return {"ReceiptHandle": item.handle["ReceiptHandle"]}
+
+    async def renew(self, items: Sequence[RedriveItem]) -> None:
+        await self._hide_for(items, self.lease_seconds, "keep hidden")
+
     async def release(self, items: Sequence[RedriveItem]) -> None:
+        await self._hide_for(items, 0, "give back")
+
+    async def _hide_for(self, items: Sequence[RedriveItem], seconds: int, what: str) -> None:
         for start in range(0, len(items), SQS_BATCH_LIMIT):
             chunk = items[start : start + SQS_BATCH_LIMIT]
             entries = [
-                {"Id": str(i), "ReceiptHandle": item.handle["ReceiptHandle"], "VisibilityTimeout": 0}
+                {"Id": str(i), "ReceiptHandle": item.handle["ReceiptHandle"], "VisibilityTimeout": seconds}
                 for i, item in enumerate(chunk)
             ]
             try:
@@ -187,7 +209,7 @@ class SqsDeadLetterSource:
                 )
             except SqsSharedStreamError as exc:  # they come back when their lease ends anyway
                 log.warning(
-                    "Could not give back %d message(s) to %s: %s", len(chunk), self._dead_letter.name, exc
+                    "Could not %s %d message(s) of %s: %s", what, len(chunk), self._dead_letter.name, exc
                 )
 
     async def _call(self, operation: str, queue: QueueUrl, **params: Any) -> dict[str, Any]:

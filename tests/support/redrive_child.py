@@ -34,13 +34,33 @@ async def _run(spec: dict[str, Any]) -> None:
         await asyncio.Event().wait()  # until the parent's SIGKILL
 
     source = dead_letter_source(spec["broker"], **spec["source"])
-    await redrive(source, checkpoint=stop_after_copy, batch_size=spec.get("batch_size", 10))
+    checkpoint: Any = stop_after_copy
+    if spec.get("stop_after") == "append":  # Kafka: skipped records appended again, not committed past
+        append_again = source._append_again
+
+        async def stop_after_append(skipped: Sequence[RedriveItem]) -> None:
+            await append_again(skipped)
+            print(f"{READY} {len(skipped)}", flush=True)
+            await asyncio.Event().wait()  # until the parent's SIGKILL
+
+        source._append_again = stop_after_append
+        checkpoint = None
+    await redrive(
+        source, checkpoint=checkpoint, batch_size=spec.get("batch_size", 10), filter=spec.get("filter")
+    )
     print("FINISHED", flush=True)
 
 
-def kill_between_copy_and_remove(broker: str, timeout: float = 120.0, **source: Any) -> str:
-    """Start the child, SIGKILL it at the checkpoint; return the line it printed (``COPIED <n>``)."""
-    spec = {"broker": broker, "source": source}
+def kill_between_copy_and_remove(
+    broker: str, timeout: float = 120.0, *, run: dict[str, Any] | None = None, **source: Any
+) -> str:
+    """
+    Start the child, SIGKILL it at the checkpoint; return the line it printed (``COPIED <n>``).
+
+    ``run``: ``filter``, and ``stop_after="append"`` to stop a Kafka redrive once it appended the
+    skipped records again, before it commits past them.
+    """
+    spec = {"broker": broker, "source": source, **(run or {})}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.support.redrive_child", json.dumps(spec)],

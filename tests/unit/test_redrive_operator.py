@@ -11,7 +11,14 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 
 from airflow_shared_stream.common.errors import SharedStreamConfigurationError
-from airflow_shared_stream.common.redrive import RedriveConfigurationError, RedriveItem, RedriveRoute, redrive
+from airflow_shared_stream.common.redrive import (
+    DEFAULT_MAX_MESSAGES,
+    RedriveConfigurationError,
+    RedriveItem,
+    RedriveRoute,
+    RedriveSnapshot,
+    redrive,
+)
 from airflow_shared_stream.redrive import RedriveDeadLettersOperator, dead_letter_source
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "example_dags" / "shared_stream_redrive_dead_letters.py"
@@ -89,6 +96,7 @@ class ListSource:
 
     broker = "memory"
     label = "memory"
+    lease_seconds = 60.0
 
     def __init__(self, count: int, refuse: set[int] = frozenset()) -> None:  # type: ignore[assignment]
         self.waiting = list(range(count))
@@ -107,6 +115,15 @@ class ListSource:
 
     async def close(self) -> None:
         self.closed = True
+
+    async def snapshot(self) -> RedriveSnapshot:
+        return RedriveSnapshot(depth=None, bound="the list")
+
+    async def renew(self, items: Sequence[RedriveItem]) -> None:
+        pass
+
+    def held_handle(self, item: RedriveItem) -> Any:
+        return item.handle
 
     async def read(self, limit: int) -> Sequence[RedriveItem]:
         taken, self.waiting = self.waiting[:limit], self.waiting[limit:]
@@ -170,3 +187,41 @@ async def test_a_destination_read_from_each_message_is_no_loop() -> None:
     source.route = RedriveRoute("topic", read_from="orders.dlq", write_to=None)
     summary = await redrive(source)  # type: ignore[arg-type]
     assert summary.moved == 2
+
+
+async def test_no_maximum_is_the_default_maximum_never_unbounded() -> None:
+    source = ListSource(DEFAULT_MAX_MESSAGES + 7)
+    summary = await redrive(source, max_messages=None)  # type: ignore[arg-type]
+    assert summary.moved == DEFAULT_MAX_MESSAGES
+    assert len(source.waiting) == 7
+
+
+def test_a_blank_max_messages_rendered_by_the_dag_is_the_default() -> None:
+    operator = RedriveDeadLettersOperator(
+        task_id="redrive",
+        broker="sqs",
+        dead_letter=DLQ,
+        source=QUEUE,
+        max_messages="{{ params.max_messages }}",
+    )
+    for blank in (None, "", "None"):
+        operator.max_messages = blank  # as rendered from a blank field
+        assert operator._arguments()[2] == DEFAULT_MAX_MESSAGES
+
+
+async def test_a_read_of_messages_already_held_does_not_end_the_redrive() -> None:
+    """A lease that ran out hands a held message out again: the redrive reads on to the rest."""
+    source = ListSource(6)
+    read = source.read
+    calls = 0
+
+    async def returning_first(limit: int) -> Sequence[RedriveItem]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            return [RedriveItem(key="0", envelope={"body": {"n": 0}}, handle=0)]
+        return await read(limit)
+
+    source.read = returning_first  # type: ignore[method-assign]
+    summary = await redrive(source, filter="body.n != `0`", batch_size=3)  # type: ignore[arg-type]
+    assert (summary.examined, summary.moved, summary.skipped, summary.left) == (6, 5, 1, 1)

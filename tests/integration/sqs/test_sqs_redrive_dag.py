@@ -55,6 +55,6 @@ def test_a_run_of_the_example_dag_with_params_moves_the_dead_letters(
 
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-4000:]
-    assert "moved=4 skipped=0 failed=0 dry_run=False" in output, output[-4000:]
+    assert "examined=4 moved=4 skipped=0 failed=0 left=2 snapshot=6 dry_run=False" in output, output[-4000:]
     assert len(sqs.drain(origin)) == 4
     assert len(sqs.drain(dlq)) == 2

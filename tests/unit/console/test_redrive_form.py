@@ -67,3 +67,20 @@ def test_each_brokers_run_conf_is_valid_for_the_dag(dag: Any, broker: str) -> No
     params = copy.deepcopy(dag.params)
     params.update(conf)  # as a run's conf lands on the Dag's params
     assert params.validate() == conf
+
+
+def test_a_blank_max_messages_leaves_the_dags_default(dag: Any) -> None:
+    """The page sends a blank field as ``null``: it must not override the default with "unbounded"."""
+    classpath, kwargs = ROWS["sqs"]
+    (stream,) = group_streams([(1, classpath, kwargs, 1)])
+    request = RedriveRequest.model_validate({"filter": None, "max_messages": None, "dry_run": False})
+    params = copy.deepcopy(dag.params)
+    params.update({**stream.redrive_params, **request.params()})
+    assert params.validate()["max_messages"] == 100
+
+
+def test_a_filter_that_does_not_compile_is_refused_where_the_redrive_is_asked_for() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="filter is not a valid"):
+        RedriveRequest.model_validate({"filter": "body.[", "max_messages": 5})
