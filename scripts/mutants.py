@@ -954,9 +954,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="the redrive form offered to a viewer",
         broker="console",
-        path="airflow_shared_stream/console/api.py",
-        original="        allowed = get_auth_manager().is_authorized_dag(\n",
-        mutated="        allowed = True or get_auth_manager().is_authorized_dag(\n",
+        path="airflow_shared_stream/console/access.py",
+        original='    if not may_trigger(user, redrive.dag_id, redrive.team):\n',
+        mutated="    if False:\n",
         caught_by=("test_the_viewer_sees_the_stream_but_cannot_start_a_redrive",),
         module=CONSOLE_E2E,
     ),

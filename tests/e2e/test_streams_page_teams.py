@@ -13,6 +13,7 @@ a run of the redrive Dag she triggers by hand with team_b's addresses moves noth
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -289,10 +290,8 @@ class _Recorder(threading.Thread):
                 return
             with conn:
                 conn.settimeout(5)
-                try:
+                with contextlib.suppress(OSError):
                     self.received.append(conn.recv(65536))
-                except OSError:
-                    pass
 
 
 class _listener:
