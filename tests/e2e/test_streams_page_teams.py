@@ -97,6 +97,15 @@ class Teams:
         wait_until(done, 240, f"redrive run {run_id} to finish", interval=1.0)
         return states[run_id]
 
+    def wait_for_log(self, run_id: str, text: str) -> None:
+        """The redrive task's log says ``text`` (the log is written on by the worker after the run ends)."""
+        try:
+            wait_until(
+                lambda: text in self.airflow.task_log(REDRIVE_DAG_ID, run_id, "redrive"), 60, text, 1.0
+            )
+        except Exception as exc:
+            raise AssertionError(self.airflow.task_log(REDRIVE_DAG_ID, run_id, "redrive")[-4000:]) from exc
+
 
 def _bundles(home: Path, sqs: SqsServer) -> tuple[Path, list[dict[str, Any]], dict[str, TeamStream]]:
     shared = home / "dags"
@@ -213,7 +222,7 @@ def test_a_redrive_triggered_by_hand_with_another_teams_addresses_moves_nothing(
     assert answer.status_code == 200, answer.text  # Airflow lets her trigger the redrive Dag itself
     run_id = answer.json()["dag_run_id"]
     assert teams.finished_run(run_id) == "failed"
-    assert "carries no grant" in teams.airflow.task_log(REDRIVE_DAG_ID, run_id, "redrive")
+    teams.wait_for_log(run_id, "carries no grant")
     assert teams.sqs.depth(team_b.dead_letter_queue_url).visible == 1
     assert teams.sqs.depth(team_b.queue_url).visible == 0
 
@@ -248,7 +257,7 @@ def test_a_granted_redrive_runs_and_its_conf_cannot_be_replayed_for_another_run(
     assert replay.status_code == 200, replay.text
     replay_id = replay.json()["dag_run_id"]
     assert teams.finished_run(replay_id) == "failed"
-    assert "made for another run" in teams.airflow.task_log(REDRIVE_DAG_ID, replay_id, "redrive")
+    teams.wait_for_log(replay_id, "made for another run")
 
 
 def test_a_paused_redrive_dag_disables_the_redrive(teams: Teams) -> None:
