@@ -76,3 +76,23 @@ def test_without_a_secret_key_nothing_is_granted(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("AIRFLOW__API__SECRET_KEY", "")
     with pytest.raises(RedriveNotGrantedError, match="secret_key"):
         _grant()
+
+
+def test_the_redrive_task_refuses_a_run_without_a_grant_before_reading_anything() -> None:
+    from types import SimpleNamespace
+
+    from airflow_shared_stream.redrive import RedriveDeadLettersOperator
+
+    task = RedriveDeadLettersOperator(
+        task_id="redrive",
+        broker="sqs",
+        conn_id="aws_team_b",
+        source="http://127.0.0.1:1/000000000000/team_b-orders",
+        dead_letter="http://127.0.0.1:1/000000000000/team_b-orders-dlq",
+        require_grant=True,
+        grant="{{ params.grant }}",
+    )
+    task.grant = None  # what the Dag's empty param renders to
+    run = SimpleNamespace(run_id="manual__1", triggering_user_name="alice")
+    with pytest.raises(RedriveNotGrantedError, match="carries no grant"):
+        task.execute({"dag_run": run})
