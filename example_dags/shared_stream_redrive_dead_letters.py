@@ -69,7 +69,7 @@ with DAG(
         max_messages="{{ params.max_messages }}",
         dry_run="{{ params.dry_run }}",
         keep_origin_attributes="{{ params.keep_origin_attributes }}",
-        require_grant=True,  # the addresses come from conf: only a run the page granted may use them
+        require_grant=True,  # addresses from conf: only what the page granted
         grant="{{ params.grant }}",
         retries=0,  # a redrive that failed half-way is started again by a person, with its summary
     )
