@@ -14,7 +14,7 @@ more than Airflow's own API would for the same person:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +72,7 @@ def stream_dags(stream: Stream) -> set[str]:
     return {d for w in stream.watchers for d in w.dags}
 
 
-def visible_streams(streams: list[Stream], user: Any, teams: dict[str, str | None]) -> list[Stream]:
+def visible_streams(streams: list[Stream], user: Any, teams: Mapping[str, str | None]) -> list[Stream]:
     """The streams this user may see, each cut to the watchers of the Dags they may read."""
     readable = {d for d in teams if _authorized(user, "GET", d, teams[d])}
     shown = []
@@ -111,7 +111,7 @@ class Refusal:
 
 
 def redrive_refusal(
-    stream: Stream, user: Any, teams: dict[str, str | None], redrive: RedriveDag
+    stream: Stream, user: Any, teams: Mapping[str, str | None], redrive: RedriveDag
 ) -> Refusal | None:
     """Why this user may not redrive this stream now (``None``: they may), as the POST would answer."""
     if not stream.redrive_params:

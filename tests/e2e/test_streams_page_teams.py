@@ -86,7 +86,7 @@ class Teams:
 
     def finished_run(self, run_id: str) -> str:
         """The final state of a run of the redrive Dag."""
-        states: dict[str, str] = {}
+        states: dict[str, str | None] = {}
 
         def done() -> bool:
             self.airflow.check_alive()
@@ -95,7 +95,7 @@ class Teams:
             return states.get(run_id) in ("success", "failed")
 
         wait_until(done, 240, f"redrive run {run_id} to finish", interval=1.0)
-        return states[run_id]
+        return str(states[run_id])
 
     def wait_for_log(self, run_id: str, text: str) -> None:
         """The redrive task's log says ``text`` (the log is written on by the worker after the run ends)."""
