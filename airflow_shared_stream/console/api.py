@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from importlib import resources
 from typing import Any
 
@@ -39,7 +39,6 @@ from starlette.concurrency import run_in_threadpool
 
 from airflow_shared_stream.console.access import (
     RedriveDag,
-    Refusal,
     dag_teams,
     may_trigger,
     read_redrive_dag,
@@ -96,15 +95,12 @@ def create_app() -> FastAPI:
     @app.get("/api/streams", dependencies=[can_read])
     async def streams(user: GetUserDep) -> dict[str, Any]:
         found, teams, redrive_dag = await run_in_threadpool(_read)
-        shown = visible_streams(found, user, teams)
+        # An auth manager may ask a database or a service: off the event loop, like the reads.
+        shown, refusals, allowed = await run_in_threadpool(_authorize, found, user, teams, redrive_dag)
         backlogs = await asyncio.gather(*(broker_backlog(s.broker, s.producer_kwargs) for s in shown))
         result = [
-            {
-                **stream.to_json(),
-                "backlog": backlog,
-                "redrive_refused": _reason(redrive_refusal(stream, user, teams, redrive_dag)),
-            }
-            for stream, backlog in zip(shown, backlogs, strict=True)
+            {**stream.to_json(), "backlog": backlog, "redrive_refused": refused}
+            for stream, backlog, refused in zip(shown, backlogs, refusals, strict=True)
         ]
         return {
             "streams": result,
@@ -112,7 +108,7 @@ def create_app() -> FastAPI:
                 "dag_id": REDRIVE_DAG_ID,
                 "deployed": redrive_dag.deployed,
                 "paused": redrive_dag.paused,
-                "allowed": may_trigger(user, redrive_dag.dag_id, redrive_dag.team),
+                "allowed": allowed,
             },
         }
 
@@ -121,10 +117,11 @@ def create_app() -> FastAPI:
         stream_id: str, body: RedriveRequest, request: Request, user: GetUserDep
     ) -> dict[str, Any]:
         found, teams, redrive_dag = await run_in_threadpool(_read)
-        stream = next((s for s in visible_streams(found, user, teams) if s.id == stream_id), None)
+        shown = await run_in_threadpool(visible_streams, found, user, teams)
+        stream = next((s for s in shown if s.id == stream_id), None)
         if stream is None:  # another team's stream is as absent as one that does not exist
             raise HTTPException(404, f"No stream {stream_id!r}")
-        refusal = redrive_refusal(stream, user, teams, redrive_dag)
+        refusal = await run_in_threadpool(redrive_refusal, stream, user, teams, redrive_dag)
         if refusal is not None:
             raise HTTPException(refusal.status, refusal.reason)
         run_id = f"shared_stream_redrive__{uuid.uuid4().hex}"
@@ -151,8 +148,14 @@ def create_app() -> FastAPI:
     return app
 
 
-def _reason(refusal: Refusal | None) -> str | None:
-    return refusal.reason if refusal else None
+def _authorize(
+    found: list[Stream], user: Any, teams: Mapping[str, str | None], redrive_dag: RedriveDag
+) -> tuple[list[Stream], list[str | None], bool]:
+    """The streams this user sees, why each may not be redriven by them, and the redrive Dag's right."""
+    shown = visible_streams(found, user, teams)
+    refusals = [redrive_refusal(stream, user, teams, redrive_dag) for stream in shown]
+    allowed = may_trigger(user, redrive_dag.dag_id, redrive_dag.team)
+    return shown, [r.reason if r else None for r in refusals], allowed
 
 
 def _read() -> tuple[list[Stream], dict[str, str | None], RedriveDag]:
