@@ -27,6 +27,7 @@ from airflow_shared_stream.common.redrive import (
     redrive,
     refuse_loop,
 )
+from airflow_shared_stream.redrive_grant import check_grant
 
 BROKER_OPTIONS = {
     "kafka": frozenset({"group_id"}),
@@ -110,6 +111,10 @@ class RedriveDeadLettersOperator(BaseOperator):
     :param keep_origin_attributes: keep the attributes our dead-lettering added (reason, origin).
     :param broker_options: ``group_id`` (Kafka), ``region_name`` (SQS), ``project_id``
         (Pub/Sub), ``lease_seconds`` (SQS, Pub/Sub).
+    :param require_grant: refuse to run unless ``grant`` is the Streams page's signed grant for
+        this run, its triggering user and these broker, connection and addresses
+        (:mod:`airflow_shared_stream.redrive_grant`). On when the addresses come from a run's conf.
+    :param grant: the grant (the redrive Dag's ``grant`` param, which the page fills).
     :return: (XCom) ``{"examined", "moved", "skipped", "failed", "left", "snapshot", "dry_run",
         "samples", "broker", "source"}``.
     """
@@ -123,6 +128,7 @@ class RedriveDeadLettersOperator(BaseOperator):
         "max_messages",
         "is_dry_run",
         "keep_origin_attributes",
+        "grant",
     )
     ui_color = "#f6e7d8"
 
@@ -138,6 +144,8 @@ class RedriveDeadLettersOperator(BaseOperator):
         dry_run: bool | str = False,
         keep_origin_attributes: bool | str = False,
         broker_options: dict[str, Any] | None = None,
+        require_grant: bool = False,
+        grant: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -150,6 +158,8 @@ class RedriveDeadLettersOperator(BaseOperator):
         self.is_dry_run = dry_run  # BaseOperator.dry_run is a method
         self.keep_origin_attributes = keep_origin_attributes
         self.broker_options = broker_options
+        self.require_grant = require_grant
+        self.grant = grant
         if not _templated(broker, filter, max_messages):  # fail at parse time where we can
             self._arguments()
 
@@ -167,6 +177,8 @@ class RedriveDeadLettersOperator(BaseOperator):
         return source, self.filter or None, _count(self.max_messages), _flag("dry_run", self.is_dry_run)
 
     def execute(self, context: Any) -> dict[str, Any]:
+        if self.require_grant:
+            self._check_grant(context)
         source, expression, max_messages, dry_run = self._arguments()
         summary = asyncio.run(redrive(source, filter=expression, max_messages=max_messages, dry_run=dry_run))
         self.log.info(
@@ -180,6 +192,22 @@ class RedriveDeadLettersOperator(BaseOperator):
             summary.dry_run,
         )
         return summary.as_dict()
+
+    def _check_grant(self, context: Any) -> None:
+        """Refuse a run the Streams page did not grant for its triggering user and these addresses."""
+        dag_run = context["dag_run"]
+        stream = check_grant(
+            self.grant,
+            run_id=dag_run.run_id,
+            triggering_user_name=getattr(dag_run, "triggering_user_name", None),
+            params={
+                "broker": str(self.broker or "").strip().lower(),
+                "conn_id": self.conn_id,
+                "source": self.source,
+                "dead_letter": self.dead_letter,
+            },
+        )
+        self.log.info("Redrive granted for stream %s", stream)
 
 
 def _templated(*values: Any) -> bool:

@@ -1,8 +1,9 @@
 """
 Send dead-lettered messages back to their source: one task, every broker, started with params.
 
-Trigger it from the UI (or the Streams page, or ``airflow dags trigger -c '{...}'``) with the
-broker and the names of the dead-letter source and of the origin; see docs/redrive.rst. It is
+Start it from the Streams page: the page fills the broker, the connection and both addresses from
+the stream's watchers and signs them for the run once it checked that you may trigger the
+stream's Dags; a run triggered any other way is refused at run time (docs/redrive.rst). It is
 a Dag run, so a redrive is audited, retried and logged like any task. ``dry_run`` is on by
 default: the first run of a redrive counts and samples what would move.
 """
@@ -54,6 +55,12 @@ with DAG(
         "keep_origin_attributes": Param(
             False, type="boolean", description="Keep the reason and origin our dead-lettering added."
         ),
+        "grant": Param(
+            None,
+            type=["null", "string"],
+            description="Set by the Streams page once it checked that you may trigger the stream's Dags; "
+            "a run without it is refused (docs/redrive.rst).",
+        ),
     },
 ):
     RedriveDeadLettersOperator(
@@ -66,5 +73,7 @@ with DAG(
         max_messages="{{ params.max_messages }}",
         dry_run="{{ params.dry_run }}",
         keep_origin_attributes="{{ params.keep_origin_attributes }}",
+        require_grant=True,  # addresses from conf: only what the page granted
+        grant="{{ params.grant }}",
         retries=0,  # a redrive that failed half-way is started again by a person, with its summary
     )

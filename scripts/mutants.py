@@ -61,6 +61,9 @@ CONSOLE_E2E = "tests/e2e/test_streams_page.py"
 CONSOLE_FIGURES = "tests/unit/console/test_figures.py"
 CONSOLE_STREAMS = "tests/unit/console/test_streams.py"
 CONSOLE_REDRIVE_FORM = "tests/unit/console/test_redrive_form.py"
+CONSOLE_ACCESS = "tests/unit/console/test_access.py"
+CONSOLE_TEAMS_E2E = "tests/e2e/test_streams_page_teams.py"
+REDRIVE_GRANT = "tests/unit/test_redrive_grant.py"
 CONSOLE_KAFKA = "tests/integration/kafka/test_kafka_console_figures.py"
 
 SUITE = {"kafka": "Kafka", "sqs": "Sqs", "pubsub": "PubSub", "servicebus": "ServiceBus"}
@@ -956,9 +959,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="the redrive form offered to a viewer",
         broker="console",
-        path="airflow_shared_stream/console/api.py",
-        original="        allowed = get_auth_manager().is_authorized_dag(\n",
-        mutated="        allowed = True or get_auth_manager().is_authorized_dag(\n",
+        path="airflow_shared_stream/console/access.py",
+        original="    if not may_trigger(user, redrive.dag_id, redrive.team):\n",
+        mutated="    if False:\n",
         caught_by=("test_the_viewer_sees_the_stream_but_cannot_start_a_redrive",),
         module=CONSOLE_E2E,
     ),
@@ -1643,6 +1646,112 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="    summary.left = None\n",
         caught_by=("test_the_operator_reports_examined_moved_skipped_left",),
         module="tests/integration/sqs/test_sqs_redrive_bounds.py",
+    ),
+    # fix/console-auth: the Streams page and the redrive Dag authorized per Dag and team (issue 45, 6 and 7)
+    Mutant(
+        name="console auth: a stream listed with every watcher to whoever reads one of its Dags",
+        broker="console",
+        path="airflow_shared_stream/console/access.py",
+        original="        watchers = [w for w in stream.watchers if readable.intersection(w.dags)]\n",
+        mutated="        watchers = list(stream.watchers)\n",
+        caught_by=(
+            "test_a_user_sees_the_streams_of_the_dags_their_team_may_read",
+            "test_of_a_shared_stream_a_user_sees_only_the_watchers_of_their_dags",
+        ),
+        module=CONSOLE_ACCESS,
+    ),
+    Mutant(
+        name="console auth: the Dag's team left out of the page's questions to the auth manager",
+        broker="console",
+        path="airflow_shared_stream/console/access.py",
+        original="            details=DagDetails(id=dag_id, team_name=team),\n",
+        mutated="            details=DagDetails(id=dag_id, team_name=None),\n",
+        caught_by=("test_a_user_sees_the_streams_of_the_dags_their_team_may_read",),
+        module=CONSOLE_ACCESS,
+    ),
+    Mutant(
+        name="console auth: a redrive allowed with the right to trigger the redrive Dag only",
+        broker="console",
+        path="airflow_shared_stream/console/access.py",
+        original="    refused = sorted(d for d in dags if not may_trigger(user, d, teams.get(d)))\n",
+        mutated="    refused: list[str] = []\n",
+        caught_by=("test_a_redrive_needs_the_right_to_trigger_every_dag_of_the_stream",),
+        module=CONSOLE_ACCESS,
+    ),
+    Mutant(
+        name="console auth: a paused redrive Dag still offers the redrive",
+        broker="console",
+        path="airflow_shared_stream/console/access.py",
+        original="    if redrive.paused:\n",
+        mutated="    if False:\n",
+        caught_by=("test_a_paused_or_missing_redrive_dag_refuses_with_409",),
+        module=CONSOLE_ACCESS,
+    ),
+    Mutant(
+        name="console auth: the redrive task runs without checking its grant",
+        broker="console",
+        path="airflow_shared_stream/redrive.py",
+        original="        if self.require_grant:\n",
+        mutated="        if False:\n",
+        caught_by=("test_the_redrive_task_refuses_a_run_without_a_grant_before_reading_anything",),
+        module=REDRIVE_GRANT,
+    ),
+    Mutant(
+        name="console auth: a grant copied into another run accepted",
+        broker="console",
+        path="airflow_shared_stream/redrive_grant.py",
+        original='    if signed.get("run_id") != run_id:\n',
+        mutated="    if False:\n",
+        caught_by=("test_a_grant_copied_into_another_run_is_refused",),
+        module=REDRIVE_GRANT,
+    ),
+    Mutant(
+        name="console auth: a grant used by another user accepted",
+        broker="console",
+        path="airflow_shared_stream/redrive_grant.py",
+        original='    if not triggering_user_name or signed.get("user") != triggering_user_name:\n',
+        mutated="    if False:\n",
+        caught_by=("test_a_grant_used_by_another_user_is_refused",),
+        module=REDRIVE_GRANT,
+    ),
+    Mutant(
+        name="console auth: a run's edited addresses accepted under the grant",
+        broker="console",
+        path="airflow_shared_stream/redrive_grant.py",
+        original="    if changed:\n",
+        mutated="    if False:\n",
+        caught_by=("test_a_run_whose_addresses_differ_from_the_grant_is_refused",),
+        module=REDRIVE_GRANT,
+    ),
+    Mutant(
+        name="console auth e2e: the redrive Dag moves another team's queue when triggered by hand",
+        broker="console",
+        path="example_dags/shared_stream_redrive_dead_letters.py",
+        original="        require_grant=True,  # addresses from conf: only what the page granted\n",
+        mutated="        require_grant=False,\n",
+        caught_by=("test_a_redrive_triggered_by_hand_with_another_teams_addresses_moves_nothing",),
+        module=CONSOLE_TEAMS_E2E,
+    ),
+    Mutant(
+        name="console auth e2e: the page posts the user's token where the Host header points",
+        broker="console",
+        path="airflow_shared_stream/console/api.py",
+        original="        async with httpx.AsyncClient(base_url=airflow_api_root(), timeout=30) as client:\n",
+        mutated=(
+            '        async with httpx.AsyncClient(base_url=f"{request.url.scheme}://{request.url.netloc}", '
+            "timeout=30) as client:\n"
+        ),
+        caught_by=("test_a_granted_redrive_runs_and_its_conf_cannot_be_replayed_for_another_run",),
+        module=CONSOLE_TEAMS_E2E,
+    ),
+    Mutant(
+        name="console auth e2e: JSON answers without Cache-Control no-store",
+        broker="console",
+        path="airflow_shared_stream/console/api.py",
+        original="            response.headers.setdefault(name, value)\n",
+        mutated="            pass\n",
+        caught_by=("test_every_json_answer_says_no_store",),
+        module=CONSOLE_TEAMS_E2E,
     ),
 )
 

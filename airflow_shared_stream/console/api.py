@@ -3,35 +3,53 @@ The console's routes: the page, the streams as JSON, and starting a redrive (api
 
 Every route depends on Airflow's own security dependencies (``requires_access_dag``, which reads
 the JWT from the ``Authorization`` header or Airflow's session cookie through ``get_user`` and
-asks the configured auth manager):
+asks the configured auth manager), and then asks the auth manager about each stream's own Dags,
+with their teams, as Airflow's REST API does (:mod:`.access`):
 
-* ``GET /`` and ``GET /api/streams``: read access to Dags;
-* ``POST /api/streams/{id}/redrive``: the right to create runs of the redrive Dag. The run is
-  then created through Airflow's REST API with the user's own credential, so Airflow checks it
-  again, and audits and logs the run like any manual one.
+* ``GET /`` and ``GET /api/streams``: read access to Dags; a stream is listed to whoever may
+  read one of its Dags, cut to the watchers of the Dags they may read;
+* ``POST /api/streams/{id}/redrive``: the right to trigger the redrive Dag and every Dag of the
+  stream. The page then signs a grant for the run it creates (:mod:`airflow_shared_stream.redrive_grant`),
+  which the task checks at run time, and creates the run through Airflow's REST API with the
+  user's own credential, so Airflow checks it again, and audits and logs it like any manual run.
+  That request goes to ``[api] base_url`` when it is absolute, else to the api-server's own
+  ``[api] host`` and ``port``: never to the address the request's ``Host`` header names.
 
 The stream's broker, connection id, source and dead-letter destination come from its watchers;
-the person chooses only the filter, the count, dry run and the origin attributes.
+the person chooses only the filter, the count, dry run and the origin attributes. Every answer
+carries ``Cache-Control: no-store``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
 from importlib import resources
 from typing import Any
 
 import httpx
 from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
-from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 
+from airflow_shared_stream.console.access import (
+    RedriveDag,
+    dag_teams,
+    may_trigger,
+    read_redrive_dag,
+    redrive_refusal,
+    stream_dags,
+    visible_streams,
+)
 from airflow_shared_stream.console.backlog import broker_backlog
 from airflow_shared_stream.console.plugin import REDRIVE_DAG_ID
 from airflow_shared_stream.console.streams import Stream, read_streams
+from airflow_shared_stream.redrive_grant import GRANT_PARAM, sign_grant
 
 MAX_REDRIVE_MESSAGES = 100_000
 SECURITY_HEADERS = {
@@ -73,41 +91,68 @@ def create_app() -> FastAPI:
     """The console's FastAPI app (built when the api-server loads its plugins)."""
     app = FastAPI(title="Shared streams", docs_url=None, redoc_url=None, openapi_url=None)
 
+    @app.middleware("http")
+    async def security_headers(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await call_next(request)  # errors too: a refusal is no more cacheable than data
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response
+
     @app.get("/", response_class=HTMLResponse, dependencies=[can_read])
     def page() -> HTMLResponse:
         html = resources.files("airflow_shared_stream.console").joinpath("static/streams.html").read_text()
-        return HTMLResponse(html, headers=SECURITY_HEADERS)
+        return HTMLResponse(html)
 
     @app.get("/api/streams", dependencies=[can_read])
     async def streams(user: GetUserDep) -> dict[str, Any]:
-        from airflow.api_fastapi.app import get_auth_manager
-
-        found, deployed = await run_in_threadpool(_read)
-        allowed = get_auth_manager().is_authorized_dag(
-            method="POST", access_entity=DagAccessEntity.RUN, details=DagDetails(id=REDRIVE_DAG_ID), user=user
-        )
-        backlogs = await asyncio.gather(*(broker_backlog(s.broker, s.producer_kwargs) for s in found))
+        found, teams, redrive_dag = await run_in_threadpool(_read)
+        # An auth manager may ask a database or a service: off the event loop, like the reads.
+        shown, refusals, allowed = await run_in_threadpool(_authorize, found, user, teams, redrive_dag)
+        backlogs = await asyncio.gather(*(broker_backlog(s.broker, s.producer_kwargs) for s in shown))
         result = [
-            {**stream.to_json(), "backlog": backlog} for stream, backlog in zip(found, backlogs, strict=True)
+            {**stream.to_json(), "backlog": backlog, "redrive_refused": refused}
+            for stream, backlog, refused in zip(shown, backlogs, refusals, strict=True)
         ]
         return {
             "streams": result,
-            "redrive": {"dag_id": REDRIVE_DAG_ID, "deployed": deployed, "allowed": bool(allowed)},
+            "redrive": {
+                "dag_id": REDRIVE_DAG_ID,
+                "deployed": redrive_dag.deployed,
+                "paused": redrive_dag.paused,
+                "allowed": allowed,
+            },
         }
 
     @app.post("/api/streams/{stream_id}/redrive", status_code=201, dependencies=[can_redrive])
-    async def redrive(stream_id: str, body: RedriveRequest, request: Request) -> dict[str, Any]:
-        found, _ = await run_in_threadpool(_read)
-        stream = next((s for s in found if s.id == stream_id), None)
-        if stream is None:
+    async def redrive(
+        stream_id: str, body: RedriveRequest, request: Request, user: GetUserDep
+    ) -> dict[str, Any]:
+        found, teams, redrive_dag = await run_in_threadpool(_read)
+        shown = await run_in_threadpool(visible_streams, found, user, teams)
+        stream = next((s for s in shown if s.id == stream_id), None)
+        if stream is None:  # another team's stream is as absent as one that does not exist
             raise HTTPException(404, f"No stream {stream_id!r}")
+        refusal = await run_in_threadpool(redrive_refusal, stream, user, teams, redrive_dag)
+        if refusal is not None:
+            raise HTTPException(refusal.status, refusal.reason)
         if not stream.redrive_params:
             raise HTTPException(409, f"Stream {stream_id!r} has no dead-letter destination to redrive from")
+        run_id = f"shared_stream_redrive__{uuid.uuid4().hex}"
+        grant = sign_grant(
+            run_id=run_id, user_name=user.get_name(), stream_id=stream.id, params=stream.redrive_params
+        )
         params = {**stream.redrive_params, **body.params()}
-        async with httpx.AsyncClient(base_url=_airflow_api_root(request), timeout=30) as client:
+        async with httpx.AsyncClient(base_url=airflow_api_root(), timeout=30) as client:
             answer = await client.post(
                 f"/api/v2/dags/{REDRIVE_DAG_ID}/dagRuns",
-                json={"logical_date": None, "conf": params, "note": f"Redrive of stream {stream.id}"},
+                json={
+                    "dag_run_id": run_id,
+                    "logical_date": None,
+                    "conf": {**params, GRANT_PARAM: grant},
+                    "note": f"Redrive of stream {stream.id}",
+                },
                 headers={"Authorization": f"Bearer {_credential(request)}"},
             )
         if answer.status_code >= 400:
@@ -118,22 +163,23 @@ def create_app() -> FastAPI:
     return app
 
 
-def _read() -> tuple[list[Stream], bool]:
+def _authorize(
+    found: list[Stream], user: Any, teams: Mapping[str, str | None], redrive_dag: RedriveDag
+) -> tuple[list[Stream], list[str | None], bool]:
+    """The streams this user sees, why each may not be redriven by them, and the redrive Dag's right."""
+    shown = visible_streams(found, user, teams)
+    refusals = [redrive_refusal(stream, user, teams, redrive_dag) for stream in shown]
+    allowed = may_trigger(user, redrive_dag.dag_id, redrive_dag.team)
+    return shown, [r.reason if r else None for r in refusals], allowed
+
+
+def _read() -> tuple[list[Stream], dict[str, str | None], RedriveDag]:
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        return read_streams(session), _redrive_dag_deployed(session)
-
-
-def _redrive_dag_deployed(session: Any) -> bool:
-    from airflow.models.dag import DagModel
-    from sqlalchemy import select
-
-    return bool(
-        session.scalar(
-            select(DagModel.dag_id).where(DagModel.dag_id == REDRIVE_DAG_ID, DagModel.is_stale.is_(False))
-        )
-    )
+        found = read_streams(session)
+        teams = dag_teams(session, {d for s in found for d in stream_dags(s)})
+        return found, teams, read_redrive_dag(session, REDRIVE_DAG_ID)
 
 
 def _credential(request: Request) -> str:
@@ -144,11 +190,24 @@ def _credential(request: Request) -> str:
     return request.cookies.get(COOKIE_NAME_JWT_TOKEN, "")
 
 
-def _airflow_api_root(request: Request) -> str:
-    """Where Airflow's REST API answers: ``[api] base_url`` if absolute, else the address asked."""
+def airflow_api_root() -> str:
+    """
+    Where Airflow's REST API answers, from configuration only: ``[api] base_url`` if absolute,
+    else this api-server's ``[api] host`` and ``port`` (with ``base_url``'s path). Never the
+    request's ``Host`` header: a forged one would receive the user's token.
+    """
+    from urllib.parse import urlsplit
+
     from airflow.configuration import conf
 
-    configured = conf.get("api", "base_url", fallback="") or ""
+    configured = (conf.get("api", "base_url", fallback="") or "").strip()
     if configured.startswith(("http://", "https://")):
         return configured.rstrip("/")
-    return f"{request.url.scheme}://{request.url.netloc}"
+    host = conf.get("api", "host", fallback="") or ""
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    elif ":" in host:
+        host = f"[{host}]"
+    scheme = "https" if conf.get("api", "ssl_cert", fallback="") else "http"
+    path = urlsplit(configured).path.rstrip("/") if configured else ""
+    return f"{scheme}://{host}:{conf.getint('api', 'port', fallback=8080)}{path}"

@@ -103,6 +103,8 @@ class Stream:
     redrive_params: dict[str, Any] = field(default_factory=dict)
     producer_kwargs: dict[str, Any] = field(default_factory=dict)
     """The first watcher's identity and shaping arguments: for the broker probes, never shown."""
+    hidden_dags: list[str] = field(default_factory=list)
+    """Dags of this stream the viewer may not read (:mod:`.access`): they count, never shown."""
     _key: Hashable = None
 
     def to_json(self) -> dict[str, Any]:
@@ -110,6 +112,7 @@ class Stream:
         data.pop("_key")
         data.pop("redrive_params")
         data.pop("producer_kwargs")
+        data.pop("hidden_dags")
         data["redrive_available"] = bool(self.redrive_params)
         return data
 
@@ -391,6 +394,7 @@ def _finish(
             stream.warnings.append(
                 {
                     "kind": "unassigned",
+                    "trigger_id": str(watcher.trigger_id),
                     "message": "No live triggerer runs watcher "
                     f"{', '.join(watcher.names) or watcher.trigger_id}",
                 }
@@ -441,6 +445,7 @@ def _finish(
             stream.warnings.append(
                 {
                     "kind": "stranded",
+                    "dag_id": dag_id,
                     "message": f"{stranded[dag_id]} asset event(s) for Dag {dag_id} wait for a run no queue "
                     "row will create (set [shared_stream] requeue_stranded_asset_events)",
                 }

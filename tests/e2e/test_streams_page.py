@@ -190,8 +190,14 @@ def test_the_viewer_sees_the_stream_but_cannot_start_a_redrive(console: Console)
     assert "Shared streams" in page.text
     answer = console.get(API, "viewer")
     assert answer.status_code == 200
-    assert answer.json()["redrive"] == {"dag_id": REDRIVE_DAG_ID, "deployed": True, "allowed": False}
+    assert answer.json()["redrive"] == {
+        "dag_id": REDRIVE_DAG_ID,
+        "deployed": True,
+        "paused": False,
+        "allowed": False,
+    }
     stream = console.stream("viewer")
+    assert stream["redrive_refused"] == f"You may not trigger {REDRIVE_DAG_ID}."
     assert stream["broker"] == "sqs"
     assert {name for w in stream["watchers"] for name in w["names"]} == WATCHERS
     assert {d for w in stream["watchers"] for d in w["dags"]} == {"console_orders", "console_cancellations"}
@@ -238,6 +244,7 @@ def test_the_admin_starts_a_redrive_as_a_run_of_the_redrive_dag(console: Console
     with console.airflow.db() as conn:
         row = conn.execute("SELECT conf FROM dag_run WHERE run_id = ?", (runs[0].run_id,)).fetchone()
     conf = row["conf"] if isinstance(row["conf"], dict) else json.loads(row["conf"])
+    assert isinstance(conf.pop("grant"), str)  # signed for this run and user (redrive_grant.py)
     assert conf == {
         "broker": "sqs",
         "conn_id": "aws_default",

@@ -42,10 +42,12 @@ def test_the_example_dag_parses_with_the_params_the_streams_page_sends(
         "max_messages",
         "dry_run",
         "keep_origin_attributes",
+        "grant",
     }
     assert dag.params["dry_run"] is True  # a redrive started without a word only counts
     [task] = dag.tasks
     assert isinstance(task, RedriveDeadLettersOperator)
+    assert task.require_grant  # its addresses come from conf: only the page's grant lets them through
     sys.modules.pop("shared_stream_redrive_dead_letters", None)
 
 

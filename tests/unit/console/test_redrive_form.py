@@ -16,6 +16,7 @@ import pytest
 from airflow_shared_stream.console.api import RedriveRequest
 from airflow_shared_stream.console.plugin import REDRIVE_DAG_ID
 from airflow_shared_stream.console.streams import STREAM_REDRIVE_PARAMS, group_streams
+from airflow_shared_stream.redrive_grant import GRANT_PARAM
 
 DAG_FILE = Path(__file__).parents[3] / "example_dags" / "shared_stream_redrive_dead_letters.py"
 
@@ -48,8 +49,9 @@ def dag() -> Any:
 
 
 def test_what_the_page_sends_is_exactly_the_dags_params(dag: Any) -> None:
-    assert set(STREAM_REDRIVE_PARAMS) | set(RedriveRequest.model_fields) == set(dag.params)
+    assert set(STREAM_REDRIVE_PARAMS) | set(RedriveRequest.model_fields) | {GRANT_PARAM} == set(dag.params)
     assert not set(STREAM_REDRIVE_PARAMS) & set(RedriveRequest.model_fields)
+    assert GRANT_PARAM not in set(STREAM_REDRIVE_PARAMS) | set(RedriveRequest.model_fields)
 
 
 def test_the_pages_form_has_a_field_for_each_choice_the_person_makes() -> None:
@@ -63,7 +65,11 @@ def test_each_brokers_run_conf_is_valid_for_the_dag(dag: Any, broker: str) -> No
     classpath, kwargs = ROWS[broker]
     (stream,) = group_streams([(1, classpath, kwargs, 1)])
     assert set(stream.redrive_params) == set(STREAM_REDRIVE_PARAMS)
-    conf = {**stream.redrive_params, **RedriveRequest(filter="body.n", max_messages=5).model_dump()}
+    conf = {
+        **stream.redrive_params,
+        **RedriveRequest(filter="body.n", max_messages=5).model_dump(),
+        GRANT_PARAM: "signed-by-the-page",
+    }
     params = copy.deepcopy(dag.params)
     params.update(conf)  # as a run's conf lands on the Dag's params
     assert params.validate() == conf

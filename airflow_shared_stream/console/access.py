@@ -1,0 +1,136 @@
+"""
+Who may see and act on which stream: the auth manager's answers for the stream's Dags, per team.
+
+Asked as Airflow's REST API asks (``is_authorized_dag`` with the Dag's team, see
+``airflow.api_fastapi.core_api.security.requires_access_dag``), so the page never shows or does
+more than Airflow's own API would for the same person:
+
+* a stream is shown to whoever may read at least one of the Dags its watchers schedule; of it
+  they see the watchers of the Dags they may read (names, assets, ``match``), and the warnings
+  and lag of those watchers only;
+* a redrive of it needs the right to trigger every one of its Dags (the copies go back to a
+  source all of them read), and the right to trigger the redrive Dag, which is not paused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_shared_stream.console.streams import Stream
+
+
+@dataclass(frozen=True)
+class RedriveDag:
+    """The redrive Dag as the page needs it: whether it is there, paused, and its team."""
+
+    dag_id: str
+    deployed: bool
+    paused: bool
+    team: str | None
+
+
+def dag_teams(session: Any, dag_ids: Iterable[str]) -> dict[str, str | None]:
+    """Dag id -> its team (the team of its bundle; ``None``: no team)."""
+    from airflow.models.dag import DagModel
+
+    wanted = sorted(set(dag_ids))
+    if not wanted:
+        return {}
+    found = DagModel.get_dag_id_to_team_name_mapping(wanted, session=session)
+    return {dag_id: found.get(dag_id) for dag_id in wanted}
+
+
+def read_redrive_dag(session: Any, dag_id: str) -> RedriveDag:
+    """Whether the redrive Dag is deployed (parsed, not stale), paused, and its team."""
+    from airflow.models.dag import DagModel
+    from sqlalchemy import select
+
+    row = session.execute(
+        select(DagModel.is_paused).where(DagModel.dag_id == dag_id, DagModel.is_stale.is_(False))
+    ).first()
+    team = dag_teams(session, [dag_id]).get(dag_id)
+    return RedriveDag(dag_id=dag_id, deployed=row is not None, paused=bool(row and row[0]), team=team)
+
+
+def _authorized(user: Any, method: str, dag_id: str, team: str | None, run: bool = False) -> bool:
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+
+    return bool(
+        get_auth_manager().is_authorized_dag(
+            method=method,  # type: ignore[arg-type]
+            access_entity=DagAccessEntity.RUN if run else None,
+            details=DagDetails(id=dag_id, team_name=team),
+            user=user,
+        )
+    )
+
+
+def stream_dags(stream: Stream) -> set[str]:
+    return {d for w in stream.watchers for d in w.dags}
+
+
+def visible_streams(streams: list[Stream], user: Any, teams: Mapping[str, str | None]) -> list[Stream]:
+    """The streams this user may see, each cut to the watchers of the Dags they may read."""
+    readable = {d for d in teams if _authorized(user, "GET", d, teams[d])}
+    shown = []
+    for stream in streams:
+        watchers = [w for w in stream.watchers if readable.intersection(w.dags)]
+        if not watchers:
+            continue
+        if len(watchers) < len(stream.watchers):
+            _cut_to(stream, watchers, readable)
+        shown.append(stream)
+    return shown
+
+
+def _cut_to(stream: Stream, watchers: list[Any], readable: set[str]) -> None:
+    """Drop what the hidden watchers would tell: their names, Dags, warnings and lag."""
+    hidden_ids = {w.trigger_id for w in stream.watchers} - {w.trigger_id for w in watchers}
+    hidden_names = {n for w in stream.watchers if w.trigger_id in hidden_ids for n in w.names}
+    hidden_triggers = {str(i) for i in hidden_ids}
+    stream.hidden_dags = sorted(stream_dags(stream) - readable)
+    stream.watchers = watchers
+    stream.warnings = [
+        w
+        for w in stream.warnings
+        if w.get("dag_id", "") not in stream.hidden_dags and w.get("trigger_id") not in hidden_triggers
+    ]
+    if stream.figures and stream.figures.get("lag"):
+        stream.figures["lag"] = {k: v for k, v in stream.figures["lag"].items() if k not in hidden_names}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a redrive is refused, and the status the POST answers with."""
+
+    status: int
+    reason: str
+
+
+def redrive_refusal(
+    stream: Stream, user: Any, teams: Mapping[str, str | None], redrive: RedriveDag
+) -> Refusal | None:
+    """Why this user may not redrive this stream now (``None``: they may), as the POST would answer."""
+    if not stream.redrive_params:
+        return Refusal(409, "This stream has no dead-letter destination.")
+    if not redrive.deployed:
+        return Refusal(409, f"The Dag {redrive.dag_id} is not deployed.")
+    if not may_trigger(user, redrive.dag_id, redrive.team):
+        return Refusal(403, f"You may not trigger {redrive.dag_id}.")
+    dags = stream_dags(stream) | set(stream.hidden_dags)
+    if not dags:
+        return Refusal(403, "No Dag reads this stream: nobody may redrive it from the page.")
+    refused = sorted(d for d in dags if not may_trigger(user, d, teams.get(d)))
+    if refused:
+        return Refusal(403, f"You may not trigger every Dag this stream feeds ({len(refused)} refused).")
+    if redrive.paused:
+        return Refusal(409, f"The Dag {redrive.dag_id} is paused: unpause it to redrive.")
+    return None
+
+
+def may_trigger(user: Any, dag_id: str, team: str | None) -> bool:
+    """Whether this user may create runs of this Dag (with its team), as Airflow's API decides."""
+    return _authorized(user, "POST", dag_id, team, run=True)

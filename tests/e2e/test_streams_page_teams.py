@@ -1,0 +1,316 @@
+"""
+The Streams page and the redrive Dag against a multi-team deployment (issue 45, items 6 and 7).
+
+A real api-server, scheduler, triggerer and dag-processor on PostgreSQL with ``[core] multi_team``
+and Airflow's simple auth manager: teams ``team_a`` and ``team_b`` each own a Dag bundle with one
+SQS stream (its own queue, dead-letter queue and connection id); the redrive Dag sits in a bundle
+of no team. Users: ``alice`` (role USER, team_a), ``bob`` (role USER, team_b), ``admin``.
+
+What Airflow's own REST API allows is the yardstick: alice may read and trigger team_a's Dags,
+not team_b's, so the page shows her team_a's stream only, refuses her a redrive of team_b's, and
+a run of the redrive Dag she triggers by hand with team_b's addresses moves nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.test_streams_page import REDRIVE_DAG_FILE, _plugins_folder
+from tests.support.airflow import COMPONENTS, AirflowDeployment
+from tests.support.brokers import SqsServer
+from tests.support.postgres import PostgresServer
+from tests.support.processes import wait_for_port, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+API = "/shared-stream/api/streams"
+REDRIVE_DAG_ID = "shared_stream_redrive_dead_letters"
+PASSWORDS = {"admin": "admin-pw-teams", "alice": "alice-pw-teams", "bob": "bob-pw-teams"}
+TEAMS = ("team_a", "team_b")
+STREAM_DAG = """
+from airflow.sdk import DAG, Asset, AssetWatcher
+from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
+
+trigger = SqsSharedStreamTrigger(
+    queue_url={queue_url!r},
+    aws_conn_id={conn_id!r},
+    match="body.kind == 'order'",
+    reject="body.poison == `true`",
+    dead_letter_queue_url={dead_letter!r},
+)
+asset = Asset("{team}_orders", watchers=[AssetWatcher(name="{team}_orders_watcher", trigger=trigger)])
+with DAG(dag_id="{team}_orders", schedule=asset, catchup=False):
+    pass
+"""
+
+
+@dataclass
+class TeamStream:
+    queue_url: str
+    dead_letter_queue_url: str
+    conn_id: str
+
+
+@dataclass
+class Teams:
+    airflow: AirflowDeployment
+    sqs: SqsServer
+    streams: dict[str, TeamStream]
+    tokens: dict[str, str]
+
+    def request(self, method: str, path: str, user: str | None, **kwargs: Any) -> httpx.Response:
+        headers = {
+            **kwargs.pop("headers", {}),
+            **({"Authorization": f"Bearer {self.tokens[user]}"} if user else {}),
+        }
+        return httpx.request(method, self.airflow.api_url + path, headers=headers, timeout=60, **kwargs)
+
+    def streams_of(self, user: str) -> dict[str, dict[str, Any]]:
+        """The streams the page lists to ``user``, by their queue URL."""
+        answer = self.request("GET", API, user)
+        assert answer.status_code == 200, answer.text
+        return {s["upstream"]["queue_url"]: s for s in answer.json()["streams"]}
+
+    def stream_id(self, team: str) -> str:
+        return str(self.streams_of("admin")[self.streams[team].queue_url]["id"])
+
+    def finished_run(self, run_id: str) -> str:
+        """The final state of a run of the redrive Dag."""
+        states: dict[str, str | None] = {}
+
+        def done() -> bool:
+            self.airflow.check_alive()
+            for run in self.airflow.dag_runs(REDRIVE_DAG_ID):
+                states[run.run_id] = run.state
+            return states.get(run_id) in ("success", "failed")
+
+        wait_until(done, 240, f"redrive run {run_id} to finish", interval=1.0)
+        return str(states[run_id])
+
+    def wait_for_log(self, run_id: str, text: str) -> None:
+        """The redrive task's log says ``text`` (the log is written on by the worker after the run ends)."""
+        try:
+            wait_until(
+                lambda: text in self.airflow.task_log(REDRIVE_DAG_ID, run_id, "redrive"), 60, text, 1.0
+            )
+        except Exception as exc:
+            raise AssertionError(self.airflow.task_log(REDRIVE_DAG_ID, run_id, "redrive")[-4000:]) from exc
+
+
+def _bundles(home: Path, sqs: SqsServer) -> tuple[Path, list[dict[str, Any]], dict[str, TeamStream]]:
+    shared = home / "dags"
+    shared.mkdir(parents=True)
+    (shared / REDRIVE_DAG_FILE.name).symlink_to(REDRIVE_DAG_FILE)
+    config: list[dict[str, Any]] = [
+        {
+            "name": "shared",
+            "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+            "kwargs": {"path": str(shared)},
+        }
+    ]
+    streams = {}
+    for team in TEAMS:
+        dead_letter = sqs.create_queue(f"{team}-orders-dlq")
+        queue = sqs.create_queue(f"{team}-orders", dead_letter_queue_url=dead_letter)
+        streams[team] = TeamStream(queue, dead_letter, f"aws_{team}")
+        folder = home / f"{team}-dags"
+        folder.mkdir()
+        (folder / f"{team}_orders.py").write_text(
+            STREAM_DAG.format(queue_url=queue, conn_id=f"aws_{team}", dead_letter=dead_letter, team=team)
+        )
+        config.append(
+            {
+                "name": f"{team}_bundle",
+                "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+                "kwargs": {"path": str(folder)},
+                "team_name": team,
+            }
+        )
+    return shared, config, streams
+
+
+@pytest.fixture(scope="module")
+def teams(e2e_dir: Path, sqs: SqsServer, postgres: PostgresServer) -> Iterator[Teams]:
+    home = e2e_dir / "airflow-teams"
+    shared, bundles, streams = _bundles(home, sqs)
+    passwords = home / "passwords.json"
+    passwords.write_text(json.dumps(PASSWORDS))
+    connection = json.dumps(sqs.connection())
+    env = {
+        **_plugins_folder(home),
+        **{f"AIRFLOW_CONN_{s.conn_id.upper()}": connection for s in streams.values()},
+        "AIRFLOW__CORE__MULTI_TEAM": "True",
+        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,alice:user:team_a,bob:user:team_b",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        # No absolute base_url: the page must still never post where a Host header points.
+        "AIRFLOW__API__BASE_URL": "",
+    }
+    airflow = AirflowDeployment(
+        home=home, dags_folder=shared, env=env, database_url=postgres.create_database("airflow_teams")
+    )
+    try:
+        airflow.migrate()
+        for team in TEAMS:  # the auth manager and the bundles need their teams in the database
+            airflow.cli("teams", "create", team)
+        for component in COMPONENTS:
+            airflow.start_component(component)
+        wait_for_port(airflow.api_port, 180, airflow.procs["api-server"], "airflow api-server")
+        airflow.wait_for_dags({"team_a_orders", "team_b_orders", REDRIVE_DAG_ID})
+        tokens = {}
+        for user, password in PASSWORDS.items():
+            answer = httpx.post(
+                f"{airflow.api_url}/auth/token", json={"username": user, "password": password}, timeout=30
+            )
+            assert answer.status_code == 201, answer.text
+            tokens[user] = answer.json()["access_token"]
+        deployment = Teams(airflow, sqs, streams, tokens)
+        wait_until(
+            lambda: len(deployment.streams_of("admin")) == 2, 120, "both teams' streams on the page", 1.0
+        )
+        yield deployment
+    finally:
+        airflow.stop()
+
+
+def test_a_user_sees_only_the_streams_of_dags_their_team_may_read(teams: Teams) -> None:
+    queue_a, queue_b = teams.streams["team_a"].queue_url, teams.streams["team_b"].queue_url
+    assert teams.request("GET", "/api/v2/dags/team_b_orders", "alice").status_code == 403
+    assert set(teams.streams_of("alice")) == {queue_a}
+    assert set(teams.streams_of("bob")) == {queue_b}
+    assert set(teams.streams_of("admin")) == {queue_a, queue_b}
+    text = teams.request("GET", API, "alice").text
+    for leaked in (queue_b, teams.streams["team_b"].dead_letter_queue_url, "aws_team_b", "team_b_orders"):
+        assert leaked not in text
+
+
+def test_a_user_cannot_redrive_another_teams_stream_from_the_page(teams: Teams) -> None:
+    runs_before = len(teams.airflow.dag_runs(REDRIVE_DAG_ID))
+    refused = teams.request(
+        "POST", f"{API}/{teams.stream_id('team_b')}/redrive", "alice", json={"dry_run": True}
+    )
+    assert refused.status_code == 404, refused.text
+    assert len(teams.airflow.dag_runs(REDRIVE_DAG_ID)) == runs_before
+
+
+def test_a_redrive_triggered_by_hand_with_another_teams_addresses_moves_nothing(teams: Teams) -> None:
+    team_b = teams.streams["team_b"]
+    teams.sqs.send(team_b.dead_letter_queue_url, [{"event_id": "b-dead-1", "kind": "order"}])
+    wait_until(lambda: teams.sqs.depth(team_b.dead_letter_queue_url).visible == 1, 30, "team_b's dead letter")
+    conf = {
+        "broker": "sqs",
+        "conn_id": team_b.conn_id,
+        "source": team_b.queue_url,
+        "dead_letter": team_b.dead_letter_queue_url,
+        "dry_run": False,
+        "max_messages": 10,
+    }
+    answer = teams.request(
+        "POST", f"/api/v2/dags/{REDRIVE_DAG_ID}/dagRuns", "alice", json={"logical_date": None, "conf": conf}
+    )
+    assert answer.status_code == 200, answer.text  # Airflow lets her trigger the redrive Dag itself
+    run_id = answer.json()["dag_run_id"]
+    assert teams.finished_run(run_id) == "failed"
+    teams.wait_for_log(run_id, "carries no grant")
+    assert teams.sqs.depth(team_b.dead_letter_queue_url).visible == 1
+    assert teams.sqs.depth(team_b.queue_url).visible == 0
+
+
+def test_a_granted_redrive_runs_and_its_conf_cannot_be_replayed_for_another_run(teams: Teams) -> None:
+    team_a = teams.streams["team_a"]
+    teams.sqs.send(team_a.dead_letter_queue_url, [{"event_id": "a-dead-1", "kind": "other"}])
+    wait_until(lambda: teams.sqs.depth(team_a.dead_letter_queue_url).visible == 1, 30, "team_a's dead letter")
+    # Her request names an api-server that is not this one: the page must not follow it.
+    with _listener() as (port, received):
+        started = teams.request(
+            "POST",
+            f"{API}/{teams.stream_id('team_a')}/redrive",
+            "alice",
+            json={"dry_run": False, "max_messages": 10},
+            headers={"Host": f"127.0.0.1:{port}"},
+        )
+    assert started.status_code == 201, started.text
+    assert not received, "the page sent the user's request to the address the Host header named"
+    assert started.headers["cache-control"] == "no-store"
+    run_id = started.json()["dag_run_id"]
+    assert teams.finished_run(run_id) == "success", teams.airflow.task_log(REDRIVE_DAG_ID, run_id, "redrive")
+    assert teams.sqs.depth(team_a.dead_letter_queue_url).visible == 0
+
+    granted = teams.request("GET", f"/api/v2/dags/{REDRIVE_DAG_ID}/dagRuns/{run_id}", "alice").json()["conf"]
+    replay = teams.request(
+        "POST",
+        f"/api/v2/dags/{REDRIVE_DAG_ID}/dagRuns",
+        "alice",
+        json={"logical_date": None, "conf": granted},
+    )
+    assert replay.status_code == 200, replay.text
+    replay_id = replay.json()["dag_run_id"]
+    assert teams.finished_run(replay_id) == "failed"
+    teams.wait_for_log(replay_id, "made for another run")
+
+
+def test_a_paused_redrive_dag_disables_the_redrive(teams: Teams) -> None:
+    stream_id = teams.stream_id("team_a")
+    assert teams.streams_of("alice")[teams.streams["team_a"].queue_url]["redrive_refused"] is None
+    path = f"/api/v2/dags/{REDRIVE_DAG_ID}?update_mask=is_paused"
+    assert teams.request("PATCH", path, "admin", json={"is_paused": True}).status_code == 200
+    try:
+        shown = teams.streams_of("alice")[teams.streams["team_a"].queue_url]
+        assert "paused" in (shown["redrive_refused"] or "")
+        refused = teams.request("POST", f"{API}/{stream_id}/redrive", "alice", json={"dry_run": True})
+        assert refused.status_code == 409, refused.text
+    finally:
+        assert teams.request("PATCH", path, "admin", json={"is_paused": False}).status_code == 200
+
+
+def test_every_json_answer_says_no_store(teams: Teams) -> None:
+    answers = [
+        teams.request("GET", API, "alice"),
+        teams.request("GET", API, None),
+        teams.request("POST", f"{API}/no-such-stream/redrive", "alice", json={"dry_run": True}),
+        teams.request("POST", f"{API}/no-such-stream/redrive", "alice", json={"max_messages": 0}),
+    ]
+    assert [a.status_code for a in answers] == [200, 401, 404, 422]
+    for answer in answers:
+        assert answer.headers.get("cache-control") == "no-store", (answer.status_code, dict(answer.headers))
+
+
+class _Recorder(threading.Thread):
+    def __init__(self, server: socket.socket, received: list[bytes]) -> None:
+        super().__init__(daemon=True)
+        self.server, self.received = server, received
+
+    def run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                with contextlib.suppress(OSError):
+                    self.received.append(conn.recv(65536))
+
+
+class _listener:
+    """A TCP listener on loopback that keeps whatever is sent to it (and answers nothing)."""
+
+    def __enter__(self) -> tuple[int, list[bytes]]:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.received: list[bytes] = []
+        _Recorder(self.server, self.received).start()
+        return self.server.getsockname()[1], self.received
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.close()

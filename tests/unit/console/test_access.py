@@ -1,0 +1,114 @@
+"""
+Who may see and redrive which stream (airflow_shared_stream/console/access.py), decided by Airflow's
+real simple auth manager in multi-team mode (only its lookup is replaced: no api-server here). The
+same rules against a running api-server: tests/e2e/test_streams_page_teams.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+from airflow_shared_stream.console.access import RedriveDag, redrive_refusal, visible_streams
+from airflow_shared_stream.console.streams import Stream, group_streams
+
+SQS = "airflow_shared_stream.sqs.trigger.SqsSharedStreamTrigger"
+TEAMS = {"orders_a": "team_a", "orders_b": "team_b", "shared_a": "team_a", "shared_b": "team_b"}
+REDRIVE = RedriveDag(dag_id="shared_stream_redrive_dead_letters", deployed=True, paused=False, team=None)
+ALICE = SimpleAuthManagerUser(username="alice", role="user", teams=["team_a"])
+ADMIN = SimpleAuthManagerUser(username="admin", role="admin", teams=[])
+VIEWER_A = SimpleAuthManagerUser(username="vera", role="viewer", teams=["team_a"])
+
+
+@pytest.fixture(autouse=True)
+def simple_auth_manager(monkeypatch: pytest.MonkeyPatch) -> None:
+    import airflow.api_fastapi.app
+
+    manager = SimpleAuthManager()
+    monkeypatch.setattr(airflow.api_fastapi.app, "get_auth_manager", lambda: manager)
+
+
+def _streams() -> list[Stream]:
+    """Team A's stream, team B's stream, and one queue both teams' Dags read (one watcher each)."""
+
+    def row(trigger_id: int, queue: str, match: str | None) -> tuple[int, str, dict[str, Any], int]:
+        url = f"https://sqs.us-east-1.amazonaws.com/000000000000/{queue}"
+        return (trigger_id, SQS, {"queue_url": url, "dead_letter_queue_url": url + "-dlq", "match": match}, 1)
+
+    streams = group_streams(
+        [row(1, "a", None), row(2, "b", None), row(3, "shared", "x"), row(4, "shared", "y")]
+    )
+    dags = {1: ["orders_a"], 2: ["orders_b"], 3: ["shared_a"], 4: ["shared_b"]}
+    for stream in streams:
+        for watcher in stream.watchers:
+            watcher.dags = dags[watcher.trigger_id]
+            watcher.names = [f"watcher_{watcher.trigger_id}"]
+        if len(stream.watchers) > 1:
+            stream.warnings = [
+                {"kind": "stranded", "dag_id": "shared_b", "message": "shared_b waits"},
+                {"kind": "unassigned", "trigger_id": "4", "message": "watcher_4 unassigned"},
+            ]
+            stream.figures = {"lag": {"watcher_3": {"0": 1}, "watcher_4": {"0": 2}}}
+    return streams
+
+
+def _queues(streams: list[Stream]) -> set[str]:
+    return {s.upstream["queue_url"].rsplit("/", 1)[1] for s in streams}
+
+
+def test_a_user_sees_the_streams_of_the_dags_their_team_may_read() -> None:
+    assert _queues(visible_streams(_streams(), ALICE, TEAMS)) == {"a", "shared"}
+    assert _queues(visible_streams(_streams(), VIEWER_A, TEAMS)) == {"a", "shared"}
+    assert _queues(visible_streams(_streams(), ADMIN, TEAMS)) == {"a", "b", "shared"}
+
+
+def test_of_a_shared_stream_a_user_sees_only_the_watchers_of_their_dags() -> None:
+    (shared,) = [s for s in visible_streams(_streams(), ALICE, TEAMS) if _queues([s]) == {"shared"}]
+    text = repr(shared.to_json())
+    assert [w.dags for w in shared.watchers] == [["shared_a"]]
+    assert "shared_b" not in text
+    assert "watcher_4" not in text
+    assert "'y'" not in text
+    assert shared.figures == {"lag": {"watcher_3": {"0": 1}}}
+
+
+def test_a_redrive_needs_the_right_to_trigger_every_dag_of_the_stream() -> None:
+    by_queue = {_queues([s]).pop(): s for s in visible_streams(_streams(), ALICE, TEAMS)}
+    assert redrive_refusal(by_queue["a"], ALICE, TEAMS, REDRIVE) is None
+    refused = redrive_refusal(by_queue["shared"], ALICE, TEAMS, REDRIVE)
+    assert refused is not None
+    assert refused.status == 403
+    admin = {_queues([s]).pop(): s for s in visible_streams(_streams(), ADMIN, TEAMS)}
+    assert redrive_refusal(admin["shared"], ADMIN, TEAMS, REDRIVE) is None
+
+
+def test_a_viewer_is_refused_the_redrive_dag_itself() -> None:
+    (stream, *_) = visible_streams(_streams(), VIEWER_A, TEAMS)
+    refused = redrive_refusal(stream, VIEWER_A, TEAMS, REDRIVE)
+    assert refused is not None
+    assert (refused.status, refused.reason) == (
+        403,
+        "You may not trigger shared_stream_redrive_dead_letters.",
+    )
+
+
+def test_the_redrive_dags_own_team_counts() -> None:
+    (stream, *_) = visible_streams(_streams(), ALICE, TEAMS)
+    other_team = RedriveDag(dag_id=REDRIVE.dag_id, deployed=True, paused=False, team="team_b")
+    refused = redrive_refusal(stream, ALICE, TEAMS, other_team)
+    assert refused is not None
+    assert refused.status == 403
+
+
+def test_a_paused_or_missing_redrive_dag_refuses_with_409() -> None:
+    (stream, *_) = visible_streams(_streams(), ALICE, TEAMS)
+    paused = RedriveDag(dag_id=REDRIVE.dag_id, deployed=True, paused=True, team=None)
+    missing = RedriveDag(dag_id=REDRIVE.dag_id, deployed=False, paused=False, team=None)
+    for redrive in (paused, missing):
+        refused = redrive_refusal(stream, ALICE, TEAMS, redrive)
+        assert refused is not None
+        assert refused.status == 409
+    assert "paused" in redrive_refusal(stream, ALICE, TEAMS, paused).reason  # type: ignore[union-attr]

@@ -1,0 +1,98 @@
+"""
+The redrive grant (airflow_shared_stream/redrive_grant.py): what the Streams page signs for one
+run and one user is all a run of the redrive Dag may move; anything else is refused before the
+dead-letter source is read. The run-time refusal against a real api-server and worker is in
+tests/e2e/test_streams_page_teams.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_shared_stream.redrive_grant import RedriveNotGrantedError, check_grant, sign_grant
+
+PARAMS = {
+    "broker": "sqs",
+    "conn_id": "aws_team_a",
+    "source": "http://127.0.0.1:5000/000000000000/team_a-orders",
+    "dead_letter": "http://127.0.0.1:5000/000000000000/team_a-orders-dlq",
+}
+
+
+@pytest.fixture(autouse=True)
+def secret_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__API__SECRET_KEY", "a-secret-key-of-this-deployment")
+
+
+def _grant(**overrides: object) -> str:
+    arguments = {"run_id": "run-1", "user_name": "alice", "stream_id": "sqs-orders-1", "params": PARAMS}
+    return sign_grant(**{**arguments, **overrides})  # type: ignore[arg-type]
+
+
+def test_a_grant_lets_its_own_run_user_and_addresses_through() -> None:
+    assert (
+        check_grant(_grant(), run_id="run-1", triggering_user_name="alice", params=PARAMS) == "sqs-orders-1"
+    )
+
+
+def test_an_empty_source_matches_whether_it_renders_to_none_or_to_nothing() -> None:
+    kafka = {"broker": "kafka", "conn_id": None, "source": None, "dead_letter": "orders-dlq"}
+    rendered = {**kafka, "conn_id": "None", "source": ""}
+    check_grant(_grant(params=kafka), run_id="run-1", triggering_user_name="alice", params=rendered)
+
+
+@pytest.mark.parametrize("grant", [None, "", "None", "not-a-grant"])
+def test_a_run_without_a_signed_grant_is_refused(grant: object) -> None:
+    with pytest.raises(RedriveNotGrantedError):
+        check_grant(grant, run_id="run-1", triggering_user_name="alice", params=PARAMS)
+
+
+def test_a_grant_signed_with_another_key_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    grant = _grant()
+    monkeypatch.setenv("AIRFLOW__API__SECRET_KEY", "another-deployments-key")
+    with pytest.raises(RedriveNotGrantedError, match="not signed by this deployment"):
+        check_grant(grant, run_id="run-1", triggering_user_name="alice", params=PARAMS)
+
+
+def test_a_grant_copied_into_another_run_is_refused() -> None:
+    with pytest.raises(RedriveNotGrantedError, match="made for another run"):
+        check_grant(_grant(), run_id="run-2", triggering_user_name="alice", params=PARAMS)
+
+
+@pytest.mark.parametrize("user", ["bob", None, ""])
+def test_a_grant_used_by_another_user_is_refused(user: str | None) -> None:
+    with pytest.raises(RedriveNotGrantedError, match="another user"):
+        check_grant(_grant(), run_id="run-1", triggering_user_name=user, params=PARAMS)
+
+
+@pytest.mark.parametrize("field", sorted(PARAMS))
+def test_a_run_whose_addresses_differ_from_the_grant_is_refused(field: str) -> None:
+    changed = {**PARAMS, field: "kafka" if field == "broker" else "team_b-" + PARAMS[field]}
+    with pytest.raises(RedriveNotGrantedError, match=field):
+        check_grant(_grant(), run_id="run-1", triggering_user_name="alice", params=changed)
+
+
+def test_without_a_secret_key_nothing_is_granted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__API__SECRET_KEY", "")
+    with pytest.raises(RedriveNotGrantedError, match="secret_key"):
+        _grant()
+
+
+def test_the_redrive_task_refuses_a_run_without_a_grant_before_reading_anything() -> None:
+    from types import SimpleNamespace
+
+    from airflow_shared_stream.redrive import RedriveDeadLettersOperator
+
+    task = RedriveDeadLettersOperator(
+        task_id="redrive",
+        broker="sqs",
+        conn_id="aws_team_b",
+        source="http://127.0.0.1:1/000000000000/team_b-orders",
+        dead_letter="http://127.0.0.1:1/000000000000/team_b-orders-dlq",
+        require_grant=True,
+        grant="{{ params.grant }}",
+    )
+    task.grant = None  # what the Dag's empty param renders to
+    run = SimpleNamespace(run_id="manual__1", triggering_user_name="alice")
+    with pytest.raises(RedriveNotGrantedError, match="carries no grant"):
+        task.execute({"dag_run": run})
