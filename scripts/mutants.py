@@ -1726,9 +1726,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="console auth e2e: the redrive Dag moves another team's queue when triggered by hand",
         broker="console",
-        path="example_dags/shared_stream_redrive_dead_letters.py",
-        original="        require_grant=True,  # addresses from conf: only what the page granted\n",
-        mutated="        require_grant=False,\n",
+        path="airflow_shared_stream/redrive_dag.py",
+        original="            require_grant=True,  # addresses from conf: only what the page granted\n",
+        mutated="            require_grant=False,\n",
         caught_by=("test_a_redrive_triggered_by_hand_with_another_teams_addresses_moves_nothing",),
         module=CONSOLE_TEAMS_E2E,
     ),

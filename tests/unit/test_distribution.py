@@ -127,3 +127,10 @@ def test_the_wheel_names_documentation_source_changelog_and_issue_tracker(built:
             headings = [line.lstrip("#").strip() for line in (ROOT / path).read_text().splitlines()]
             slugs = {heading.lower().replace(" ", "-") for heading in headings if heading}
             assert anchor in slugs, f"{label}: {path} has no heading #{anchor}"
+
+
+def test_the_wheel_ships_the_redrive_dag(built: tuple[Path, Path]) -> None:
+    """The Streams page starts runs of this Dag: a deployment gets it from the wheel, not a clone."""
+    _, wheel = built
+    with zipfile.ZipFile(wheel) as archive:
+        assert "airflow_shared_stream/redrive_dag.py" in archive.namelist()

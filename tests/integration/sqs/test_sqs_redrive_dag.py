@@ -3,9 +3,10 @@ The example redrive Dag, run by Airflow itself (``airflow dags test`` with a run
 
 What the Streams page does when it starts a redrive: a run of ``shared_stream_redrive_dead_letters``
 with params. This checks that the params reach the operator as values (``max_messages`` a number,
-``dry_run`` a flag) and that the task reads its connection as a task does. The Dag file is the
-example's text with ``require_grant`` off: ``airflow dags test`` makes a run id no grant can name
-beforehand. The grant itself is checked against real runs in tests/e2e/test_streams_page_teams.py.
+``dry_run`` a flag) and that the task reads its connection as a task does. The Dag file builds the
+shipped Dag as the example's one line does, then turns ``require_grant`` off on its task:
+``airflow dags test`` makes a run id no grant can name beforehand. The grant itself is checked
+against real runs in tests/e2e/test_streams_page_teams.py.
 """
 
 from __future__ import annotations
@@ -25,17 +26,18 @@ ROOT = Path(__file__).parents[3]
 EXAMPLE = ROOT / "example_dags" / "shared_stream_redrive_dead_letters.py"
 
 
-GRANTED = "        require_grant=True,"
+BUILT = "dag = redrive_dead_letters_dag()\n"
+UNGRANTED = 'assert dag.get_task("redrive").require_grant\ndag.get_task("redrive").require_grant = False\n'
 
 
 @pytest.fixture(scope="module")
 def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     home = tmp_path_factory.mktemp("airflow-home")
     text = EXAMPLE.read_text()
-    assert text.count(GRANTED) == 1, "the example Dag no longer says require_grant=True"
+    assert text.endswith(BUILT), "the example Dag file no longer builds the shipped Dag"
     dag_file = home.parent / f"{home.name}-dags" / EXAMPLE.name
     dag_file.parent.mkdir()
-    dag_file.write_text(text.replace(GRANTED, "        require_grant=False,"))
+    dag_file.write_text(text + UNGRANTED)
     return migrated_airflow_home(home, dag_file)
 
 

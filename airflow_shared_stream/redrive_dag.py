@@ -1,0 +1,107 @@
+"""
+The redrive Dag, shipped: a one-line Dag file builds it, and the Streams page starts its runs.
+
+A Dags folder holds only what a deployment puts there, so the package cannot install a Dag by
+itself; it gives the Dag whole instead, to be named by a file of one line::
+
+    from airflow_shared_stream.redrive_dag import redrive_dead_letters_dag
+
+    dag = redrive_dead_letters_dag()
+
+Its task moves only what the Streams page granted for the run and the person who started it
+(``require_grant``, docs/redrive.rst): whoever may trigger it cannot name another queue or
+connection in the run's conf.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from airflow.sdk import DAG, Param
+
+from airflow_shared_stream.console.plugin import REDRIVE_DAG_ID
+from airflow_shared_stream.redrive import RedriveDeadLettersOperator
+
+__all__ = ["REDRIVE_DAG_ID", "redrive_dead_letters_dag"]
+
+BROKERS = ["kafka", "sqs", "pubsub", "servicebus"]
+
+
+def redrive_params() -> dict[str, Param]:
+    """The run's params: what the Streams page fills (and the trigger form shows)."""
+    return {
+        "broker": Param("sqs", enum=BROKERS, description="The broker."),
+        "conn_id": Param(
+            None, type=["null", "string"], description="Airflow connection; the triggers' default if empty."
+        ),
+        "source": Param(
+            None,
+            type=["null", "string"],
+            description="Where messages go back to: Kafka topic, SQS queue URL, Pub/Sub topic, "
+            "Service Bus queue or <topic>/Subscriptions/<subscription>.",
+        ),
+        "dead_letter": Param(
+            None,
+            type=["null", "string"],
+            description="Where they are: Kafka dead-letter topic, SQS dead-letter queue URL, "
+            "Pub/Sub dead-letter subscription (Service Bus: leave empty).",
+        ),
+        "filter": Param(
+            None, type=["null", "string"], description="JMESPath over the envelope the triggers see."
+        ),
+        "max_messages": Param(
+            100,
+            type=["null", "integer"],
+            minimum=1,
+            description="Move at most this many; empty: 100. Never more than the dead-letter source "
+            "held when the redrive started.",
+        ),
+        "dry_run": Param(True, type="boolean", description="Only count and sample; move nothing."),
+        "keep_origin_attributes": Param(
+            False, type="boolean", description="Keep the reason and origin our dead-lettering added."
+        ),
+        "grant": Param(
+            None,
+            type=["null", "string"],
+            description="Set by the Streams page once it checked that you may trigger the stream's Dags; "
+            "a run without it is refused (docs/redrive.rst).",
+        ),
+    }
+
+
+def redrive_dead_letters_dag(dag_id: str = REDRIVE_DAG_ID, **dag_kwargs: Any) -> DAG:
+    """
+    The Dag the Streams page runs for a redrive; ``dag_kwargs`` go to ``DAG`` (tags, access control).
+
+    Keep the default ``dag_id``: the page starts runs of that Dag. ``schedule`` is always None and
+    ``max_active_runs`` 1: two redrives of one dead-letter source would hold each other's messages.
+    """
+    tags = dag_kwargs.pop("tags", ["shared-stream", "operations"])
+    with DAG(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=dag_kwargs.pop("start_date", datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)),
+        catchup=False,
+        max_active_runs=1,
+        render_template_as_native_obj=True,  # max_messages and the flags reach the task as values
+        tags=tags,
+        params=redrive_params(),
+        doc_md=__doc__,
+        **dag_kwargs,
+    ) as dag:
+        RedriveDeadLettersOperator(
+            task_id="redrive",
+            broker="{{ params.broker }}",
+            conn_id="{{ params.conn_id }}",
+            source="{{ params.source }}",
+            dead_letter="{{ params.dead_letter }}",
+            filter="{{ params.filter }}",
+            max_messages="{{ params.max_messages }}",
+            dry_run="{{ params.dry_run }}",
+            keep_origin_attributes="{{ params.keep_origin_attributes }}",
+            require_grant=True,  # addresses from conf: only what the page granted
+            grant="{{ params.grant }}",
+            retries=0,  # a redrive that failed half-way is started again by a person, with its summary
+        )
+    return dag
