@@ -270,7 +270,9 @@ def refresh_queued_asset(asset_name: str, asset_uri: str, *, session: Session) -
     from airflow.models.asset import AssetDagRunQueue, AssetModel
     from sqlalchemy import select, update
 
-    now = timezone.utcnow()
+    now = timezone.utcnow()  # before the check: an event stamped later is above the row's time
+    if not _no_other_event_in_flight(session):
+        return 0
     result: Any = session.execute(
         update(AssetDagRunQueue)
         .where(
@@ -283,6 +285,41 @@ def refresh_queued_asset(asset_name: str, asset_uri: str, *, session: Session) -
         .execution_options(synchronize_session=False)
     )
     return int(result.rowcount or 0)
+
+
+def _no_other_event_in_flight(session: Session) -> bool:
+    """
+    Whether no other transaction can hold an asset event that is written but not committed.
+
+    Such an event was stamped before it became visible: a queue row moved past its timestamp
+    would give the run created from the row a ``run_after`` above it, and the event would fall
+    below every later run's window (and the sweep's floor) once it commits. Core leaves the row
+    where it was, so its next run consumes that event: in doubt the refresh does not move it.
+
+    PostgreSQL: a transaction that inserted into ``asset_event`` holds ``RowExclusiveLock`` on
+    the table until it ends (``pg_locks``, readable by every role). SQLite has one writer at a
+    time: the caller's own write excludes every other. MySQL is not looked at: no refresh.
+    """
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.sqlalchemy import get_dialect_name
+    from sqlalchemy import text
+
+    dialect = get_dialect_name(session)
+    if dialect == "sqlite":
+        return True
+    if dialect != "postgresql":
+        return False
+    table = AssetEvent.__table__
+    name = f"{table.schema}.{table.name}" if table.schema else table.name
+    in_flight = session.scalar(
+        text(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'relation'"
+            " AND relation = CAST(:table AS regclass) AND mode = 'RowExclusiveLock'"
+            " AND pid IS DISTINCT FROM pg_backend_pid())"
+        ),
+        {"table": name},
+    )
+    return not in_flight
 
 
 @contextlib.contextmanager
