@@ -1368,6 +1368,15 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_aborted_transactions_are_not_read_by_default",),
         module=KAFKA_LOSS_PATHS,
     ),
+    # fix/spark-stranded: the refresh and uncommitted events (issue 46 item 10), orphaned drivers (item 9)
+    Mutant(
+        name="stranded-event refresh moves the row past an uncommitted event",
+        broker="scheduling",
+        path="airflow_shared_stream/scheduling.py",
+        original="    if not _no_other_event_in_flight(session):\n        return 0\n",
+        mutated="",
+        caught_by=(f"{TWO_SCHEDULERS}::test_an_outlet_event_committed_after_a_refreshed_run_is_in_a_later_run",),
+    ),
 )
 
 
