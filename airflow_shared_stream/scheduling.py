@@ -25,7 +25,9 @@ entry point of this distribution), and two of them close the gap:
    newest event (what core does for the first event of an asset, done for every one): the next
    run consumes every event of the burst that arrived while the Dag was busy. On PostgreSQL the
    ``UPDATE`` waits for a scheduler that holds the row (``FOR UPDATE``) to commit the run and
-   delete it; core's insert that follows then queues the event afresh.
+   delete it; core's insert that follows then queues the event afresh. It leaves the row alone
+   while another transaction holds an asset event written but not committed (a task outlet's):
+   moving the row past that event's timestamp would put it below every later run's window.
 2. **Sweep, in the scheduler's transaction** (``on_dag_run_running`` / ``_success`` /
    ``_failed`` of an asset-triggered run): a backstop for events the refresh cannot see (task
    outlets, the REST API, another writer's transaction that committed late): it re-creates the

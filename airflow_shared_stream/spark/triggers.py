@@ -45,7 +45,8 @@ from airflow_shared_stream.spark.config import SparkRestConfig
 from airflow_shared_stream.spark.errors import SparkRestError, TransientSparkRestError, UnknownSubmissionError
 from airflow_shared_stream.spark.hook import SparkRestHook
 from airflow_shared_stream.spark.rest import ACTIVE_STATES, DriverStatus
-from airflow_shared_stream.spark.task_states import UNREADABLE, TaskInstanceRef, task_instance_state
+from airflow_shared_stream.spark.task_states import UNREADABLE as _UNREADABLE
+from airflow_shared_stream.spark.task_states import TaskInstanceRef, task_instance_state
 
 DEFAULT_MAX_TRANSIENT_ERRORS = 5
 KILL_CONFIRM_SECONDS = 30.0
@@ -295,7 +296,7 @@ class SparkApplicationTrigger(BaseTrigger):
                 self.submission_id,
             )
             return
-        if state == UNREADABLE:
+        if state == _UNREADABLE:
             self.log.warning(
                 "Trigger cancelled but the task's state cannot be read: leaving Spark driver %s running "
                 "(a trigger that moved must not kill it; kill it by hand if the task was stopped)",
