@@ -25,7 +25,9 @@ entry point of this distribution), and two of them close the gap:
    newest event (what core does for the first event of an asset, done for every one): the next
    run consumes every event of the burst that arrived while the Dag was busy. On PostgreSQL the
    ``UPDATE`` waits for a scheduler that holds the row (``FOR UPDATE``) to commit the run and
-   delete it; core's insert that follows then queues the event afresh.
+   delete it; core's insert that follows then queues the event afresh. It leaves the row alone
+   while another transaction holds an asset event written but not committed (a task outlet's):
+   moving the row past that event's timestamp would put it below every later run's window.
 2. **Sweep, in the scheduler's transaction** (``on_dag_run_running`` / ``_success`` /
    ``_failed`` of an asset-triggered run): a backstop for events the refresh cannot see (task
    outlets, the REST API, another writer's transaction that committed late): it re-creates the
@@ -270,7 +272,9 @@ def refresh_queued_asset(asset_name: str, asset_uri: str, *, session: Session) -
     from airflow.models.asset import AssetDagRunQueue, AssetModel
     from sqlalchemy import select, update
 
-    now = timezone.utcnow()
+    now = timezone.utcnow()  # before the check: an event stamped later is above the row's time
+    if not _no_other_event_in_flight(session):
+        return 0
     result: Any = session.execute(
         update(AssetDagRunQueue)
         .where(
@@ -283,6 +287,41 @@ def refresh_queued_asset(asset_name: str, asset_uri: str, *, session: Session) -
         .execution_options(synchronize_session=False)
     )
     return int(result.rowcount or 0)
+
+
+def _no_other_event_in_flight(session: Session) -> bool:
+    """
+    Whether no other transaction can hold an asset event that is written but not committed.
+
+    Such an event was stamped before it became visible: a queue row moved past its timestamp
+    would give the run created from the row a ``run_after`` above it, and the event would fall
+    below every later run's window (and the sweep's floor) once it commits. Core leaves the row
+    where it was, so its next run consumes that event: in doubt the refresh does not move it.
+
+    PostgreSQL: a transaction that inserted into ``asset_event`` holds ``RowExclusiveLock`` on
+    the table until it ends (``pg_locks``, readable by every role). SQLite has one writer at a
+    time: the caller's own write excludes every other. MySQL is not looked at: no refresh.
+    """
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.sqlalchemy import get_dialect_name
+    from sqlalchemy import text
+
+    dialect = get_dialect_name(session)
+    if dialect == "sqlite":
+        return True
+    if dialect != "postgresql":
+        return False
+    table = AssetEvent.__table__
+    name = f"{table.schema}.{table.name}" if table.schema else table.name
+    in_flight = session.scalar(
+        text(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'relation'"
+            " AND relation = CAST(:table AS regclass) AND mode = 'RowExclusiveLock'"
+            " AND pid IS DISTINCT FROM pg_backend_pid())"
+        ),
+        {"table": name},
+    )
+    return not in_flight
 
 
 @contextlib.contextmanager

@@ -1753,6 +1753,47 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_every_json_answer_says_no_store",),
         module=CONSOLE_TEAMS_E2E,
     ),
+    # fix/spark-stranded: the refresh and uncommitted events (issue 46 item 10), orphaned drivers (item 9)
+    Mutant(
+        name="stranded-event refresh moves the row past an uncommitted event",
+        broker="scheduling",
+        path="airflow_shared_stream/scheduling.py",
+        original="    if not _no_other_event_in_flight(session):\n        return 0\n",
+        mutated="",
+        caught_by=(
+            f"{TWO_SCHEDULERS}::test_an_outlet_event_committed_after_a_refreshed_run_is_in_a_later_run",
+        ),
+    ),
+    Mutant(
+        name="orphaned Spark driver never killed",
+        broker="spark",
+        path="airflow_shared_stream/spark/poller.py",
+        original="                await self.orphans.check(listing, self._watches.keys(), ui, rest)\n",
+        mutated="                pass\n",
+        caught_by=(
+            "tests/integration/spark/test_orphaned_driver.py::"
+            "test_a_task_marked_failed_while_its_triggerer_is_dead_loses_its_driver",
+            f"{SPARK_RECORDING}::test_a_poller_kills_another_driver_only_once_its_task_has_ended",
+        ),
+    ),
+    Mutant(
+        name="orphan check kills drivers whose task has not ended",
+        broker="spark",
+        path="airflow_shared_stream/spark/orphans.py",
+        original="                if state in ENDED_STATES:\n",
+        mutated="                if state is not None:\n",
+        caught_by=("test_a_poller_kills_another_driver_only_once_its_task_has_ended",),
+        module=SPARK_RECORDING,
+    ),
+    Mutant(
+        name="orphan check kills the drivers its own watches wait on",
+        broker="spark",
+        path="airflow_shared_stream/spark/orphans.py",
+        original=" if d.state in ACTIVE_STATES and d.driver_id not in watched\n",
+        mutated=" if d.state in ACTIVE_STATES\n",
+        caught_by=("test_a_poller_kills_another_driver_only_once_its_task_has_ended",),
+        module=SPARK_RECORDING,
+    ),
 )
 
 

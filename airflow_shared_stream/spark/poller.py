@@ -13,6 +13,9 @@ watched driver it finds in a final state. A driver the listing does not settle *
 read) is asked about over the REST status call, the per-driver path, so the unknown-driver
 error and the REST semantics stay exactly what a lone trigger had.
 
+Orphans: each round with a listing, the poller also kills the master's other active drivers
+whose task instance has ended while no triggerer ran their trigger (:mod:`.orphans`).
+
 What stays with each trigger (the poller only reports): its deadline and the kill, ``on_kill``,
 its own ``max_transient_errors`` (the poller counts consecutive failures per watch and fails a
 watch once its own limit is passed) and its own poll interval (the poller runs at the shortest
@@ -40,6 +43,7 @@ from airflow_shared_stream.spark.clients import AsyncSparkRestClient
 from airflow_shared_stream.spark.config import SparkRestConfig
 from airflow_shared_stream.spark.errors import SparkRestError, TransientSparkRestError
 from airflow_shared_stream.spark.master_ui import MasterState, amaster_state, async_ui_client
+from airflow_shared_stream.spark.orphans import OrphanReaper
 from airflow_shared_stream.spark.rest import DriverStatus
 
 log = logging.getLogger(__name__)
@@ -121,6 +125,8 @@ class SparkMasterPoller:
         """Listing requests sent (for tests and the benchmark)."""
         self.status_requests = 0
         """REST status requests sent for drivers the listing did not settle."""
+        self.orphans = OrphanReaper()
+        """Kills other drivers of this master whose task ended with no trigger left (:mod:`.orphans`)."""
 
     # -- registration ------------------------------------------------------------------------
 
@@ -210,6 +216,11 @@ class SparkMasterPoller:
                 watch._observe(status)
         if unlisted:
             await self._ask_each(rest, unlisted)
+        if listing is not None:
+            try:
+                await self.orphans.check(listing, self._watches.keys(), ui, rest)
+            except Exception:  # never the watches' failure: they wait on their own drivers
+                log.exception("Looking for orphaned Spark drivers on %s failed", self.cfg.master_ui_url)
         return True
 
     async def _ask_each(self, rest: AsyncSparkRestClient, submission_ids: list[str]) -> None:

@@ -45,14 +45,14 @@ from airflow_shared_stream.spark.config import SparkRestConfig
 from airflow_shared_stream.spark.errors import SparkRestError, TransientSparkRestError, UnknownSubmissionError
 from airflow_shared_stream.spark.hook import SparkRestHook
 from airflow_shared_stream.spark.rest import ACTIVE_STATES, DriverStatus
+from airflow_shared_stream.spark.task_states import UNREADABLE as _UNREADABLE
+from airflow_shared_stream.spark.task_states import TaskInstanceRef, task_instance_state
 
 DEFAULT_MAX_TRANSIENT_ERRORS = 5
 KILL_CONFIRM_SECONDS = 30.0
 """After a kill, how long to wait for the master to report the driver KILLED."""
 _ON_KILL_TASKS: set[asyncio.Task[None]] = set()
 """``on_kill`` work in flight (referenced so a cancelled ``on_kill`` does not let it be collected)."""
-_UNREADABLE = "<unreadable>"
-"""What ``on_kill`` reads as the task instance's state when it cannot ask (never a real state)."""
 
 
 class SparkApplicationTrigger(BaseTrigger):
@@ -311,35 +311,12 @@ class SparkApplicationTrigger(BaseTrigger):
 
     async def _task_instance_state(self) -> str | None:
         """
-        The state of the task instance this trigger waits for, asked of the triggerer's supervisor.
+        The state of the task instance this trigger waits for (:func:`.task_states.task_instance_state`).
 
-        ``None`` when the task instance has no state or is gone (cleared, run deleted),
-        :data:`_UNREADABLE` when it cannot be asked. A trigger not run for a task instance (called
-        directly, not by a triggerer) reports ``"no task instance"``: nothing can move it.
+        A trigger not run for a task instance (called directly, not by a triggerer) reports
+        ``"no task instance"``: nothing can move it.
         """
         ti = self.task_instance
         if ti is None:
             return "no task instance"
-        try:
-            from airflow.sdk.execution_time import task_runner
-            from airflow.sdk.execution_time.comms import GetTaskStates, TaskStatesResult
-
-            comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
-            if comms is None:
-                return _UNREADABLE
-            map_index = getattr(ti, "map_index", -1)
-            map_index = -1 if map_index is None else int(map_index)
-            answer = await comms.asend(
-                GetTaskStates(
-                    dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=map_index
-                )
-            )
-        except Exception as exc:
-            self.log.warning("Cannot ask for the task instance's state: %s", type(exc).__name__)
-            return _UNREADABLE
-        if not isinstance(answer, TaskStatesResult):
-            self.log.warning("Cannot ask for the task instance's state: %s", type(answer).__name__)
-            return _UNREADABLE
-        key = ti.task_id if map_index < 0 else f"{ti.task_id}_{map_index}"
-        state = answer.task_states.get(ti.run_id, {}).get(key)
-        return None if state is None else str(getattr(state, "value", state))
+        return await task_instance_state(TaskInstanceRef.of(ti))

@@ -54,6 +54,22 @@ class FakeDriver:
         return self.state
 
 
+def launch_command(create_body: bytes) -> str:
+    """
+    The first line a real worker writes to a driver's stderr: its java command, with every Spark
+    property of the create request as ``"-D<key>=<value>"`` (what the operator's tag lookup and the
+    orphan check read back).
+    """
+    try:
+        properties = json.loads(create_body or b"{}").get("sparkProperties") or {}
+    except ValueError:
+        properties = {}
+    options = " ".join(f'"-D{key}={value}"' for key, value in properties.items())
+    return f'Launch Command: "java" "-cp" "/opt/spark/conf/:/opt/spark/jars/*" "-Xmx1024M" {options} ' + (
+        '"org.apache.spark.deploy.worker.DriverWrapper"\n========================================\n\n'
+    )
+
+
 @dataclass(frozen=True)
 class RecordedRequest:
     method: str
@@ -131,7 +147,7 @@ class FakeSparkMaster:
         parts = path.strip("/").split("/")
         if method == "POST" and parts[:3] == ["v1", "submissions", "create"]:
             driver_id = f"driver-20260101000000-{next(self._ids):04d}"
-            self.drivers[driver_id] = FakeDriver(state="RUNNING")
+            self.drivers[driver_id] = FakeDriver(state="RUNNING", stderr=launch_command(body))
             return 200, {"action": "CreateSubmissionResponse", "success": True, "submissionId": driver_id}
         if len(parts) != 4 or parts[:2] != ["v1", "submissions"]:
             return 404, {"action": "ErrorResponse", "success": False, "message": "no such endpoint"}

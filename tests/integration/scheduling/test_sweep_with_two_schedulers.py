@@ -268,3 +268,57 @@ def test_a_stranded_event_stamped_ahead_of_the_schedulers_clock_is_in_the_next_r
     sweeper.commit()
     _create_runs_and_commit(scheduler)
     _assert_every_event_consumed_once_and_no_empty_run(dag)
+
+
+def _trigger_event(dag: TwoAssetDag, which: str) -> int:
+    """A watcher's event: ``from_trigger``, in the thread-scoped session (where the refresh runs)."""
+    from airflow import settings
+    from airflow.assets.manager import AssetManager
+    from airflow.serialization.definitions.assets import SerializedAssetUniqueKey
+
+    name, uri = dag.assets[which]
+    session = settings.Session()
+    event = AssetManager.register_asset_change(
+        asset=SerializedAssetUniqueKey(name=name, uri=uri), extra={"from_trigger": True}, session=session
+    )
+    assert event is not None
+    event_id = int(event.id)
+    session.commit()
+    return event_id
+
+
+def test_an_outlet_event_committed_after_a_refreshed_run_is_in_a_later_run(
+    dag: TwoAssetDag, scheduler: Any
+) -> None:
+    """
+    A task outlet's event e1 is flushed, its transaction still open (the execution API's
+    request); a watcher's event of the same asset commits, and its refresh moves the queue row
+    past e1's timestamp; the scheduler creates the run (e1 is invisible to it); then e1
+    commits. Had the refresh moved the row, e1 would be below that run's ``run_after``: in no
+    run's window ever, and under the sweep's floor too. Core alone leaves the row where it was,
+    and e1 is consumed by a later run: the refresh must never do worse.
+    """
+    from airflow.assets.manager import AssetManager
+    from airflow.serialization.definitions.assets import SerializedAssetUniqueKey
+
+    dag.event("x")  # the queue row of x, committed
+    outlet = _own_session()
+    name, uri = dag.assets["x"]
+    outlet_event = AssetManager.register_asset_change(
+        asset=SerializedAssetUniqueKey(name=name, uri=uri), extra={}, session=outlet
+    )
+    assert outlet_event is not None
+    outlet.flush()  # e1 is written and stamped, not committed
+    _trigger_event(dag, "x")  # the watcher's event commits (and the refresh runs)
+    _create_runs_and_commit(scheduler)  # the run is created while e1 is uncommitted
+    outlet.commit()
+    # The first run's start and end sweep (the listener's work, done here by hand) ...
+    for _ in range(2):
+        sweeper = _own_session()
+        scheduling.requeue_stranded_asset_events(dag.dag_id, session=sweeper)
+        sweeper.commit()
+    _create_runs_and_commit(scheduler)
+    # ... and, with or without the sweep, the next event of the asset brings what is left.
+    dag.event("x")
+    _create_runs_and_commit(scheduler)
+    _assert_every_event_consumed_once_and_no_empty_run(dag)

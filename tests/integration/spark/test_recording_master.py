@@ -333,3 +333,55 @@ async def test_on_kill_finishes_the_kill_when_the_triggerer_cancels_it_again(
     await eventually(
         lambda: master.drivers["driver-1"].state, lambda s: s == "KILLED", timeout=30, what="the kill"
     )
+
+
+@pytest.mark.parametrize(
+    ("task_state", "killed"),
+    [
+        ("failed", True),  # marked failed while its triggerer was dead: no trigger left
+        ("success", True),
+        ("deferred", False),  # its trigger runs on another triggerer (or is moving there)
+        ("running", False),  # a try is reattaching to it, or resuming
+        ("up_for_retry", False),  # the retry reattaches to it
+        (None, False),  # cleared: the next try reattaches to it
+        ("<comms fail>", False),  # cannot tell
+    ],
+)
+async def test_a_poller_kills_another_driver_only_once_its_task_has_ended(
+    master: FakeSparkMaster, monkeypatch: pytest.MonkeyPatch, task_state: str | None, killed: bool
+):
+    """
+    The orphan check (issue 46): every state a task instance can be in while its driver runs on
+    a master that another triggerer's poller lists. The end-to-end case is test_orphaned_driver.py.
+    """
+    from airflow.sdk.execution_time import task_runner
+
+    from airflow_shared_stream.spark.task_states import TASK_INSTANCE_PROPERTY, TaskInstanceRef
+    from tests.support.fake_spark_master import launch_command
+
+    def started_with(properties: dict[str, str]) -> FakeDriver:
+        return FakeDriver(
+            state="RUNNING", stderr=launch_command(json.dumps({"sparkProperties": properties}).encode())
+        )
+
+    ref = TaskInstanceRef(dag_id="d", run_id="run-1", task_id="spark")
+    master.drivers["driver-watched"] = started_with({TASK_INSTANCE_PROPERTY: ref.encode()})
+    master.drivers["driver-other"] = started_with({TASK_INSTANCE_PROPERTY: ref.encode()})
+    master.drivers["driver-not-airflow"] = started_with({"spark.app.name": "by hand"})
+    comms = _TriggererComms(task_state, fails=task_state == "<comms fail>")
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", comms, raising=False)
+    waiting = asyncio.ensure_future(_first_event(_trigger("driver-watched"), 120))
+    await eventually(lambda: len(comms.asked), lambda n: n >= 1, timeout=30, what="the orphan check")
+    listed = _count(master, "/json/")
+    # The next listing comes after the check has ended (kill included): one poller round at a time.
+    await eventually(lambda: _count(master, "/json/"), lambda n: n > listed, timeout=30, what="a round")
+    assert master.drivers["driver-other"].state == ("KILLED" if killed else "RUNNING")
+    assert master.drivers["driver-watched"].state == "RUNNING", "its own watch's driver is the trigger's"
+    assert master.drivers["driver-not-airflow"].state == "RUNNING"
+    assert [(m.dag_id, m.run_ids, m.task_ids, m.map_index) for m in comms.asked] == [
+        ("d", ["run-1"], ["spark"], -1)
+    ], "asked once per check, and only about the driver that names a task instance"
+    assert not waiting.done()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
