@@ -11,6 +11,12 @@ neither.
 Messages the ``filter`` leaves, and copies the broker refuses, are held until the redrive ends
 and then given back (a queue makes them visible again), so one redrive reads each message once.
 A dry run holds everything and gives it all back: nothing is copied and nothing removed.
+
+The origin rule: a dead letter goes back only to where it came from. Each broker's source reads
+the origin our dead-lettering stamped on it (or the broker's own, where that is unambiguous) and
+marks a message it must not move (:attr:`RedriveItem.leave`): from another stream, of an unknown
+origin, or a truncated copy that is not the original. Such a message is left untouched, counted
+(``left_untouched``) and logged with the reason, never copied anywhere.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ REDRIVE_SKIPPED = "redrive_skipped"
 """Messages the redrive's ``filter`` left in the dead-letter source."""
 REDRIVE_FAILED = "redrive_failed"
 """Messages whose copy the broker refused: they stay in the dead-letter source."""
+REDRIVE_LEFT_UNTOUCHED = "redrive_left_untouched"
+"""Messages the origin rule left: another stream's, of no known origin, or a truncated copy."""
 
 DEFAULT_BATCH_SIZE = 10
 DEFAULT_SAMPLE_SIZE = 5
@@ -54,6 +62,9 @@ class RedriveItem:
     """What the triggers would see for this message (the ``filter`` runs over it)."""
     handle: Any = field(repr=False)
     """What the broker's source needs to copy and remove it."""
+    leave: str | None = None
+    """Why this redrive must not move it (its origin is elsewhere or unknown, or it is a truncated
+    copy), for the log; ``None``: it goes home. Left messages are never copied."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +142,7 @@ class RedriveSummary:
     moved: int = 0
     skipped: int = 0
     failed: int = 0
+    left_untouched: int = 0
     dry_run: bool = False
     samples: list[dict[str, Any]] = field(default_factory=list)
 
@@ -141,6 +153,7 @@ class RedriveSummary:
             "moved": self.moved,
             "skipped": self.skipped,
             "failed": self.failed,
+            "left_untouched": self.left_untouched,
             "dry_run": self.dry_run,
             "samples": self.samples,
         }
@@ -201,7 +214,13 @@ async def redrive(
                 break
             selected: list[RedriveItem] = []
             skipped: list[RedriveItem] = []
+            left = [i for i in fresh if i.leave is not None]  # the origin rule: untouched
+            note_left(source, left)
+            summary.left_untouched += len(left)
+            metrics.incr(REDRIVE_LEFT_UNTOUCHED, len(left))
             for item in fresh:
+                if item.leave is not None:
+                    continue
                 verdict, _ = matcher.evaluate(item.envelope)
                 (selected if verdict is Verdict.MATCH else skipped).append(item)
             beyond: list[RedriveItem] = []  # read past the maximum: given back, not counted
@@ -219,13 +238,13 @@ async def redrive(
             accepted = list(await source.copy(selected)) if selected else []
             if checkpoint is not None:
                 await checkpoint("copied", accepted)
-            await source.remove(accepted, skipped)
+            await source.remove(accepted, [*skipped, *left])
             refused = [i for i in selected if all(i is not a for a in accepted)]
             summary.moved += len(accepted)
             summary.failed += len(refused)
             metrics.incr(REDRIVE_MOVED, len(accepted))
             metrics.incr(REDRIVE_FAILED, len(refused))
-            held.update((i.key, i) for i in (*skipped, *beyond, *refused))
+            held.update((i.key, i) for i in (*skipped, *left, *beyond, *refused))
             if refused:
                 log.warning(
                     "The broker refused %d copy(ies) from %s: they stay there", len(refused), source.label
@@ -239,12 +258,29 @@ async def redrive(
             metrics.flush()
             await source.close()
     log.info(
-        "Redrive of %s %s%s: moved %d, skipped by filter %d, failed %d",
+        "Redrive of %s %s%s: moved %d, skipped by filter %d, failed %d, left untouched %d",
         summary.broker,
         summary.source,
         " (dry run)" if dry_run else "",
         summary.moved,
         summary.skipped,
         summary.failed,
+        summary.left_untouched,
     )
     return summary
+
+
+def note_left(source: DeadLetterSource, left: Sequence[RedriveItem]) -> None:
+    """Log what the origin rule left, one line per reason (a shared source may hold thousands)."""
+    reasons: dict[str, list[str]] = {}
+    for item in left:
+        reasons.setdefault(item.leave or "", []).append(item.key)
+    for reason, keys in reasons.items():
+        log.warning(
+            "Left %d message(s) of %s untouched (%s): %s%s",
+            len(keys),
+            source.label,
+            reason,
+            ", ".join(keys[:5]),
+            ", ..." if len(keys) > 5 else "",
+        )
