@@ -208,13 +208,13 @@ class ServiceBusDeadLetterSource:
 
     async def copy(self, items: Sequence[RedriveItem]) -> Sequence[RedriveItem]:
         accepted: list[RedriveItem] = []
-        batch, in_batch = await self._new_batch(), []
+        batch, in_batch = await self._new_batch(), list[RedriveItem]()
         for item in items:
             copy = self._copy_of(item.handle)
             if not self._add(batch, copy):
                 if in_batch:
                     accepted.extend(await self._send(batch, in_batch))
-                    batch, in_batch = await self._new_batch(), []
+                    batch, in_batch = await self._new_batch(), list[RedriveItem]()
                 if not self._add(batch, copy):
                     log.warning(
                         "The copy of %s is larger than %s accepts (%d bytes): it stays in %s",

@@ -138,6 +138,7 @@ class SqsDeadLetterSource:
             and len(urls) == 1
             and QueueUrl.parse(urls[0]).identity == self._source.identity
         )
+
     async def close(self) -> None:
         await self._exit_stack.aclose()
         self._client = None

@@ -14,7 +14,6 @@ import pytest
 
 from airflow_shared_stream.common.redrive import redrive
 from airflow_shared_stream.redrive import dead_letter_source
-
 from tests.support.servicebus_server import ServiceBusServer
 
 STANDARD_MAX_MESSAGE_BYTES = 256 * 1024
@@ -43,13 +42,13 @@ def dead_letter_each(server: ServiceBusServer, queue: str, bodies: list[str]) ->
     from azure.servicebus import ServiceBusClient
 
     ids = [server.send(queue, [body])[0] for body in bodies]
-    with ServiceBusClient.from_connection_string(server.connection_string()) as client:
-        with client.get_queue_receiver(queue) as receiver:
-            left = len(bodies)
-            while left:
-                for message in receiver.receive_messages(max_message_count=left, max_wait_time=5):
-                    receiver.dead_letter_message(message, reason="rejected", error_description="no")
-                    left -= 1
+    client = ServiceBusClient.from_connection_string(server.connection_string())
+    with client, client.get_queue_receiver(queue) as receiver:
+        left = len(bodies)
+        while left:
+            for message in receiver.receive_messages(max_message_count=left, max_wait_time=5):
+                receiver.dead_letter_message(message, reason="rejected", error_description="no")
+                left -= 1
     assert len(server.dead_letters(queue)) == len(bodies)
     return ids
 

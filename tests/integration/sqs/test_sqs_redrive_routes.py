@@ -126,9 +126,11 @@ async def test_a_truncated_dead_letter_is_never_put_back_as_the_original(
 
     assert await collect(sqs, origin, 0) == []  # the cut body is not sent as if it were the message
     assert (summary.moved, summary.left_untouched) == (0, 1)
-    assert "a truncated copy" in caplog.text and "recover the message from its producer" in caplog.text
+    assert "a truncated copy" in caplog.text
+    assert "recover the message from its producer" in caplog.text
     left = sqs.drain(dlq)
-    assert len(left) == 1 and "dead_letter_truncated_from" in left[0]["MessageAttributes"]
+    assert len(left) == 1
+    assert "dead_letter_truncated_from" in left[0]["MessageAttributes"]
 
 
 async def test_copies_go_in_batches_sqs_accepts(sqs: SqsServer, aws_connection: str) -> None:
