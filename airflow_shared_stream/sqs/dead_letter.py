@@ -5,7 +5,8 @@ The copy is the original's body and message attributes plus where it came from
 (``dead_letter_origin_queue``: the source queue's ARN, what a redrive sends it home by) and why
 (two attributes), as far as SQS's limit of ten attributes leaves room: the origin first. A copy
 larger than the dead-letter queue's ``MaximumMessageSize`` would be refused every time and loop
-on the source queue, so its body is cut on a UTF-8 boundary and ``dead_letter_truncated_from`` carries the original size.
+on the source queue, so its body is cut on a UTF-8 boundary and ``dead_letter_truncated_from``
+carries the original size.
 """
 
 from __future__ import annotations
