@@ -228,6 +228,7 @@ async def redrive(
             if room is not None and len(selected) > room:
                 selected, beyond = selected[:room], selected[room:]
             summary.skipped += len(skipped)
+            skipped += left  # from here on passed over like the filter's: held, given back, never copied
             if dry_run:
                 summary.moved += len(selected)
                 summary.samples.extend(i.envelope for i in selected[: sample_size - len(summary.samples)])
@@ -238,13 +239,13 @@ async def redrive(
             accepted = list(await source.copy(selected)) if selected else []
             if checkpoint is not None:
                 await checkpoint("copied", accepted)
-            await source.remove(accepted, [*skipped, *left])
+            await source.remove(accepted, skipped)
             refused = [i for i in selected if all(i is not a for a in accepted)]
             summary.moved += len(accepted)
             summary.failed += len(refused)
             metrics.incr(REDRIVE_MOVED, len(accepted))
             metrics.incr(REDRIVE_FAILED, len(refused))
-            held.update((i.key, i) for i in (*skipped, *left, *beyond, *refused))
+            held.update((i.key, i) for i in (*skipped, *beyond, *refused))
             if refused:
                 log.warning(
                     "The broker refused %d copy(ies) from %s: they stay there", len(refused), source.label
