@@ -1484,6 +1484,15 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_a_truncated_dead_letter_is_never_published_as_the_original",),
         module=PUBSUB_REDRIVE_ROUTES,
     ),
+    Mutant(
+        name="redrive routes: the Pub/Sub dead-letter policy's origin stamp is not read",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/redrive.py",
+        original="        if origin is None and SERVICE_ORIGIN_SUBSCRIPTION in attributes:\n",
+        mutated="        if False:\n",
+        caught_by=("test_the_dead_letter_policy_s_own_dead_letters_go_home_by_its_stamp",),
+        module=PUBSUB_REDRIVE_ROUTES,
+    ),
 )
 
 

@@ -19,6 +19,7 @@ from airflow_shared_stream.pubsub.dead_letter import (
 )
 from tests.integration.pubsub.test_pubsub_redrive import drain, source
 from tests.support.pubsub_emulator import PubSubEmulator
+from tests.support.waiting import eventually
 
 
 def dead_letter(
@@ -64,3 +65,34 @@ async def test_a_truncated_dead_letter_is_never_published_as_the_original(
     assert (summary.moved, summary.left_untouched) == (0, 1)
     assert "recover the message from its publisher" in caplog.text
     assert len(await drain(pubsub, dead_sub, 1)) == 1  # given back, still there
+
+
+async def test_the_dead_letter_policy_s_own_dead_letters_go_home_by_its_stamp(pubsub: PubSubEmulator) -> None:
+    """Pub/Sub forwards after ``max_delivery_attempts`` and writes where from: two streams, one topic."""
+    dead_topic, dead_sub = pubsub.topic_with_subscription()
+    policy = {"dead_letter_topic": dead_topic, "max_delivery_attempts": 5}
+    orders, orders_sub = pubsub.topic_with_subscription(**policy)
+    _, payments_sub = pubsub.topic_with_subscription(**policy)
+    pubsub.publish(orders, [json.dumps({"n": 1})])
+    pubsub.publish(
+        pubsub.subscriber.get_subscription(subscription=payments_sub).topic, [json.dumps({"n": 10})]
+    )
+    forwarded: dict[str, object] = {}
+
+    def nack_until_forwarded() -> int:
+        for subscription in (orders_sub, payments_sub, dead_sub):
+            received = pubsub.pull(subscription, ack=False)
+            if subscription == dead_sub:
+                forwarded.update((m.message.message_id, dict(m.message.attributes)) for m in received)
+            if received:
+                pubsub.subscriber.modify_ack_deadline(
+                    subscription=subscription, ack_ids=[m.ack_id for m in received], ack_deadline_seconds=0
+                )
+        return len(forwarded)
+
+    await eventually(nack_until_forwarded, lambda n: n == 2, timeout=120, what="both forwarded by the policy")
+
+    summary = await redrive(source(pubsub, dead_sub, orders))
+
+    assert [json.loads(m.message.data)["n"] for m in await drain(pubsub, orders_sub, 1)] == [1], forwarded
+    assert (summary.moved, summary.left_untouched) == (1, 1), forwarded
