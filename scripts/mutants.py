@@ -1467,6 +1467,15 @@ MUTANTS: tuple[Mutant, ...] = (
         module="tests/integration/kafka/test_kafka_redrive_routes.py",
     ),
     Mutant(
+        name="redrive routes: a Kafka pointer record refused without saying where the original is",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/redrive.py",
+        original="                    _pointer(record),\n",
+        mutated='                    "no value",\n',
+        caught_by=("test_a_pointer_record_is_refused_by_name_with_where_the_original_is",),
+        module="tests/integration/kafka/test_kafka_redrive_routes.py",
+    ),
+    Mutant(
         name="redrive routes: a Pub/Sub dead letter of another topic's subscription published anyway",
         broker="pubsub",
         path="airflow_shared_stream/pubsub/redrive.py",
