@@ -64,6 +64,8 @@ CONSOLE_REDRIVE_FORM = "tests/unit/console/test_redrive_form.py"
 CONSOLE_ACCESS = "tests/unit/console/test_access.py"
 CONSOLE_TEAMS_E2E = "tests/e2e/test_streams_page_teams.py"
 REDRIVE_GRANT = "tests/unit/test_redrive_grant.py"
+SQS_REDRIVE_ROUTES = "tests/integration/sqs/test_sqs_redrive_routes.py"
+PUBSUB_REDRIVE_ROUTES = "tests/integration/pubsub/test_pubsub_redrive_routes.py"
 CONSOLE_KAFKA = "tests/integration/kafka/test_kafka_console_figures.py"
 
 SUITE = {"kafka": "Kafka", "sqs": "Sqs", "pubsub": "PubSub", "servicebus": "ServiceBus"}
@@ -1793,6 +1795,138 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated=" if d.state in ACTIVE_STATES\n",
         caught_by=("test_a_poller_kills_another_driver_only_once_its_task_has_ended",),
         module=SPARK_RECORDING,
+    ),
+    # fix/redrive-routes: each dead letter goes home or is left untouched (issue 45 item 2), a
+    # truncated copy is never put back as the original (4), Service Bus copies get ids of their
+    # own (3), and copies go in batches the broker accepts (8, 9).
+    Mutant(
+        name="redrive routes: an SQS dead letter stamped with another queue is moved anyway",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/redrive.py",
+        original="            if origin == self._source_arn:\n",
+        mutated="            if origin == self._source_arn or origin:\n",
+        caught_by=("test_a_dead_letter_queue_shared_by_two_streams_sends_each_message_home",),
+        module=SQS_REDRIVE_ROUTES,
+    ),
+    Mutant(
+        name="redrive routes: SQS dead-lettering stamps no origin queue",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/producer.py",
+        original="            origin=self._queue_arn,\n",
+        mutated="            origin=None,\n",
+        caught_by=("test_a_dead_letter_queue_shared_by_two_streams_sends_each_message_home",),
+        module=SQS_REDRIVE_ROUTES,
+    ),
+    Mutant(
+        name="redrive routes: the loop copies what the origin rule left",
+        broker="sqs",
+        path="airflow_shared_stream/common/redrive.py",
+        original="                if item.leave is not None:\n                    continue\n",
+        mutated="                if False:\n                    continue\n",
+        caught_by=("test_a_dead_letter_queue_shared_by_two_streams_sends_each_message_home",),
+        module=SQS_REDRIVE_ROUTES,
+    ),
+    Mutant(
+        name="redrive routes: unstamped SQS dead letters moved from a queue two sources redrive to",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/redrive.py",
+        original="            and len(urls) == 1\n",
+        mutated="            and len(urls) >= 1\n",
+        caught_by=("test_unstamped_dead_letters_go_home_only_from_a_queue_that_one_source_redrives_to",),
+        module=SQS_REDRIVE_ROUTES,
+    ),
+    Mutant(
+        name="redrive routes: a truncated SQS dead letter put back as the original",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/redrive.py",
+        original="        if truncated is not None:\n",
+        mutated="        if False:\n",
+        caught_by=("test_a_truncated_dead_letter_is_never_put_back_as_the_original",),
+        module=SQS_REDRIVE_ROUTES,
+    ),
+    Mutant(
+        name="redrive routes: SQS copies sent in batches of any size",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/redrive.py",
+        original=" max_bytes=SQS_MAX_MESSAGE_BYTES, size=entry_size\n",
+        mutated=" max_bytes=None, size=entry_size\n",
+        caught_by=("test_copies_go_in_batches_sqs_accepts",),
+        module=SQS_REDRIVE_ROUTES,
+    ),
+    Mutant(
+        name="redrive routes: a Service Bus copy reuses the dead letter's message id",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/redrive.py",
+        original="            message_id=self._copy_id(message),\n",
+        mutated="            message_id=message.message_id,\n",
+        caught_by=("test_a_redrive_on_an_entity_with_duplicate_detection_loses_nothing",),
+        module="tests/integration/servicebus/test_servicebus_redrive_copies.py",
+    ),
+    Mutant(
+        name="redrive routes: Service Bus copies sent as one batch whatever their size",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/redrive.py",
+        original="        accepted: list[RedriveItem] = []\n        batch, in_batch",
+        mutated=(
+            "        return await self._send([self._copy_of(i.handle) for i in items], items)\n"
+            "        accepted: list[RedriveItem] = []\n        batch, in_batch"
+        ),
+        caught_by=("test_copies_go_in_batches_the_namespace_accepts",),
+        module="tests/integration/servicebus/test_servicebus_redrive_copies.py",
+    ),
+    Mutant(
+        name="redrive routes: a Kafka record of another topic produced to the named source",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/redrive.py",
+        original="        if self._target is not None and origin != self._target:\n",
+        mutated="        if False:\n",
+        caught_by=("test_a_dead_letter_topic_shared_by_two_streams_sends_each_record_home",),
+        module="tests/integration/kafka/test_kafka_redrive_routes.py",
+    ),
+    Mutant(
+        name="redrive routes: one Kafka redrive group for every destination",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/redrive.py",
+        original="        self._group_id = group_id or default_group_id(dead_letter, source)\n",
+        mutated="        self._group_id = group_id or default_group_id(dead_letter)\n",
+        caught_by=("test_a_dead_letter_topic_shared_by_two_streams_sends_each_record_home",),
+        module="tests/integration/kafka/test_kafka_redrive_routes.py",
+    ),
+    Mutant(
+        name="redrive routes: a Kafka pointer record refused without saying where the original is",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/redrive.py",
+        original="                    _pointer(record),\n",
+        mutated='                    "no value",\n',
+        caught_by=("test_a_pointer_record_is_refused_by_name_with_where_the_original_is",),
+        module="tests/integration/kafka/test_kafka_redrive_routes.py",
+    ),
+    Mutant(
+        name="redrive routes: a Pub/Sub dead letter of another topic's subscription published anyway",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/redrive.py",
+        original="        if topic == self.topic:\n",
+        mutated="        if True:\n",
+        caught_by=("test_a_dead_letter_topic_shared_by_two_streams_sends_each_message_home",),
+        module=PUBSUB_REDRIVE_ROUTES,
+    ),
+    Mutant(
+        name="redrive routes: a truncated Pub/Sub dead letter published as the original",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/redrive.py",
+        original="        for marker in (DEAD_LETTER_TRUNCATED_FROM, DEAD_LETTER_ATTRIBUTES_DROPPED):\n",
+        mutated="        for marker in ():\n",
+        caught_by=("test_a_truncated_dead_letter_is_never_published_as_the_original",),
+        module=PUBSUB_REDRIVE_ROUTES,
+    ),
+    Mutant(
+        name="redrive routes: the Pub/Sub dead-letter policy's origin stamp is not read",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/redrive.py",
+        original="        if origin is None and SERVICE_ORIGIN_SUBSCRIPTION in attributes:\n",
+        mutated="        if False:\n",
+        caught_by=("test_the_dead_letter_policy_s_own_dead_letters_go_home_by_its_stamp",),
+        module=PUBSUB_REDRIVE_ROUTES,
     ),
 )
 

@@ -19,6 +19,12 @@ refuses, are held until the redrive ends, their leases renewed while held, and t
 so one redrive reads each message once; what it holds is the broker's handle, not the message's
 content. A log (Kafka) holds nothing: a record not committed past is read again by the next
 redrive. A dry run copies nothing and removes nothing.
+
+The origin rule: a dead letter goes back only to where it came from. Each broker's source reads
+the origin our dead-lettering stamped on it (or the broker's own, where that is unambiguous) and
+marks a message it must not move (:attr:`RedriveItem.leave`): from another stream, of an unknown
+origin, or a truncated copy that is not the original. Such a message is left untouched, counted
+(``left_untouched``) and logged with the reason, never copied anywhere.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ REDRIVE_SKIPPED = "redrive_skipped"
 """Messages the redrive's ``filter`` left in the dead-letter source."""
 REDRIVE_FAILED = "redrive_failed"
 """Messages whose copy the broker refused: they stay in the dead-letter source."""
+REDRIVE_LEFT_UNTOUCHED = "redrive_left_untouched"
+"""Messages the origin rule left: another stream's, of no known origin, or a truncated copy."""
 
 DEFAULT_BATCH_SIZE = 10
 DEFAULT_SAMPLE_SIZE = 5
@@ -71,6 +79,9 @@ class RedriveItem:
     past_snapshot: bool = False
     """Reached the dead-letter source after the redrive's snapshot (a copy dead-lettered again):
     held and given back at the end, never examined nor counted."""
+    leave: str | None = None
+    """Why this redrive must not move it (its origin is elsewhere or unknown, or it is a truncated
+    copy), for the log; ``None``: it goes home. Left messages are never copied."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +193,8 @@ class RedriveSummary:
     and what it did not reach); ``None`` when the broker cannot count and it stopped early."""
     snapshot: int | None = None
     """The snapshot's count (``None``: the broker cannot count without reading)."""
+    left_untouched: int = 0
+    """Left by the origin rule (another stream's, unknown origin, a truncated copy): never copied."""
     dry_run: bool = False
     samples: list[dict[str, Any]] = field(default_factory=list)
 
@@ -195,6 +208,7 @@ class RedriveSummary:
             "failed": self.failed,
             "left": self.left,
             "snapshot": self.snapshot,
+            "left_untouched": self.left_untouched,
             "dry_run": self.dry_run,
             "samples": self.samples,
         }
@@ -315,7 +329,13 @@ async def redrive(
             summary.examined += len(fresh)
             selected: list[RedriveItem] = []
             skipped: list[RedriveItem] = []
+            left = [i for i in fresh if i.leave is not None]  # the origin rule: untouched
+            note_left(source, left)
+            summary.left_untouched += len(left)
+            metrics.incr(REDRIVE_LEFT_UNTOUCHED, len(left))
             for item in fresh:
+                if item.leave is not None:
+                    continue
                 verdict, _ = matcher.evaluate(item.envelope)
                 (selected if verdict is Verdict.MATCH else skipped).append(item)
             beyond: list[RedriveItem] = []  # read past the maximum: given back, not counted
@@ -324,6 +344,7 @@ async def redrive(
                 selected, beyond = selected[:room], selected[room:]
                 summary.examined -= len(beyond)
             summary.skipped += len(skipped)
+            skipped += left  # from here on passed over like the filter's: held, given back, never copied
             if dry_run:
                 summary.moved += len(selected)
                 summary.samples.extend(i.envelope for i in selected[: sample_size - len(summary.samples)])
@@ -358,7 +379,8 @@ async def redrive(
             await source.close()
     summary.left = _left(summary, exhausted)
     log.info(
-        "Redrive of %s %s%s: examined %d, moved %d, skipped by filter %d, failed %d, left %s (snapshot: %s)",
+        "Redrive of %s %s%s: examined %d, moved %d, skipped by filter %d, failed %d, left untouched %d, "
+        "left %s (snapshot: %s)",
         summary.broker,
         summary.source,
         " (dry run)" if dry_run else "",
@@ -366,6 +388,7 @@ async def redrive(
         summary.moved,
         summary.skipped,
         summary.failed,
+        summary.left_untouched,
         "unknown" if summary.left is None else summary.left,
         "no count" if summary.snapshot is None else summary.snapshot,
     )
@@ -391,3 +414,19 @@ def _left(summary: RedriveSummary, exhausted: bool) -> int | None:
     if summary.snapshot is None:
         return stayed if exhausted else None
     return max(summary.snapshot - moved, stayed)
+
+
+def note_left(source: DeadLetterSource, left: Sequence[RedriveItem]) -> None:
+    """Log what the origin rule left, one line per reason (a shared source may hold thousands)."""
+    reasons: dict[str, list[str]] = {}
+    for item in left:
+        reasons.setdefault(item.leave or "", []).append(item.key)
+    for reason, keys in reasons.items():
+        log.warning(
+            "Left %d message(s) of %s untouched (%s): %s%s",
+            len(keys),
+            source.label,
+            reason,
+            ", ".join(keys[:5]),
+            ", ..." if len(keys) > 5 else "",
+        )

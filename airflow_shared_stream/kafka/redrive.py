@@ -11,6 +11,16 @@ acknowledged, or that the ``filter`` passed over. A refused copy stops its parti
 redrive: the records after it are not copied (a broker's late refusal may leave some already
 sent: duplicates) and nothing from it on is committed, so the next redrive reads it again.
 
+Where a record goes (the origin rule, docs/redrive.rst): to the topic its
+``x-shared-stream-topic`` header names, which our dead-lettering always writes. With ``source``
+given, a record whose header names another topic is left untouched (a dead-letter topic shared
+by streams), and the redrive's default group is that source's own
+(``shared-stream-redrive.<dead-letter topic>.<source>``), so what it passes stays there for the
+other stream's redrive. A record with no such header (not ours: its origin is unknown) is left
+too. A pointer record (what our dead-lettering writes for a record too large to copy) is not the
+original and is never produced as one: it is refused, named in the log with where the original
+is, and nothing in its partition is committed past it.
+
 The consumer is assigned the partitions (no group membership, so no rebalance and no session
 to time out). Its snapshot is each partition's end offset when the redrive started (and the
 time, for brokers that report end offsets per batch): it never reads past it, so copies that come
@@ -54,8 +64,10 @@ ORIGIN_TOPIC_HEADER = ORIGIN_HEADERS[0]
 READ_TIMEOUT_MS = 1000
 
 
-def default_group_id(dead_letter_topic: str) -> str:
-    return f"shared-stream-redrive.{dead_letter_topic}"
+def default_group_id(dead_letter_topic: str, source: str | None = None) -> str:
+    """The redrive's group: one per destination when ``source`` is given (others' records stay)."""
+    base = f"shared-stream-redrive.{dead_letter_topic}"
+    return base if source is None else f"{base}.{source}"
 
 
 class KafkaDeadLetterSource:
@@ -84,7 +96,7 @@ class KafkaDeadLetterSource:
         self._target = source
         self._conn_id = conn_id or KafkaSharedStreamHook.default_conn_name
         self._keep = keep_origin_attributes
-        self._group_id = group_id or default_group_id(dead_letter)
+        self._group_id = group_id or default_group_id(dead_letter, source)
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._scrubber: Any = None
@@ -186,7 +198,21 @@ class KafkaDeadLetterSource:
         tp = TopicPartition(record.topic, record.partition)
         self._unsettled.setdefault(tp, []).append(record.offset)
         envelope = build_raw_message(record, DEFAULT_MAX_PAYLOAD_BYTES).envelope
-        return RedriveItem(key=f"{record.partition}@{record.offset}", envelope=envelope, handle=record)
+        return RedriveItem(
+            key=f"{record.partition}@{record.offset}",
+            envelope=envelope,
+            handle=record,
+            leave=self._leave(record),
+        )
+
+    def _leave(self, record: Any) -> str | None:
+        """Why this record must not be produced to its destination (the module docstring), or None."""
+        origin = _header(record, ORIGIN_TOPIC_HEADER)
+        if origin is None:
+            return f"no {ORIGIN_TOPIC_HEADER} header: which topic it came from is not known"
+        if self._target is not None and origin != self._target:
+            return f"dead-lettered from another topic ({origin}): redrive it to that topic"
+        return None
 
     async def copy(self, items: Sequence[RedriveItem]) -> Sequence[RedriveItem]:
         producer = self._producer
@@ -199,13 +225,13 @@ class KafkaDeadLetterSource:
             if partition in self._stopped:  # behind a refused record: not copied, not committed
                 refused.append(item)
                 continue
-            target = self._target or _header(record, ORIGIN_TOPIC_HEADER)
-            if not target or record.value is None:  # no origin named, or a pointer without the record
+            target = _header(record, ORIGIN_TOPIC_HEADER)  # its home (left records never get here)
+            if not target or record.value is None:  # a pointer is not the record it points to
                 log.warning(
-                    "Record %s of %s names no origin topic or has no value: not redriven, and "
-                    "nothing after it in its partition",
+                    "Record %s of %s is not redriven, nor anything after it in its partition: %s",
                     item.key,
                     self._topic,
+                    _pointer(record),
                 )
                 self._stopped.add(partition)
                 refused.append(item)
@@ -234,8 +260,12 @@ class KafkaDeadLetterSource:
         return accepted
 
     async def remove(self, moved: Sequence[RedriveItem], skipped: Sequence[RedriveItem]) -> None:
-        appended = await self._append_again(skipped)
-        for item in (*moved, *appended):
+        # Only what the filter skipped is appended again, for this group's next redrive. A record
+        # the origin rule leaves is another stream's: that stream's redrive reads the original with
+        # its own group, so a copy here would reach it twice (and grow the topic each redrive).
+        left = [item for item in skipped if item.leave is not None]
+        appended = await self._append_again([item for item in skipped if item.leave is None])
+        for item in (*moved, *appended, *left):
             record = item.handle
             self._handled.setdefault(TopicPartition(record.topic, record.partition), set()).add(record.offset)
         offsets: dict[TopicPartition, int] = {}
@@ -324,6 +354,17 @@ class KafkaDeadLetterSource:
         return KafkaSharedStreamError(
             f"Kafka redrive of {self._topic!r} (connection {self._conn_id!r}): {what}: {detail}"
         )
+
+
+def _pointer(record: Any) -> str:
+    """What a record without a value is, and how to get the original it stands for."""
+    where = "{}/{}@{}".format(*(_header(record, name) for name in ORIGIN_HEADERS))
+    size = _header(record, SIZE_HEADER)
+    return (
+        f"a pointer record ({size or '?'} bytes were too large to dead-letter), not the original: "
+        f"the original is at {where} until that topic's retention removes it; read it from there "
+        "and produce it again"
+    )
 
 
 def _header(record: Any, name: str) -> str | None:

@@ -7,6 +7,14 @@ acknowledged on the dead-letter subscription only after Pub/Sub returned its new
 A topic reaches every subscription on it: a message redriven to a topic with several
 subscriptions is delivered to each of them again (docs/redrive.rst).
 
+Where a message goes (the origin rule, docs/redrive.rst): our dead-lettering stamps each copy
+with the subscription it was rejected from (``dead_letter_origin_subscription``); Pub/Sub's own
+dead-letter policy stamps ``CloudPubSubDeadLetterSourceSubscription`` (and its project). A
+message is published to ``source`` only when that subscription is one of ``source``'s; one from
+a subscription of another topic, of a subscription that no longer exists, or with no origin, is
+left untouched. A copy our dead-lettering had to cut (``dead_letter_truncated_from``) or strip
+of attributes (``dead_letter_attributes_dropped``) is not the original and is left too.
+
 Pulled messages get the redrive's own ack deadline (``lease_seconds``), extended while the
 redrive holds them; one handed out again anyway is recognised by its message id. Pub/Sub cannot
 count a subscription's messages without a monitoring API, so the snapshot is a time: a message
@@ -53,6 +61,9 @@ ORIGIN_ATTRIBUTES = frozenset(
 )
 """The attributes our dead-lettering adds (stripped unless ``keep_origin_attributes``)."""
 PULL_WAIT_SECONDS = 2.0
+SERVICE_ORIGIN_SUBSCRIPTION = "CloudPubSubDeadLetterSourceSubscription"
+SERVICE_ORIGIN_PROJECT = "CloudPubSubDeadLetterSourceSubscriptionProject"
+"""What Pub/Sub's dead-letter policy writes on the messages it forwards: where they came from."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +107,8 @@ class PubSubDeadLetterSource:
         self.subscription = ""
         self.topic = ""
         self._reads_topic: str | None = None
+        self._topic_of: dict[str, str | None] = {}
+        """Origin subscription -> its topic (``None``: it does not exist or cannot be read)."""
         self.label = self._subscription_name.id
 
     @property
@@ -143,7 +156,38 @@ class PubSubDeadLetterSource:
             await self.client.modify_ack_deadline(
                 self.subscription, [r.ack_id for r in received], self.lease_seconds
             )
-        return [self._item(r) for r in received]
+        items = [self._item(r) for r in received]
+        for item in items:
+            item.leave = await self._leave(dict(item.handle.message.attributes))
+        return items
+
+    async def _leave(self, attributes: dict[str, str]) -> str | None:
+        """Why this message must not be published to ``source`` (the module docstring), or None."""
+        for marker in (DEAD_LETTER_TRUNCATED_FROM, DEAD_LETTER_ATTRIBUTES_DROPPED):
+            if marker in attributes:
+                return (
+                    f"not the original ({marker}={attributes[marker]}): our dead-lettering had to cut "
+                    "it to fit Pub/Sub's limits; recover the message from its publisher, or move "
+                    "this copy by hand knowing it is incomplete"
+                )
+        origin = attributes.get(DEAD_LETTER_ORIGIN_SUBSCRIPTION)
+        if origin is None and SERVICE_ORIGIN_SUBSCRIPTION in attributes:
+            project = attributes.get(SERVICE_ORIGIN_PROJECT) or self.subscription.split("/")[1]
+            origin = f"projects/{project}/subscriptions/{attributes[SERVICE_ORIGIN_SUBSCRIPTION]}"
+        if not origin:
+            return "no origin subscription recorded: which stream it came from is not known"
+        if origin not in self._topic_of:
+            try:
+                self._topic_of[origin] = (await self.client.get_subscription(origin)).topic
+            except PubSubSharedStreamError as exc:
+                log.warning("Cannot read origin subscription %s: %s", origin, exc)
+                self._topic_of[origin] = None
+        topic = self._topic_of[origin]
+        if topic == self.topic:
+            return None
+        if topic is None:
+            return f"its origin subscription {origin} cannot be read: its topic is not known"
+        return f"dead-lettered from {origin}, a subscription of another topic ({topic})"
 
     def _item(self, received: Any) -> RedriveItem:
         message = received.message

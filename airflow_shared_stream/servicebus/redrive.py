@@ -1,9 +1,21 @@
 """
 Redrive from a Service Bus entity's ``$deadletterqueue`` sub-queue to the entity (common/redrive.py).
 
-Each dead-lettered message is received with a peek-lock, sent again with its body, message id,
-application properties, session id, correlation id, subject and content type, and completed in
-the dead-letter sub-queue only after the send returned.
+Each dead-lettered message is received with a peek-lock, sent again with its body, application
+properties, session id, correlation id, subject and content type, and completed in the
+dead-letter sub-queue only after the send returned. The copy gets a **new message id**: on an
+entity with duplicate detection, a send that reuses an id seen within the window is accepted and
+dropped, and the dead letter would then be completed with no copy anywhere. The new id is derived
+from the dead letter's sequence number, so a redrive killed between send and complete sends the
+same id again (dropped as a duplicate where detection is on); the original id is kept in the
+application property ``shared_stream_original_message_id``.
+
+Copies are sent in batches the sender's link accepts (``create_message_batch``: 256 KiB on a
+Standard namespace); a copy too large on its own stays in the dead-letter sub-queue.
+
+Where a message goes needs no stamp of ours: an entity's dead-letter sub-queue holds only that
+entity's dead letters (ours, and the service's own after ``MaxDeliveryCount``), so every one
+goes home.
 
 Where a copy goes: Service Bus sends only to queues and topics, never to one subscription. A
 queue's dead letters go back to the queue. A subscription's go to its **topic**, which delivers
@@ -25,6 +37,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +56,9 @@ from airflow_shared_stream.servicebus.producer import Entity, envelope_metadata,
 log = logging.getLogger(__name__)
 
 REDRIVE_SUBSCRIPTION_PROPERTY = "shared_stream_redrive_subscription"
+ORIGINAL_MESSAGE_ID_PROPERTY = "shared_stream_original_message_id"
+"""The message id of what was dead-lettered, on its copy (which has an id of its own)."""
+_COPY_ID_NAMESPACE = uuid.UUID("6f1c3f52-6a0e-4c55-9d0f-3f7d2f8b4a41")
 ORIGIN_PROPERTIES = frozenset(("DeadLetterReason", "DeadLetterErrorDescription"))
 """Where Service Bus keeps a dead-lettering's reason (stripped unless ``keep_origin_attributes``)."""
 RECEIVE_WAIT_SECONDS = 2.0
@@ -208,12 +224,14 @@ class ServiceBusDeadLetterSource:
             properties = {k: v for k, v in properties.items() if k not in ORIGIN_PROPERTIES}
         if self._entity.subscription_name is not None:
             properties[REDRIVE_SUBSCRIPTION_PROPERTY] = self._entity.subscription_name
+        if message.message_id is not None:
+            properties.setdefault(ORIGINAL_MESSAGE_ID_PROPERTY, str(message.message_id))
         body = message_body(message)
         return ServiceBusMessage(
             body if body is not None else b"",
             application_properties=properties or None,
             session_id=message.session_id,
-            message_id=message.message_id,
+            message_id=self._copy_id(message),
             content_type=message.content_type,
             correlation_id=message.correlation_id,
             subject=message.subject,
@@ -222,13 +240,56 @@ class ServiceBusDeadLetterSource:
             reply_to_session_id=message.reply_to_session_id,
         )
 
+    def _copy_id(self, message: Any) -> str:
+        """A new id, the same for every redrive of this dead letter (its entity and sequence number)."""
+        return str(uuid.uuid5(_COPY_ID_NAMESPACE, f"{self.label.lower()}/{message.sequence_number}"))
+
     async def copy(self, items: Sequence[RedriveItem]) -> Sequence[RedriveItem]:
+        accepted: list[RedriveItem] = []
+        batch, in_batch = await self._new_batch(), list[RedriveItem]()
+        for item in items:
+            copy = self._copy_of(item.handle)
+            if not self._add(batch, copy):
+                if in_batch:
+                    accepted.extend(await self._send(batch, in_batch))
+                    batch, in_batch = await self._new_batch(), list[RedriveItem]()
+                if not self._add(batch, copy):
+                    log.warning(
+                        "The copy of %s is larger than %s accepts (%d bytes): it stays in %s",
+                        item.key,
+                        self._entity.path,
+                        batch.max_size_in_bytes,
+                        self.label,
+                    )
+                    continue
+            in_batch.append(item)
+        if in_batch:
+            accepted.extend(await self._send(batch, in_batch))
+        return accepted
+
+    async def _new_batch(self) -> Any:
         try:
-            await self._sender.send_messages([self._copy_of(item.handle) for item in items])
+            return await self._sender.create_message_batch()
+        except Exception as exc:
+            raise self._explain("send to", exc) from None
+
+    @staticmethod
+    def _add(batch: Any, copy: Any) -> bool:
+        from azure.servicebus.exceptions import MessageSizeExceededError
+
+        try:
+            batch.add_message(copy)
+        except MessageSizeExceededError:
+            return False
+        return True
+
+    async def _send(self, batch: Any, items: Sequence[RedriveItem]) -> Sequence[RedriveItem]:
+        try:
+            await self._sender.send_messages(batch)
         except Exception as exc:
             log.warning("Service Bus refused %d copy(ies): %s", len(items), self._explain("send to", exc))
             return []
-        return list(items)
+        return items
 
     async def remove(self, moved: Sequence[RedriveItem], skipped: Sequence[RedriveItem]) -> None:
         for item in moved:

@@ -1,10 +1,12 @@
 """
 The dead-letter copy of an SQS message, made to fit the dead-letter queue.
 
-The copy is the original's body and message attributes plus why (two attributes), when SQS's
-limit of ten attributes leaves room. A copy larger than the dead-letter queue's
-``MaximumMessageSize`` would be refused every time and loop on the source queue, so its body is
-cut on a UTF-8 boundary and ``dead_letter_truncated_from`` carries the original size.
+The copy is the original's body and message attributes plus where it came from
+(``dead_letter_origin_queue``: the source queue's ARN, what a redrive sends it home by) and why
+(two attributes), as far as SQS's limit of ten attributes leaves room: the origin first. A copy
+larger than the dead-letter queue's ``MaximumMessageSize`` would be refused every time and loop
+on the source queue, so its body is cut on a UTF-8 boundary and ``dead_letter_truncated_from``
+carries the original size.
 """
 
 from __future__ import annotations
@@ -32,16 +34,28 @@ SQS_MAX_MESSAGE_ATTRIBUTES = 10
 DEAD_LETTER_REASON = "dead_letter_reason"
 DEAD_LETTER_DESCRIPTION = "dead_letter_description"
 DEAD_LETTER_TRUNCATED_FROM = "dead_letter_truncated_from"
+DEAD_LETTER_ORIGIN_QUEUE = "dead_letter_origin_queue"
+"""The ARN of the queue a dead letter came from: a redrive moves it to that queue only."""
 _DESCRIPTION_LIMIT = 1024
 _TRUNCATION_MARGIN = 512
 
 
 def dead_letter_entry(
-    index: int, letter: DeadLetter[SqsMessageHandle], *, queue: QueueUrl | None, max_bytes: int
+    index: int,
+    letter: DeadLetter[SqsMessageHandle],
+    *,
+    queue: QueueUrl | None,
+    max_bytes: int,
+    origin: str | None = None,
 ) -> dict[str, Any]:
-    """The ``SendMessageBatch`` entry for one letter to ``queue``: body, original attributes, the reason."""
+    """
+    The ``SendMessageBatch`` entry for one letter to ``queue``: body, original attributes, the
+    origin (``origin``: the source queue's ARN) and the reason.
+    """
     handle = letter.delivery.handle
     attributes = sendable_attributes(handle.message_attributes)
+    if origin and len(attributes) < SQS_MAX_MESSAGE_ATTRIBUTES:
+        attributes[DEAD_LETTER_ORIGIN_QUEUE] = {"DataType": "String", "StringValue": origin}
     reason = {
         DEAD_LETTER_REASON: {"DataType": "String", "StringValue": letter.reason},
         DEAD_LETTER_DESCRIPTION: {
@@ -74,7 +88,7 @@ def _truncated(entry: dict[str, Any], limit: int, queue: QueueUrl | None) -> dic
     attributes = dict(entry.get("MessageAttributes", {}))
     marker = {DEAD_LETTER_TRUNCATED_FROM: {"DataType": "Number", "StringValue": str(original)}}
     if len(attributes) >= SQS_MAX_MESSAGE_ATTRIBUTES:
-        ours = (DEAD_LETTER_REASON, DEAD_LETTER_DESCRIPTION)
+        ours = (DEAD_LETTER_ORIGIN_QUEUE, DEAD_LETTER_REASON, DEAD_LETTER_DESCRIPTION)
         attributes = {k: v for k, v in attributes.items() if k in ours}
     attributes.update(marker)
     room = limit - _attributes_size(attributes) - _TRUNCATION_MARGIN

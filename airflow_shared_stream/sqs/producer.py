@@ -95,6 +95,7 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
         self.receive_wait_on_close = wait_time_seconds + 1.0
         self._max_payload_bytes = max_payload_bytes
         self._dead_letter_max_bytes = SQS_MAX_MESSAGE_BYTES
+        self._queue_arn: str | None = None
         self._exit_stack = contextlib.AsyncExitStack()
         self._client: Any = None
         self._scrubber = SecretScrubber()
@@ -126,6 +127,7 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
                 f"GetQueueAttributes on {self._queue.url} returned no queue attributes: "
                 "the endpoint did not answer as SQS"
             )
+        self._queue_arn = queue_attributes["QueueArn"]
         if self._dead_letter_queue is None:
             self._dead_letter_queue = await self._redrive_target(queue_attributes)
         if self._dead_letter_queue is not None:
@@ -305,7 +307,11 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
 
     def _dead_letter_entry(self, index: int, letter: DeadLetter[SqsMessageHandle]) -> dict[str, Any]:
         return dead_letter_entry(
-            index, letter, queue=self._dead_letter_queue, max_bytes=self._dead_letter_max_bytes
+            index,
+            letter,
+            queue=self._dead_letter_queue,
+            max_bytes=self._dead_letter_max_bytes,
+            origin=self._queue_arn,
         )
 
     # -- errors -------------------------------------------------------------------------------

@@ -7,6 +7,18 @@ the copy keeps the original's ``MessageGroupId``, and its ``MessageDeduplication
 dead-letter message's id: a copy sent again after a redrive was killed before its delete is
 dropped by SQS's deduplication window instead of being delivered twice.
 
+Where a message goes (the origin rule, docs/redrive.rst): our dead-lettering stamps each copy
+with its source queue's ARN (``dead_letter_origin_queue``); a message stamped with another queue
+is left untouched. A message without the stamp (SQS moved it itself after ``maxReceiveCount``,
+or an older version wrote it) goes to ``source`` only when the dead-letter queue is the
+``RedrivePolicy`` target of ``source`` and of no other queue (``ListDeadLetterSourceQueues``);
+otherwise it is left. A truncated copy (``dead_letter_truncated_from``) is never sent as if it
+were the original: it is left, and the log says so.
+
+The copies are sent in batches of at most ten entries and :data:`SQS_MAX_MESSAGE_BYTES` (what SQS
+accepts in one ``SendMessageBatch`` on every queue): a batch SQS refuses whole for its size would
+be refused again on every attempt.
+
 Messages are received with the redrive's own visibility timeout (``lease_seconds``), renewed
 (``ChangeMessageVisibilityBatch``) while the redrive holds them; one that comes back anyway is
 recognised by its id. The snapshot is the queue's ``ApproximateNumberOfMessages`` when the
@@ -20,15 +32,19 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_shared_stream.common.delivery import chunked
 from airflow_shared_stream.common.errors import SecretScrubber
 from airflow_shared_stream.common.matching import build_message
 from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute, RedriveSnapshot
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.sqs.dead_letter import (
     DEAD_LETTER_DESCRIPTION,
+    DEAD_LETTER_ORIGIN_QUEUE,
     DEAD_LETTER_REASON,
     DEAD_LETTER_TRUNCATED_FROM,
     SQS_BATCH_LIMIT,
+    SQS_MAX_MESSAGE_BYTES,
+    entry_size,
     sendable_attributes,
 )
 from airflow_shared_stream.sqs.errors import (
@@ -41,7 +57,12 @@ from airflow_shared_stream.sqs.producer import simplify_attributes
 
 log = logging.getLogger(__name__)
 
-ORIGIN_ATTRIBUTES = (DEAD_LETTER_REASON, DEAD_LETTER_DESCRIPTION, DEAD_LETTER_TRUNCATED_FROM)
+ORIGIN_ATTRIBUTES = (
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_DESCRIPTION,
+    DEAD_LETTER_TRUNCATED_FROM,
+    DEAD_LETTER_ORIGIN_QUEUE,
+)
 """The message attributes our dead-lettering adds (stripped unless ``keep_origin_attributes``)."""
 
 
@@ -76,6 +97,9 @@ class SqsDeadLetterSource:
         self.lease_seconds = lease_seconds
         self._wait_seconds = wait_seconds
         self._client: Any = None
+        self._source_arn: str | None = None
+        self._sole_redrive_source = False
+        """The dead-letter queue is the ``RedrivePolicy`` target of the source queue alone."""
         self._exit_stack = contextlib.AsyncExitStack()
         self._scrubber = SecretScrubber()
         self.label = self._dead_letter.name
@@ -95,7 +119,27 @@ class SqsDeadLetterSource:
             )
         )
         for queue in (self._dead_letter, self._source):
-            await self._call("GetQueueAttributes", queue, QueueUrl=queue.url, AttributeNames=["QueueArn"])
+            attributes = await self._call(
+                "GetQueueAttributes", queue, QueueUrl=queue.url, AttributeNames=["QueueArn"]
+            )
+        self._source_arn = attributes.get("Attributes", {}).get("QueueArn")
+        self._sole_redrive_source = await self._is_sole_redrive_source()
+
+    async def _is_sole_redrive_source(self) -> bool:
+        """Whether unstamped messages can only be the source queue's: it alone redrives to the DLQ."""
+        try:
+            response = await self._call(
+                "ListDeadLetterSourceQueues", self._dead_letter, QueueUrl=self._dead_letter.url
+            )
+        except SqsSharedStreamError as exc:  # not allowed to ask: unstamped messages are left
+            log.warning("Cannot list the queues that redrive to %s: %s", self._dead_letter.name, exc)
+            return False
+        urls = response.get("queueUrls", ())
+        return (
+            not response.get("NextToken")
+            and len(urls) == 1
+            and QueueUrl.parse(urls[0]).identity == self._source.identity
+        )
 
     async def close(self) -> None:
         await self._exit_stack.aclose()
@@ -137,21 +181,56 @@ class SqsDeadLetterSource:
             label=f"{self._dead_letter.name}/{message['MessageId']}",
             max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES,
         ).envelope
-        return RedriveItem(key=message["MessageId"], envelope=envelope, handle=message)
+        return RedriveItem(
+            key=message["MessageId"], envelope=envelope, handle=message, leave=self._leave(message)
+        )
+
+    def _leave(self, message: dict[str, Any]) -> str | None:
+        """Why this message must not go to the source queue (the module docstring's rule), or None."""
+        attributes = message.get("MessageAttributes", {})
+        truncated = attributes.get(DEAD_LETTER_TRUNCATED_FROM, {}).get("StringValue")
+        if truncated is not None:
+            return (
+                f"a truncated copy: its body was cut from {truncated} bytes when it was dead-lettered, "
+                "and the original is gone from the source queue; recover the message from its "
+                "producer, or move this copy by hand knowing it is cut"
+            )
+        origin = attributes.get(DEAD_LETTER_ORIGIN_QUEUE, {}).get("StringValue")
+        if origin is not None:
+            if origin == self._source_arn:
+                return None
+            return f"dead-lettered from another queue ({origin}): redrive it to that queue"
+        if self._sole_redrive_source:
+            return None
+        return (
+            "no origin recorded, and the dead-letter queue is not the RedrivePolicy target of "
+            f"{self._source.name} alone: which queue it came from is not known"
+        )
 
     async def copy(self, items: Sequence[RedriveItem]) -> Sequence[RedriveItem]:
         entries = [self._entry(str(i), item.handle) for i, item in enumerate(items)]
-        response = await self._call(
-            "SendMessageBatch", self._source, QueueUrl=self._source.url, Entries=entries
-        )
-        for failure in response.get("Failed", ()):
-            log.warning(
-                "SQS refused the copy of %s to %s (%s): it stays in the dead-letter queue",
-                items[int(failure["Id"])].key,
-                self._source.name,
-                failure.get("Code"),
-            )
-        accepted = {entry["Id"] for entry in response.get("Successful", ())}
+        accepted: set[str] = set()
+        for batch in chunked(
+            entries, max_count=SQS_BATCH_LIMIT, max_bytes=SQS_MAX_MESSAGE_BYTES, size=entry_size
+        ):
+            try:
+                response = await self._call(
+                    "SendMessageBatch", self._source, QueueUrl=self._source.url, Entries=batch
+                )
+            except SqsSharedStreamError as exc:
+                if not accepted:
+                    raise
+                # Copies already accepted must still leave the dead-letter queue: stop here.
+                log.warning("SQS refused %d copy(ies) to %s: %s", len(batch), self._source.name, exc)
+                break
+            for failure in response.get("Failed", ()):
+                log.warning(
+                    "SQS refused the copy of %s to %s (%s): it stays in the dead-letter queue",
+                    items[int(failure["Id"])].key,
+                    self._source.name,
+                    failure.get("Code"),
+                )
+            accepted.update(entry["Id"] for entry in response.get("Successful", ()))
         return [item for i, item in enumerate(items) if str(i) in accepted]
 
     def _entry(self, entry_id: str, message: dict[str, Any]) -> dict[str, Any]:

@@ -5,8 +5,9 @@ No Service Bus emulator installs on these machines (Microsoft's is a container i
 server speaks just enough of the Service Bus AMQP dialect, on python-qpid-proton, for the real
 ``azure-servicebus`` SDK (``UseDevelopmentEmulator=true`` connection strings: plain AMQP, no
 TLS) to send, receive in peek-lock mode and settle against it. It is NOT Service Bus: it is
-in-memory, single-node, has no SQL filters, no scheduling, no deferral, no duplicate detection,
-no transactions, no quotas, and its error texts only imitate the service's. What it does
+in-memory, single-node, has no SQL filters, no scheduling, no deferral, no duplicate detection
+unless asked (``duplicate_detection_window``), no transactions, no quotas, and its error texts
+only imitate the service's. What it does
 implement, because the shared stream depends on it:
 
 * ``$cbs`` put-token: any token is accepted, unless the server is given SAS keys, in which case
@@ -244,6 +245,15 @@ class ServiceBusServer:
         """Session locks that ran out because nobody renewed them."""
         self.session_lock_renewals: collections.Counter[str] = collections.Counter()
         """Session id -> how many times a client renewed its session lock."""
+        self.duplicate_detection_window: float | None = None
+        """Seconds: when set, a queue or topic takes a sent message whose ``MessageId`` it already
+        took within the window as sent (the send succeeds) and drops it, as an entity with
+        duplicate detection does on the service (FIDELITY.md)."""
+        self.dropped_duplicates = 0
+        self._seen_message_ids: dict[str, dict[Any, float]] = {}
+        self.max_message_size: int | None = None
+        """Bytes advertised as the max-message-size of every send link (a Standard namespace:
+        256 KiB): the SDK sizes its batches to it and refuses a batch over it."""
         self.ignore_ranges = False
         """Apply a disposition that names a range of deliveries to its first delivery only, as a
         broker that does not implement ranges would: the others stay locked, with no outcome."""
@@ -456,6 +466,23 @@ class ServiceBusServer:
         if entity is not None and dead:
             return entity.dead_letter
         return entity
+
+    def seen_within_window(self, path: str, bare: bytes) -> bool:
+        """Duplicate detection: whether ``path`` took this message's id within the window (then counted)."""
+        window = self.duplicate_detection_window
+        if window is None:
+            return False
+        message = Message()
+        message.decode(bare)
+        if message.id is None:
+            return False
+        now = time.monotonic()
+        seen = self._seen_message_ids.setdefault(path.lower(), {})
+        if now - seen.get(message.id, -window - 1.0) <= window:
+            self.dropped_duplicates += 1
+            return True
+        seen[message.id] = now
+        return False
 
     def _sendable(self, path: str) -> list[Entity] | None:
         key = path.lower()
@@ -705,6 +732,8 @@ class _Handler:
         if not is_node and self.server._sendable(path) is None:
             self._refuse(link, "amqp:not-found", f"The messaging entity '{path}' could not be found.")
             return
+        if self.server.max_message_size and not is_node:
+            link.max_message_size = self.server.max_message_size
         link.open()
         link.flow(1000)
 
@@ -957,6 +986,8 @@ class _Handler:
             targets = self.server._sendable(path) or []
             for encoded in split_batch(payload):
                 bare, annotations = parse_sent(encoded)
+                if targets and self.server.seen_within_window(path, bare):
+                    continue  # accepted, and dropped: a duplicate
                 for entity in targets:
                     entity.enqueue(bare, annotations)
             for entity in targets:

@@ -132,7 +132,7 @@ async def test_a_redrive_killed_between_produce_and_commit_loses_nothing(kafka: 
     assert copied > 0
     at_origin = {r.value for r in await kafka.read_all(origin, copied)}
     assert len(at_origin) == copied
-    committed = (await kafka.committed(default_group_id(dlq), dlq))[0] or 0
+    committed = (await kafka.committed(default_group_id(dlq, origin), dlq))[0] or 0
     still_to_redrive = {r["value"] for r in records[committed:]}
     assert at_origin | still_to_redrive == {r["value"] for r in records}
 

@@ -23,7 +23,7 @@ from tests.support.pubsub_emulator import PubSubEmulator
 from tests.support.redrive_child import kill_between_copy_and_remove
 from tests.support.waiting import eventually
 
-OURS = {DEAD_LETTER_REASON: "rejected", DEAD_LETTER_ORIGIN_SUBSCRIPTION: "projects/p/subscriptions/orders"}
+OURS = {DEAD_LETTER_REASON: "rejected"}
 
 
 def setup(pubsub: PubSubEmulator, count: int) -> tuple[str, str, str, list[bytes]]:
@@ -34,7 +34,8 @@ def setup(pubsub: PubSubEmulator, count: int) -> tuple[str, str, str, list[bytes
     bodies = []
     for i in range(count):
         body = json.dumps({"n": i, "type": "a" if i % 2 else "b"})
-        pubsub.publish(dead_topic, [body], ordering_key=f"k{i % 3}", attributes={"tenant": f"t{i}", **OURS})
+        attributes = {"tenant": f"t{i}", **OURS, DEAD_LETTER_ORIGIN_SUBSCRIPTION: origin_sub}
+        pubsub.publish(dead_topic, [body], ordering_key=f"k{i % 3}", attributes=attributes)
         bodies.append(body.encode())
     return origin, origin_sub, dead_sub, bodies
 

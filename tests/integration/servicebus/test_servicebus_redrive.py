@@ -70,7 +70,9 @@ async def test_redrive_moves_every_message_with_its_properties(
     assert sorted(m.body for m in moved) == sorted(bodies)
     for message in moved:
         n = json.loads(message.body)["n"]
-        assert {str(k): v for k, v in message.application_properties.items()} == {"tenant": f"t{n}"}
+        properties = {str(k): v for k, v in message.application_properties.items()}
+        assert properties.pop("shared_stream_original_message_id") != message.message.id  # a new id
+        assert properties == {"tenant": f"t{n}"}
         assert (message.message.correlation_id, message.message.subject) == (f"c{n}", "order")
     assert servicebus.dead_letters(queue) == []
 

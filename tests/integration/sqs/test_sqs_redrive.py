@@ -22,13 +22,18 @@ OURS = {
 }
 
 
-def dead_letters(sqs: SqsServer, dlq: str, count: int, **extra: Any) -> list[str]:
-    """``count`` messages on ``dlq`` as our dead-lettering writes them (theirs plus our reason)."""
+def dead_letters(sqs: SqsServer, dlq: str, origin: str, count: int, **extra: Any) -> list[str]:
+    """``count`` messages on ``dlq`` as our dead-lettering writes them (theirs, our reason, the origin)."""
     bodies = [json.dumps({"n": i, "type": "a" if i % 2 else "b"}) for i in range(count)]
+    home = {"dead_letter_origin_queue": {"DataType": "String", "StringValue": sqs.arn(origin)}}
     sqs.send(
         dlq,
         bodies,
-        MessageAttributes=lambda i: {"tenant": {"DataType": "String", "StringValue": f"t{i}"}, **OURS},
+        MessageAttributes=lambda i: {
+            "tenant": {"DataType": "String", "StringValue": f"t{i}"},
+            **OURS,
+            **home,
+        },
         **extra,
     )
     return bodies
@@ -47,7 +52,7 @@ def source(sqs_conn: str, dlq: str, origin: str, **kwargs: Any) -> Any:
 
 async def test_redrive_moves_every_message_with_its_attributes(sqs: SqsServer, aws_connection: str) -> None:
     dlq, origin = sqs.create_queue(), sqs.create_queue()
-    bodies = dead_letters(sqs, dlq, 15)
+    bodies = dead_letters(sqs, dlq, origin, 15)
 
     summary = await redrive(source(aws_connection, dlq, origin))
 
@@ -66,7 +71,7 @@ async def test_keep_origin_attributes_keeps_the_dead_letter_reason(
     sqs: SqsServer, aws_connection: str
 ) -> None:
     dlq, origin = sqs.create_queue(), sqs.create_queue()
-    dead_letters(sqs, dlq, 3)
+    dead_letters(sqs, dlq, origin, 3)
 
     await redrive(source(aws_connection, dlq, origin, keep=True))
 
@@ -78,7 +83,7 @@ async def test_keep_origin_attributes_keeps_the_dead_letter_reason(
 async def test_fifo_redrive_keeps_each_group_and_its_order(sqs: SqsServer, aws_connection: str) -> None:
     dlq, origin = sqs.create_queue(fifo=True), sqs.create_queue(fifo=True)
     bodies = dead_letters(
-        sqs, dlq, 12, MessageGroupId=lambda i: f"g{i % 3}", MessageDeduplicationId=lambda i: f"d{i}"
+        sqs, dlq, origin, 12, MessageGroupId=lambda i: f"g{i % 3}", MessageDeduplicationId=lambda i: f"d{i}"
     )
 
     summary = await redrive(source(aws_connection, dlq, origin))
@@ -96,7 +101,7 @@ async def test_fifo_redrive_keeps_each_group_and_its_order(sqs: SqsServer, aws_c
 
 async def test_filter_moves_only_what_it_selects(sqs: SqsServer, aws_connection: str) -> None:
     dlq, origin = sqs.create_queue(), sqs.create_queue()
-    dead_letters(sqs, dlq, 10)
+    dead_letters(sqs, dlq, origin, 10)
 
     summary = await redrive(
         source(aws_connection, dlq, origin), filter="body.type == 'a' && message_attributes.tenant != 't1'"
@@ -109,7 +114,7 @@ async def test_filter_moves_only_what_it_selects(sqs: SqsServer, aws_connection:
 
 async def test_max_messages_moves_no_more(sqs: SqsServer, aws_connection: str) -> None:
     dlq, origin = sqs.create_queue(), sqs.create_queue()
-    dead_letters(sqs, dlq, 25)
+    dead_letters(sqs, dlq, origin, 25)
 
     summary = await redrive(source(aws_connection, dlq, origin), max_messages=12)
 
@@ -120,7 +125,7 @@ async def test_max_messages_moves_no_more(sqs: SqsServer, aws_connection: str) -
 
 async def test_dry_run_changes_nothing(sqs: SqsServer, aws_connection: str) -> None:
     dlq, origin = sqs.create_queue(), sqs.create_queue()
-    bodies = dead_letters(sqs, dlq, 7)
+    bodies = dead_letters(sqs, dlq, origin, 7)
 
     summary = await redrive(source(aws_connection, dlq, origin), dry_run=True, filter="body.type == 'b'")
 
@@ -134,7 +139,7 @@ async def test_a_redrive_killed_between_copy_and_delete_loses_nothing(
     sqs: SqsServer, aws_connection: str
 ) -> None:
     dlq, origin = sqs.create_queue(), sqs.create_queue()
-    bodies = dead_letters(sqs, dlq, 25)
+    bodies = dead_letters(sqs, dlq, origin, 25)
 
     line = await asyncio.to_thread(
         kill_between_copy_and_remove,
@@ -164,7 +169,7 @@ async def test_a_redrive_killed_between_copy_and_delete_loses_nothing(
 
 def test_operator_returns_the_summary_and_takes_template_strings(sqs: SqsServer, aws_connection: str) -> None:
     dlq, origin = sqs.create_queue(), sqs.create_queue()
-    dead_letters(sqs, dlq, 4)
+    dead_letters(sqs, dlq, origin, 4)
     operator = RedriveDeadLettersOperator(
         task_id="redrive",
         broker="sqs",
@@ -195,7 +200,8 @@ async def test_a_copy_sqs_refuses_stays_in_the_dead_letter_queue(sqs: SqsServer,
     SQS reports such an entry in ``Failed``; moto refuses the whole batch instead: either way the
     message must still be in the dead-letter queue, and nowhere else.
     """
-    dlq, origin = sqs.create_queue(), sqs.create_queue(MaximumMessageSize="1024")
+    dlq = sqs.create_queue()  # the origin's own RedrivePolicy target: unstamped letters are its
+    origin = sqs.create_queue(MaximumMessageSize="1024", dead_letter_queue_url=dlq)
     big = json.dumps({"n": 0, "pad": "x" * 2000})
     sqs.send(dlq, [big])
 

@@ -44,7 +44,8 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def test_a_run_of_the_example_dag_with_params_moves_the_dead_letters(
     airflow_home: dict[str, str], sqs: SqsServer, aws_connection: str
 ) -> None:
-    dlq, origin = sqs.create_queue(), sqs.create_queue()
+    dlq = sqs.create_queue()  # SQS's own dead letters (no origin stamp) of the one queue redriving here
+    origin = sqs.create_queue(dead_letter_queue_url=dlq)
     sqs.send(dlq, [json.dumps({"n": i}) for i in range(6)])
     conf = {"broker": "sqs", "source": origin, "dead_letter": dlq, "max_messages": 4, "dry_run": False}
     env = {**airflow_home, "AIRFLOW_CONN_AWS_DEFAULT": os.environ["AIRFLOW_CONN_AWS_DEFAULT"]}
