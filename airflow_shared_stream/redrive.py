@@ -182,7 +182,8 @@ class RedriveDeadLettersOperator(BaseOperator):
         source, expression, max_messages, dry_run = self._arguments()
         summary = asyncio.run(redrive(source, filter=expression, max_messages=max_messages, dry_run=dry_run))
         self.log.info(
-            "Redrive summary: examined=%d moved=%d skipped=%d failed=%d left=%s snapshot=%s dry_run=%s",
+            "Redrive summary: examined=%d moved=%d skipped=%d failed=%d left=%s snapshot=%s dry_run=%s "
+            "left_untouched=%d",
             summary.examined,
             summary.moved,
             summary.skipped,
@@ -190,6 +191,7 @@ class RedriveDeadLettersOperator(BaseOperator):
             summary.left,
             summary.snapshot,
             summary.dry_run,
+            summary.left_untouched,
         )
         return summary.as_dict()
 

@@ -1026,8 +1026,8 @@ MUTANTS: tuple[Mutant, ...] = (
         name="sqs extra without boto3 (pip leaves the Amazon provider's boto3 broken)",
         broker="install",
         path="pyproject.toml",
-        original='sqs = ["aiobotocore>=2.13", "boto3"]\n',
-        mutated='sqs = ["aiobotocore>=2.13"]\n',
+        original='sqs = ["aiobotocore>=3.10,<4", "boto3>=1.43.115,<1.44"]\n',
+        mutated='sqs = ["aiobotocore>=3.10,<4"]\n',
         caught_by=("test_pip_check_passes_after_adding_the_sqs_extra_to_the_amazon_provider",),
         module=INSTALL_TESTS,
     ),
@@ -1575,10 +1575,23 @@ MUTANTS: tuple[Mutant, ...] = (
         name="Kafka redrive commits past skipped records without appending them again",
         broker="kafka",
         path="airflow_shared_stream/kafka/redrive.py",
-        original="        appended = await self._append_again(skipped)\n",
-        mutated="        appended = list(skipped)\n",
+        original=(
+            "        appended = await self._append_again([item for item in skipped if item.leave is None])\n"
+        ),
+        mutated="        appended = [item for item in skipped if item.leave is None]\n",
         caught_by=("test_a_filtered_redrive_leaves_the_skipped_records_to_the_next_one",),
         module="tests/integration/kafka/test_kafka_redrive_bounds.py",
+    ),
+    Mutant(
+        name="Kafka redrive appends another stream's records again (they reach that stream twice)",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/redrive.py",
+        original=(
+            "        appended = await self._append_again([item for item in skipped if item.leave is None])\n"
+        ),
+        mutated="        appended = await self._append_again(list(skipped))\n",
+        caught_by=("test_a_dead_letter_topic_shared_by_two_streams_sends_each_record_home",),
+        module="tests/integration/kafka/test_kafka_redrive_routes.py",
     ),
     Mutant(
         name="Kafka redrive holds every record its dry run read",

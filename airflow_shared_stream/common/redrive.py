@@ -379,8 +379,8 @@ async def redrive(
             await source.close()
     summary.left = _left(summary, exhausted)
     log.info(
-        "Redrive of %s %s%s: examined %d, moved %d, skipped by filter %d, failed %d, left untouched %d, "
-        "left %s (snapshot: %s)",
+        "Redrive of %s %s%s: examined %d, moved %d, skipped by filter %d, failed %d, left %s (snapshot: %s), "
+        "of which left untouched by the origin rule %d",
         summary.broker,
         summary.source,
         " (dry run)" if dry_run else "",
@@ -388,9 +388,9 @@ async def redrive(
         summary.moved,
         summary.skipped,
         summary.failed,
-        summary.left_untouched,
         "unknown" if summary.left is None else summary.left,
         "no count" if summary.snapshot is None else summary.snapshot,
+        summary.left_untouched,
     )
     return summary
 

@@ -24,7 +24,8 @@ from tests.support.brokers import SqsServer
 
 async def test_an_sqs_redrive_stops_at_the_depth_it_started_with(sqs: SqsServer, aws_connection: str) -> None:
     """Every copy comes straight back to the dead-letter queue: the redrive never chases it."""
-    dlq, origin = sqs.create_queue(), sqs.create_queue()
+    dlq = sqs.create_queue()
+    origin = sqs.create_queue(dead_letter_queue_url=dlq)  # unstamped dead letters are its (the origin rule)
     sqs.send(dlq, [json.dumps({"n": i}) for i in range(6)], MessageAttributes=lambda i: OURS)
 
     async def rejected_again(step: str, items: Sequence[RedriveItem]) -> None:
@@ -45,7 +46,8 @@ async def test_a_filtered_redrive_keeps_what_it_skipped_hidden_and_reads_on_to_i
     sqs: SqsServer, aws_connection: str
 ) -> None:
     """The redrive is held up longer than its lease (a slow copy, a loaded worker) mid-run."""
-    dlq, origin = sqs.create_queue(), sqs.create_queue()
+    dlq = sqs.create_queue()
+    origin = sqs.create_queue(dead_letter_queue_url=dlq)  # unstamped dead letters are its (the origin rule)
     lease = 3
     sqs.send(dlq, [json.dumps({"n": i, "type": "other"}) for i in range(40)])
     sqs.send(dlq, [json.dumps({"n": i, "type": "fixed"}) for i in range(40, 45)])
@@ -75,7 +77,8 @@ async def test_a_filtered_redrive_keeps_what_it_skipped_hidden_and_reads_on_to_i
 def test_the_operator_reports_examined_moved_skipped_left(
     sqs: SqsServer, aws_connection: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    dlq, origin = sqs.create_queue(), sqs.create_queue()
+    dlq = sqs.create_queue()
+    origin = sqs.create_queue(dead_letter_queue_url=dlq)  # unstamped dead letters are its (the origin rule)
     sqs.send(dlq, [json.dumps({"n": i, "type": "a" if i % 2 else "b"}) for i in range(8)])
     operator = RedriveDeadLettersOperator(
         task_id="redrive",
