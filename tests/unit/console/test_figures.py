@@ -223,9 +223,34 @@ def test_a_trigger_of_two_assets_writes_through_one_of_them() -> None:
     from airflow.sdk import Asset
     from airflow.sdk.execution_time.context import AssetStateStoreAccessors
 
-    store = AssetStateStoreAccessors(inlets=[Asset(name="orders-b", uri="s3://b"), Asset(name="orders-a", uri="s3://a")])
+    store = AssetStateStoreAccessors(
+        inlets=[Asset(name="orders-b", uri="s3://b"), Asset(name="orders-a", uri="s3://a")]
+    )
     with pytest.raises(ValueError, match="2 concrete inlets"):
         store._single_accessor()
     assert f.one_asset_writer(store) is store[Asset(name="orders-a", uri="s3://a")]
     single = AssetStateStoreAccessors(inlets=[Asset(name="orders-a", uri="s3://a")])
     assert f.one_asset_writer(single) is single
+
+
+async def test_a_watcher_of_two_assets_carries_its_streams_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 45 item 14, in the triggerer: the figures land on one asset's accessor, every time."""
+    from airflow.sdk import Asset
+    from airflow.sdk.execution_time import context
+    from airflow.sdk.execution_time.context import AssetStateStoreAccessors
+
+    written: list[tuple[str | None, str]] = []
+
+    async def record(self: context.AssetStateStoreAccessor, key: str, value: Any) -> None:
+        written.append((self._name, key))  # the supervisor's channel is not there in a unit test
+
+    monkeypatch.setattr(context.AssetStateStoreAccessor, "aset", record)
+    store = AssetStateStoreAccessors(
+        inlets=[Asset(name="orders-b", uri="s3://b"), Asset(name="orders-a", uri="s3://a")]
+    )
+    with f.stream_figures.watching(_watcher(3, store)):  # type: ignore[arg-type]
+        await until(lambda: bool(written), "the first write")
+        f.stream_figures.streams[STREAM_ID].published_at = 0.0
+        f.stream_figures.absorb(_metrics(), {m.RECEIVED: 1}, {})
+        await until(lambda: len(written) == 2, "the write after a flush")
+    assert written == [("orders-a", f"shared_stream.figures.sqs.{STREAM_ID}.3")] * 2

@@ -222,7 +222,10 @@ def test_two_streams_with_one_label_each_show_their_own_figures() -> None:
             "history": [],
         }
 
-    published = {figures_stream_id(east._key): [value(east, 25)], figures_stream_id(west._key): [value(west, 3)]}
+    published = {
+        figures_stream_id(east._key): [value(east, 25)],
+        figures_stream_id(west._key): [value(west, 3)],
+    }
     for stream in (east, west):
         _finish(stream, {1: _Job()}, {1}, published, {}, {}, NOW)
     assert east.figures is not None and west.figures is not None
