@@ -60,6 +60,7 @@ CONSOLE_FIGURES = "tests/unit/console/test_figures.py"
 CONSOLE_STREAMS = "tests/unit/console/test_streams.py"
 CONSOLE_REDRIVE_FORM = "tests/unit/console/test_redrive_form.py"
 CONSOLE_KAFKA = "tests/integration/kafka/test_kafka_console_figures.py"
+CONSOLE_FIGURES_E2E = "tests/e2e/test_console_figures_triggerers.py"
 
 SUITE = {"kafka": "Kafka", "sqs": "Sqs", "pubsub": "PubSub", "servicebus": "ServiceBus"}
 """The name of each broker's contract class (``Test<name>Contract``)."""
@@ -1009,7 +1010,9 @@ MUTANTS: tuple[Mutant, ...] = (
         name="figures of a dead triggerer counted",
         broker="console",
         path="airflow_shared_stream/console/streams.py",
-        original='        if job not in alive or running.get(value.get("carrier_trigger_id")) != job:  # type: ignore[arg-type]\n',
+        original=(
+            "        if job not in alive or not isinstance(carrier, int) or running.get(carrier) != job:\n"
+        ),
         mutated="        if False:\n",
         caught_by=("test_figures_of_dead_triggerers_are_left_out_and_live_ones_summed",),
         module=CONSOLE_STREAMS,
@@ -1373,11 +1376,13 @@ MUTANTS: tuple[Mutant, ...] = (
         name="figures of a dead triggerer counted while its carrier runs on a live one",
         broker="console",
         path="airflow_shared_stream/console/streams.py",
-        original='        if job not in alive or running.get(value.get("carrier_trigger_id")) != job:  # type: ignore[arg-type]\n',
-        mutated='        if running.get(value.get("carrier_trigger_id")) not in alive:  # type: ignore[arg-type]\n',
+        original=(
+            "        if job not in alive or not isinstance(carrier, int) or running.get(carrier) != job:\n"
+        ),
+        mutated="        if not isinstance(carrier, int) or running.get(carrier) not in alive:\n",
         caught_by=(
-            "tests/unit/console/test_streams.py::test_a_dead_triggerers_last_figures_never_count_once_its_carrier_runs_elsewhere",
-            "tests/e2e/test_console_figures_triggerers.py::test_a_dead_triggerers_figures_leave_the_page_when_its_carrier_runs_elsewhere",
+            f"{CONSOLE_STREAMS}::test_a_dead_triggerers_last_figures_never_count_once_its_carrier_runs_elsewhere",
+            f"{CONSOLE_FIGURES_E2E}::test_a_dead_triggerers_figures_leave_the_page_when_its_carrier_runs_elsewhere",
         ),
     ),
     Mutant(
@@ -1417,7 +1422,7 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="                figures.carriers[trigger_id] = store\n",
         caught_by=(
             "tests/unit/console/test_figures.py::test_a_watcher_of_two_assets_carries_its_streams_figures",
-            "tests/e2e/test_console_figures_triggerers.py::test_a_trigger_of_two_assets_publishes_its_streams_figures",
+            f"{CONSOLE_FIGURES_E2E}::test_a_trigger_of_two_assets_publishes_its_streams_figures",
         ),
     ),
 )

@@ -111,9 +111,9 @@ def one_asset_writer(store: Any) -> AssetStateWriter:
     by_name = getattr(store, "_by_name", None)
     by_uri = getattr(store, "_by_uri", None)
     if not isinstance(by_name, dict) or not isinstance(by_uri, dict) or len(by_name) + len(by_uri) <= 1:
-        return store  # type: ignore[no-any-return]
+        return store
     accessors = [by_name[name] for name in sorted(by_name)] + [by_uri[uri] for uri in sorted(by_uri)]
-    return accessors[0]  # type: ignore[no-any-return]
+    return accessors[0]
 
 
 @dataclass

@@ -343,8 +343,8 @@ def merge_figures(
     """
     newest: dict[int, dict[str, Any]] = {}
     for value in published:
-        job = value.get("triggerer_job_id")
-        if job not in alive or running.get(value.get("carrier_trigger_id")) != job:  # type: ignore[arg-type]
+        job, carrier = value.get("triggerer_job_id"), value.get("carrier_trigger_id")
+        if job not in alive or not isinstance(carrier, int) or running.get(carrier) != job:
             continue
         if job not in newest or float(value.get("published_at") or 0) > float(
             newest[job].get("published_at") or 0

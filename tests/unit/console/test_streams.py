@@ -228,5 +228,6 @@ def test_two_streams_with_one_label_each_show_their_own_figures() -> None:
     }
     for stream in (east, west):
         _finish(stream, {1: _Job()}, {1}, published, {}, {}, NOW)
-    assert east.figures is not None and west.figures is not None
+    assert east.figures is not None
+    assert west.figures is not None
     assert (east.figures["totals"], west.figures["totals"]) == ({"received": 25}, {"received": 3})
