@@ -254,3 +254,9 @@ async def test_a_watcher_of_two_assets_carries_its_streams_figures(monkeypatch: 
         f.stream_figures.absorb(_metrics(), {m.RECEIVED: 1}, {})
         await until(lambda: len(written) == 2, "the write after a flush")
     assert written == [("orders-a", f"shared_stream.figures.sqs.{STREAM_ID}.3")] * 2
+
+
+def test_every_spelling_of_one_queue_is_one_stream_in_the_figures() -> None:
+    """FAULT_MODEL class 1: the figures' stream id follows the stream key, not how it is spelled."""
+    shouted = QUEUE.replace("sqs.us-east-1", "SQS.US-EAST-1")
+    assert f.figures_stream_id(_watcher(0, None, shouted).shared_stream_key()) == STREAM_ID
