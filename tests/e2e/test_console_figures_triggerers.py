@@ -92,14 +92,10 @@ def _received(figures: dict[str, Any] | None) -> int | None:
     return None if figures is None else int(figures["totals"].get("received", 0))
 
 
-def _settled(figures: dict[str, Any] | None, count: int) -> bool:
-    """Every message received and acknowledged: nothing will come back to another triggerer."""
-    return (
-        figures is not None
-        and _received(figures) == count
-        and figures["totals"].get("acked") == count
-        and figures["in_flight"] == 0
-    )
+def _n(payload: Any) -> Any:
+    """The ``n`` of an SQS watcher's event payload (``{"body": {"n": ...}, ...}``)."""
+    body = payload.get("body") if isinstance(payload, dict) else None
+    return body.get("n") if isinstance(body, dict) else None
 
 
 def _unpause(airflow: AirflowDeployment, dag_id: str, watchers: set[str]) -> None:
@@ -193,17 +189,24 @@ def test_a_dead_triggerers_figures_leave_the_page_when_its_carrier_runs_elsewher
     def a_received() -> int:
         return max((_received(v) or 0 for v in figures.stored_figures(ids[HIGH])), default=0)
 
+    page: dict[str, Any] = {}
+
+    def settled(count: int) -> bool:
+        """Every message fired its event and nothing is in flight: nothing comes back later."""
+        page.update(figures.page())
+        shown = page[figures.moved_queue_url]
+        fired = {_n(e.payload) for e in airflow.asset_events() if e.asset_name.startswith("figures_moved")}
+        return shown is not None and shown["in_flight"] == 0 and set(range(count)) <= fired
+
     # A leased queue split over two triggerers: each message goes to one; send until A has some.
     while a_received() == 0:
         assert sent < 200, "triggerer A never received a message of its queue"
         figures.sqs.send(figures.moved_queue_url, [{"n": n} for n in range(sent, sent + 20)])
         sent += 20
-        wait_until(
-            lambda count=sent: _settled(figures.page()[figures.moved_queue_url], count),
-            180,
-            f"all {sent} messages settled",
-            interval=2,
-        )
+        try:
+            wait_until(lambda count=sent: settled(count), 240, f"all {sent} messages settled", interval=2)
+        except RuntimeError as exc:
+            raise AssertionError(f"{exc}: {page.get(figures.moved_queue_url)}") from None
     airflow.kill_triggerer("triggerer-a")
     stopped = airflow.procs["triggerer-b"]
     stopped.terminate()
@@ -222,7 +225,6 @@ def test_a_dead_triggerers_figures_leave_the_page_when_its_carrier_runs_elsewher
     # B2 counts from its own start: nothing is left in the queue, so nothing; A's last value
     # (a share of the messages, under A's carrier's key, which B2 runs now) must not count.
     assert a_received() > 0, "A's last figures are still in the store"
-    page: dict[str, Any] = {}
 
     def only_live_figures() -> bool:
         page.update(figures.page())
