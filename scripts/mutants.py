@@ -1371,15 +1371,13 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_aborted_transactions_are_not_read_by_default",),
         module=KAFKA_LOSS_PATHS,
     ),
-    # fix/console-figures: the Streams page's figures keyed by stream identity and triggerer job (issue 45).
+    # fix/console-figures: Streams page figures keyed by stream identity, live triggerers only (issue 45).
     Mutant(
         name="figures of a dead triggerer counted while its carrier runs on a live one",
         broker="console",
         path="airflow_shared_stream/console/streams.py",
-        original=(
-            "        if job not in alive or not isinstance(carrier, int) or running.get(carrier) != job:\n"
-        ),
-        mutated="        if not isinstance(carrier, int) or running.get(carrier) not in alive:\n",
+        original="        if job not in newest or _published_at(value) > _published_at(newest[job]):\n",
+        mutated="        if True:\n            job = len(newest)  # mutant: every value counts\n",
         caught_by=(
             f"{CONSOLE_STREAMS}::test_a_dead_triggerers_last_figures_never_count_once_its_carrier_runs_elsewhere",
             f"{CONSOLE_FIGURES_E2E}::test_a_dead_triggerers_figures_leave_the_page_when_its_carrier_runs_elsewhere",
@@ -1395,13 +1393,15 @@ MUTANTS: tuple[Mutant, ...] = (
         module=CONSOLE_STREAMS,
     ),
     Mutant(
-        name="figures not stamped with the triggerer job that wrote them",
+        name="figures not written when a watcher joins a running stream",
         broker="console",
         path="airflow_shared_stream/console/figures.py",
-        original='                figures.triggerer_job_id = getattr(trigger, "triggerer_job_id", None)\n',
-        mutated="                figures.triggerer_job_id = None\n",
-        caught_by=("test_a_flush_is_published_to_the_watchers_asset_under_the_streams_key",),
-        module=CONSOLE_FIGURES,
+        original="                figures.published_at = 0.0\n",
+        mutated="                figures.published_at = figures.published_at\n",
+        caught_by=(
+            f"{CONSOLE_FIGURES}::test_a_watcher_that_joins_a_running_stream_writes_at_once",
+            f"{CONSOLE_FIGURES_E2E}::test_a_dead_triggerers_figures_leave_the_page_when_its_carrier_runs_elsewhere",
+        ),
     ),
     Mutant(
         name="figures keyed by the stream's display label",

@@ -13,10 +13,12 @@ same display name (a topic ``orders`` on two clusters) never share figures, and 
 beyond the display label is written. A trigger watching several assets (identical watchers in
 several Dags share one trigger) writes to the accessor of one of them (:func:`one_asset_writer`).
 
-Each value names the triggerer job that wrote it: the console keeps a value only while that job is
-alive (Airflow's ``job`` heartbeat) and still runs the carrier, and one value per triggerer (the
-newest). A triggerer that dies leaves its last value behind (nothing deletes it), and that value is
-never counted again, even once the carrier runs elsewhere.
+The console keeps, for each live triggerer (Airflow's ``job`` heartbeat), the newest value whose
+carrier that triggerer runs now. A triggerer that dies leaves its last value behind (nothing
+deletes it); once its carrier runs on another triggerer, that one writes as the watcher starts
+(every watcher start writes at once), so the dead triggerer's value is no longer the newest and
+never counts again. (A trigger cannot name its triggerer's job in Airflow 3.3: the trigger
+runner's ``job_id`` is never set, so values carry no job id.)
 
 Fed by :class:`~airflow_shared_stream.common.metrics.StreamMetrics` when it flushes (at most once a
 second per stream, nothing while the stream is idle), so counting costs the hot path nothing more.
@@ -137,8 +139,6 @@ class StreamFigures:
     """Kafka: watcher -> ``topic/partition`` -> end offset minus the watcher's position."""
     carriers: dict[int, AssetStateWriter] = field(default_factory=dict)
     """Trigger id -> the state store of a watcher of the stream running in this triggerer."""
-    triggerer_job_id: int | None = None
-    """The job id of the triggerer running the carriers: the page counts the value while it lives."""
     published_at: float = 0.0
     writing: asyncio.Task[None] | None = None
     pending: asyncio.TimerHandle | None = None
@@ -158,7 +158,6 @@ class StreamFigures:
             "stream": self.stream,
             "stream_id": self.stream_id,
             "carrier_trigger_id": carrier_trigger_id,
-            "triggerer_job_id": self.triggerer_job_id,
             "published_at": round(now, 1),
             "last_received_at": None if self.last_received_at is None else round(self.last_received_at, 1),
             "totals": {metric: self.totals.get(metric, 0) for metric in COUNTED},
@@ -272,12 +271,11 @@ class FiguresPublisher:
                 figures = self.streams.get(stream_id)
                 if figures is None:
                     figures = self._figures(stream_id, trigger.broker, metric_label(trigger))
-                first = not figures.carriers
                 figures.carriers[trigger_id] = one_asset_writer(store)
-                figures.triggerer_job_id = getattr(trigger, "triggerer_job_id", None)
-                if first:  # show the stream at once; later watchers wait for the interval
-                    figures.published_at = 0.0
-                    self._publish_if_due(figures, time.time())
+                # Write at once: shows a new stream, and after a takeover makes this triggerer's
+                # value newer than what a dead one left under the carrier's key.
+                figures.published_at = 0.0
+                self._publish_if_due(figures, time.time())
             except Exception as exc:
                 log.debug("Watcher %s cannot carry its stream's figures: %s", trigger_id, exc)
                 figures = None

@@ -334,21 +334,20 @@ def merge_figures(
     published: list[dict[str, Any]], running: dict[int, int | None], alive: set[int]
 ) -> dict[str, Any] | None:
     """
-    One stream's figures: the newest value of each live triggerer, summed; the newest time of each.
+    One stream's figures: for each live triggerer, the newest value whose carrier it runs; summed.
 
     ``running`` maps the stream's trigger ids to the triggerer job each is assigned to, ``alive``
-    holds the live triggerer jobs. A value counts only while the job that wrote it is alive and
-    still runs its carrier: what a dead triggerer wrote last stays in the store, and its carrier
-    may run elsewhere by now.
+    holds the live triggerer jobs. What a dead triggerer wrote last stays in the store under its
+    carrier's key; once that carrier runs on a live triggerer, the live one has written since
+    (every watcher start writes), so the dead value is never the newest and never counts.
     """
     newest: dict[int, dict[str, Any]] = {}
     for value in published:
-        job, carrier = value.get("triggerer_job_id"), value.get("carrier_trigger_id")
-        if job not in alive or not isinstance(carrier, int) or running.get(carrier) != job:
+        carrier = value.get("carrier_trigger_id")
+        job = running.get(carrier) if isinstance(carrier, int) else None
+        if job is None or job not in alive:
             continue
-        if job not in newest or float(value.get("published_at") or 0) > float(
-            newest[job].get("published_at") or 0
-        ):
+        if job not in newest or _published_at(value) > _published_at(newest[job]):
             newest[job] = value
     live = list(newest.values())
     if not live:
@@ -371,6 +370,10 @@ def merge_figures(
         "history": longest.get("history") or [] if len(live) == 1 else _summed_history(live),
         "lag": lag,
     }
+
+
+def _published_at(value: dict[str, Any]) -> float:
+    return float(value.get("published_at") or 0)
 
 
 def _summed_history(values: list[dict[str, Any]]) -> list[list[float]]:

@@ -45,12 +45,9 @@ def own_triggerer_scope() -> Any:
     triggerer_scope.reset(token)
 
 
-def _watcher(
-    trigger_id: int, store: RecordingStore | None, queue_url: str = QUEUE, job_id: int = 7
-) -> SqsSharedStreamTrigger:
+def _watcher(trigger_id: int, store: RecordingStore | None, queue_url: str = QUEUE) -> SqsSharedStreamTrigger:
     trigger = SqsSharedStreamTrigger(queue_url=queue_url, match="body.kind == 'x'")
     trigger.trigger_id = trigger_id
-    trigger.triggerer_job_id = job_id
     trigger.asset_state_store = store  # type: ignore[assignment]
     return trigger
 
@@ -78,7 +75,7 @@ async def test_a_flush_is_published_to_the_watchers_asset_under_the_streams_key(
         )
     key, value = store.writes[-1]
     assert key == f"shared_stream.figures.sqs.{STREAM_ID}.1"
-    assert (value["stream"], value["stream_id"], value["triggerer_job_id"]) == ("orders", STREAM_ID, 7)
+    assert (value["stream"], value["stream_id"]) == ("orders", STREAM_ID)
     assert value["totals"]["received"] == 3
     assert value["totals"]["dead_lettered"] == 1
     assert value["in_flight"] == 2
@@ -163,7 +160,6 @@ async def test_the_published_value_holds_counts_and_names_only() -> None:
         "stream",
         "stream_id",
         "carrier_trigger_id",
-        "triggerer_job_id",
         "published_at",
         "last_received_at",
         "totals",
@@ -209,7 +205,7 @@ async def test_two_streams_with_one_label_keep_and_write_their_own_figures() -> 
     other_id = f.figures_stream_id(_watcher(0, None, other).shared_stream_key())
     assert other_id != STREAM_ID
     assert there.writes[-1][0] == f"shared_stream.figures.sqs.{other_id}.2"
-    assert [w[1]["totals"]["received"] for w in here.writes] == [0]
+    assert {w[1]["totals"]["received"] for w in here.writes} == {0}
     assert {w[1]["stream"] for w in here.writes + there.writes} == {"orders"}
 
 
@@ -260,3 +256,18 @@ def test_every_spelling_of_one_queue_is_one_stream_in_the_figures() -> None:
     """FAULT_MODEL class 1: the figures' stream id follows the stream key, not how it is spelled."""
     shouted = QUEUE.replace("sqs.us-east-1", "SQS.US-EAST-1")
     assert f.figures_stream_id(_watcher(0, None, shouted).shared_stream_key()) == STREAM_ID
+
+
+async def test_a_watcher_that_joins_a_running_stream_writes_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """
+    A triggerer that takes a watcher over writes as it starts, though its interval has not passed:
+    its value is then newer than what a dead triggerer left under that watcher's key (issue 45 item 12).
+    """
+    monkeypatch.setenv("AIRFLOW__SHARED_STREAM__FIGURES_PUBLISH_INTERVAL", "3600")
+    store = RecordingStore()
+    with f.stream_figures.watching(_watcher(4, store)):
+        await until(lambda: len(store.writes) == 1, "the first watcher's write")
+        await until(lambda: f.stream_figures.streams[STREAM_ID].writing.done(), "the write done")  # type: ignore[union-attr]
+        with f.stream_figures.watching(_watcher(9, RecordingStore())):
+            await until(lambda: len(store.writes) == 2, "a write as the second watcher starts")
+    assert [key for key, _ in store.writes] == [f"shared_stream.figures.sqs.{STREAM_ID}.4"] * 2
