@@ -1010,10 +1010,8 @@ MUTANTS: tuple[Mutant, ...] = (
         name="figures of a dead triggerer counted",
         broker="console",
         path="airflow_shared_stream/console/streams.py",
-        original=(
-            "        if job not in alive or not isinstance(carrier, int) or running.get(carrier) != job:\n"
-        ),
-        mutated="        if False:\n",
+        original="        if job is None or job not in alive:\n",
+        mutated="        if job is None:\n",
         caught_by=("test_figures_of_dead_triggerers_are_left_out_and_live_ones_summed",),
         module=CONSOLE_STREAMS,
     ),
