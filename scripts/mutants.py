@@ -67,6 +67,7 @@ REDRIVE_GRANT = "tests/unit/test_redrive_grant.py"
 SQS_REDRIVE_ROUTES = "tests/integration/sqs/test_sqs_redrive_routes.py"
 PUBSUB_REDRIVE_ROUTES = "tests/integration/pubsub/test_pubsub_redrive_routes.py"
 CONSOLE_KAFKA = "tests/integration/kafka/test_kafka_console_figures.py"
+CONSOLE_FIGURES_E2E = "tests/e2e/test_console_figures_triggerers.py"
 
 SUITE = {"kafka": "Kafka", "sqs": "Sqs", "pubsub": "PubSub", "servicebus": "ServiceBus"}
 """The name of each broker's contract class (``Test<name>Contract``)."""
@@ -1016,8 +1017,8 @@ MUTANTS: tuple[Mutant, ...] = (
         name="figures of a dead triggerer counted",
         broker="console",
         path="airflow_shared_stream/console/streams.py",
-        original='    live = [p for p in published if p.get("carrier_trigger_id") in live_carriers]\n',
-        mutated="    live = list(published)\n",
+        original="        if job is None or job not in alive:\n",
+        mutated="        if job is None:\n",
         caught_by=("test_figures_of_dead_triggerers_are_left_out_and_live_ones_summed",),
         module=CONSOLE_STREAMS,
     ),
@@ -1940,6 +1941,61 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="        if False:\n",
         caught_by=("test_the_dead_letter_policy_s_own_dead_letters_go_home_by_its_stamp",),
         module=PUBSUB_REDRIVE_ROUTES,
+    ),
+    ),
+    # fix/console-figures: Streams page figures keyed by stream identity, live triggerers only (issue 45).
+    Mutant(
+        name="figures of a dead triggerer counted while its carrier runs on a live one",
+        broker="console",
+        path="airflow_shared_stream/console/streams.py",
+        original="        if job not in newest or _published_at(value) > _published_at(newest[job]):\n",
+        mutated="        if True:\n            job = len(newest)  # mutant: every value counts\n",
+        caught_by=(
+            f"{CONSOLE_STREAMS}::test_a_dead_triggerers_last_figures_never_count_once_its_carrier_runs_elsewhere",
+            f"{CONSOLE_FIGURES_E2E}::test_a_dead_triggerers_figures_leave_the_page_when_its_carrier_runs_elsewhere",
+        ),
+    ),
+    Mutant(
+        name="figures of one triggerer counted once per carrier it ever had",
+        broker="console",
+        path="airflow_shared_stream/console/streams.py",
+        original="            newest[job] = value\n",
+        mutated="            newest[len(newest)] = value\n",
+        caught_by=("test_one_triggerer_counts_once_when_its_carrier_changed",),
+        module=CONSOLE_STREAMS,
+    ),
+    Mutant(
+        name="figures not written when a watcher joins a running stream",
+        broker="console",
+        path="airflow_shared_stream/console/figures.py",
+        original="                figures.published_at = 0.0\n",
+        mutated="                figures.published_at = figures.published_at\n",
+        caught_by=(
+            f"{CONSOLE_FIGURES}::test_a_watcher_that_joins_a_running_stream_writes_at_once",
+            f"{CONSOLE_FIGURES_E2E}::test_a_dead_triggerers_figures_leave_the_page_when_its_carrier_runs_elsewhere",
+        ),
+    ),
+    Mutant(
+        name="figures keyed by the stream's display label",
+        broker="console",
+        path="airflow_shared_stream/console/figures.py",
+        original="    return hashlib.sha256(repr(shared_stream_key).encode()).hexdigest()[:16]\n",
+        mutated="    return str(shared_stream_key[-1])  # type: ignore[index]\n",
+        caught_by=(
+            "tests/unit/console/test_figures.py::test_two_streams_with_one_label_keep_and_write_their_own_figures",
+            "tests/unit/console/test_streams.py::test_two_streams_with_one_label_each_show_their_own_figures",
+        ),
+    ),
+    Mutant(
+        name="a trigger of two assets writes through accessors that refuse to choose",
+        broker="console",
+        path="airflow_shared_stream/console/figures.py",
+        original="                figures.carriers[trigger_id] = one_asset_writer(store)\n",
+        mutated="                figures.carriers[trigger_id] = store\n",
+        caught_by=(
+            "tests/unit/console/test_figures.py::test_a_watcher_of_two_assets_carries_its_streams_figures",
+            f"{CONSOLE_FIGURES_E2E}::test_a_trigger_of_two_assets_publishes_its_streams_figures",
+        ),
     ),
 )
 

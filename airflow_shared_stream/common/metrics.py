@@ -131,9 +131,20 @@ class StreamMetrics:
     looked up once.
     """
 
-    def __init__(self, broker: str, stream: str, *, flush_interval: float = FLUSH_INTERVAL_SECONDS) -> None:
+    def __init__(
+        self,
+        broker: str,
+        stream: str,
+        *,
+        flush_interval: float = FLUSH_INTERVAL_SECONDS,
+        stream_id: str | None = None,
+    ) -> None:
         self.broker = stream_label(broker)
         self.stream = stream_label(stream)
+        self.stream_id = stream_id
+        """The stream's identity for the console's figures (set when its producer is built for a
+        stream); ``None`` keeps no figures. The label above is for display only: two upstreams
+        can share one."""
         self.tags = {"broker": self.broker, "stream": self.stream}
         self.flush_interval = flush_interval
         self._names: dict[str, str] = {}
@@ -222,7 +233,7 @@ class StreamMetrics:
         gauges, self._gauges = self._gauges, {}
         from airflow_shared_stream.console.figures import stream_figures  # imports this module
 
-        stream_figures.absorb(self.broker, self.stream, counts, gauges)
+        stream_figures.absorb(self, counts, gauges)
         for metric, count in counts.items():
             try:
                 _stats().incr(self.name(metric), count, tags=self.tags)

@@ -271,9 +271,16 @@ class SharedStreamTrigger(BaseEventTrigger):
     @classmethod
     def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> SharedStreamProducer:
         """Build the stream's producer from the first watcher's kwargs (no I/O here)."""
+        from airflow_shared_stream.console.figures import figures_stream_id  # imports this module
+
         trigger = cls(**kwargs)
-        stream_shapes.record_producer(trigger.shared_stream_key(), trigger.normalized_shape())
-        return cls.producer_class(**trigger.producer_kwargs())
+        key = trigger.shared_stream_key()
+        stream_shapes.record_producer(key, trigger.normalized_shape())
+        producer = cls.producer_class(**trigger.producer_kwargs())
+        metrics = getattr(producer, "metrics", None)
+        if metrics is not None:  # the console's figures are keyed by the stream, not its label
+            metrics.stream_id = figures_stream_id(key)
+        return producer
 
     @classmethod
     def check_shape_agrees(cls, stream_shape: Mapping[str, Any], watcher_shape: Mapping[str, Any]) -> None:

@@ -6,9 +6,19 @@ database (``BaseEventTrigger.asset_state_store``, written through the triggerer'
 the execution API): no table of ours, no database access from the trigger runner. It is scoped
 to an asset, so a stream's figures are written to the asset of one of its watchers running in
 this triggerer (its *carrier*: the one with the lowest trigger id, so a triggerer that takes the
-stream over writes the same key again), under a key naming the stream and the carrier
-(:func:`figures_key`). The console reads every such key of the stream's assets and keeps those
-whose carrier a live triggerer runs.
+stream over writes the same key again), under a key naming the broker, the stream's identity and
+the carrier (:func:`figures_key`). The stream's identity is a digest of its ``shared_stream_key()``
+(:func:`figures_stream_id`), as the triggerer groups watchers into streams: two streams with the
+same display name (a topic ``orders`` on two clusters) never share figures, and no address or name
+beyond the display label is written. A trigger watching several assets (identical watchers in
+several Dags share one trigger) writes to the accessor of one of them (:func:`one_asset_writer`).
+
+The console keeps, for each live triggerer (Airflow's ``job`` heartbeat), the newest value whose
+carrier that triggerer runs now. A triggerer that dies leaves its last value behind (nothing
+deletes it); once its carrier runs on another triggerer, that one writes as the watcher starts
+(every watcher start writes at once), so the dead triggerer's value is no longer the newest and
+never counts again. (A trigger cannot name its triggerer's job in Airflow 3.3: the trigger
+runner's ``job_id`` is never set, so values carry no job id.)
 
 Fed by :class:`~airflow_shared_stream.common.metrics.StreamMetrics` when it flushes (at most once a
 second per stream, nothing while the stream is idle), so counting costs the hot path nothing more.
@@ -22,15 +32,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_shared_stream.common import metrics as m
 from airflow_shared_stream.common.process_scope import scoped
+
+if TYPE_CHECKING:
+    from airflow_shared_stream.common.metrics import StreamMetrics
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +79,19 @@ COUNTED = (
 """The counters the console shows (totals); the other metrics stay StatsD-only."""
 
 
-def figures_key(broker: str, stream: str, carrier_trigger_id: int) -> str:
+def figures_stream_id(shared_stream_key: Hashable) -> str:
+    """
+    The stream's identity in its figures: a digest of its ``shared_stream_key()``.
+
+    The same in the triggerer and the api-server (the key is a tuple of normalised strings and
+    numbers, so its ``repr`` is stable), and secret-free whatever the key holds.
+    """
+    return hashlib.sha256(repr(shared_stream_key).encode()).hexdigest()[:16]
+
+
+def figures_key(broker: str, stream_id: str, carrier_trigger_id: int) -> str:
     """The state store key of one stream's figures, as the triggerer running the carrier writes them."""
-    return f"{FIGURES_KEY_PREFIX}.{broker}.{stream}.{carrier_trigger_id}"
+    return f"{FIGURES_KEY_PREFIX}.{broker}.{stream_id}.{carrier_trigger_id}"
 
 
 class AssetStateWriter(Protocol):
@@ -76,12 +100,33 @@ class AssetStateWriter(Protocol):
     async def aset(self, key: str, value: Any) -> None: ...
 
 
+def one_asset_writer(store: Any) -> AssetStateWriter:
+    """
+    The accessor of one asset of a watcher's state store, the same one on every triggerer.
+
+    Airflow gives a trigger that watches several assets (identical watchers in several Dags are
+    one trigger) an ``AssetStateStoreAccessors`` whose own ``aset`` refuses to choose among them
+    (``ValueError``). The page reads every asset of the stream, so any one of them will do: the
+    first by name, then by URI. Airflow 3.3 offers no public listing of the accessors, so their
+    mappings are read; a store of another shape is used as it is.
+    """
+    by_name = getattr(store, "_by_name", None)
+    by_uri = getattr(store, "_by_uri", None)
+    if not isinstance(by_name, dict) or not isinstance(by_uri, dict) or len(by_name) + len(by_uri) <= 1:
+        return store
+    accessors = [by_name[name] for name in sorted(by_name)] + [by_uri[uri] for uri in sorted(by_uri)]
+    return accessors[0]
+
+
 @dataclass
 class StreamFigures:
     """One stream's figures in this triggerer process."""
 
+    stream_id: str
+    """:func:`figures_stream_id` of the stream's key: what the figures are keyed by."""
     broker: str
     stream: str
+    """The stream's display label (its metric label): shown, never used as a key."""
     interval: float = field(default_factory=publish_interval)
     totals: dict[str, int] = field(default_factory=dict)
     gauges: dict[str, float] = field(default_factory=dict)
@@ -111,6 +156,7 @@ class StreamFigures:
         return {
             "broker": self.broker,
             "stream": self.stream,
+            "stream_id": self.stream_id,
             "carrier_trigger_id": carrier_trigger_id,
             "published_at": round(now, 1),
             "last_received_at": None if self.last_received_at is None else round(self.last_received_at, 1),
@@ -134,52 +180,57 @@ class StreamFigures:
             )
         )
         for trigger_id, store in sorted(self.carriers.items()):
-            key = figures_key(self.broker, self.stream, trigger_id)
+            key = figures_key(self.broker, self.stream_id, trigger_id)
             try:
                 await store.aset(key, self.snapshot(now, trigger_id))
-                return
-            except ValueError:  # the watcher watches several assets: no single one to write to
-                self.carriers.pop(trigger_id, None)
             except Exception as exc:
                 log.debug("Writing the figures of %s stream %s failed: %s", self.broker, self.stream, exc)
-                return
+            return
 
 
 class FiguresPublisher:
     """This triggerer's streams' figures (per triggerer scope, as the harness plays several)."""
 
     @property
-    def streams(self) -> dict[tuple[str, str], StreamFigures]:
-        streams: dict[tuple[str, str], StreamFigures] = scoped("console.figures", dict)
+    def streams(self) -> dict[str, StreamFigures]:
+        """Stream id (:func:`figures_stream_id`) -> its figures."""
+        streams: dict[str, StreamFigures] = scoped("console.figures", dict)
         return streams
 
-    def _figures(self, broker: str, stream: str) -> StreamFigures:
-        figures = self.streams.get((broker, stream))
+    def _figures(self, stream_id: str, broker: str, stream: str) -> StreamFigures:
+        figures = self.streams.get(stream_id)
         if figures is None:
-            figures = self.streams[(broker, stream)] = StreamFigures(broker, stream)
+            figures = self.streams[stream_id] = StreamFigures(stream_id, broker, stream)
         return figures
 
-    def absorb(
-        self, broker: str, stream: str, counts: Mapping[str, int], gauges: Mapping[str, float]
-    ) -> None:
-        """A stream's metrics flushed these counts and gauges; publish if it is time. Never raises."""
+    def absorb(self, metrics: StreamMetrics, counts: Mapping[str, int], gauges: Mapping[str, float]) -> None:
+        """
+        A stream's metrics flushed these counts and gauges; publish if it is time. Never raises.
+
+        Metrics that name no stream (a redrive, a placement gauge) keep no figures.
+        """
+        if metrics.stream_id is None:
+            return
         try:
-            figures = self._figures(broker, stream)
+            figures = self._figures(metrics.stream_id, metrics.broker, metrics.stream)
             now = time.time()
             figures.absorb(counts, gauges, now)
             self._publish_if_due(figures, now)
         except Exception as exc:  # pragma: no cover - figures must never hurt a stream
-            log.debug("Keeping the figures of %s stream %s failed: %s", broker, stream, exc)
+            log.debug("Keeping the figures of %s stream %s failed: %s", metrics.broker, metrics.stream, exc)
 
-    def set_lag(self, broker: str, stream: str, lag: Mapping[str, Mapping[str, int]]) -> None:
+    def set_lag(self, metrics: StreamMetrics, lag: Mapping[str, Mapping[str, int]]) -> None:
         """
         The stream's lag per watcher and partition, as its producer computed it from what it holds
         (no broker call): written with the next publish. Never raises.
         """
+        if metrics.stream_id is None:
+            return
         try:
-            self._figures(broker, stream).lag = {w: dict(p) for w, p in lag.items()}
+            figures = self._figures(metrics.stream_id, metrics.broker, metrics.stream)
+            figures.lag = {w: dict(p) for w, p in lag.items()}
         except Exception as exc:  # pragma: no cover - figures must never hurt a stream
-            log.debug("Keeping the lag of %s stream %s failed: %s", broker, stream, exc)
+            log.debug("Keeping the lag of %s stream %s failed: %s", metrics.broker, metrics.stream, exc)
 
     def _publish_if_due(self, figures: StreamFigures, now: float) -> None:
         """Write now if the interval has passed, else once when it has: the last change always lands."""
@@ -216,9 +267,14 @@ class FiguresPublisher:
             try:
                 from airflow_shared_stream.placement import metric_label
 
-                figures = self._figures(trigger.broker, metric_label(trigger))
-                figures.carriers[trigger_id] = store
-                figures.published_at = 0.0  # show the watcher's stream at once
+                stream_id = figures_stream_id(trigger.shared_stream_key())
+                figures = self.streams.get(stream_id)
+                if figures is None:
+                    figures = self._figures(stream_id, trigger.broker, metric_label(trigger))
+                figures.carriers[trigger_id] = one_asset_writer(store)
+                # Write at once: shows a new stream, and after a takeover makes this triggerer's
+                # value newer than what a dead one left under the carrier's key.
+                figures.published_at = 0.0
                 self._publish_if_due(figures, time.time())
             except Exception as exc:
                 log.debug("Watcher %s cannot carry its stream's figures: %s", trigger_id, exc)

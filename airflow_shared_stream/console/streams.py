@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from airflow_shared_stream.console.backlog import servicebus_entity_path
-from airflow_shared_stream.console.figures import FIGURES_KEY_PREFIX
+from airflow_shared_stream.console.figures import FIGURES_KEY_PREFIX, figures_stream_id
 
 CLASSPATH_PREFIX = "airflow_shared_stream."
 STUCK_AFTER_SECONDS = 120.0
@@ -286,7 +286,7 @@ def _events_fired(session: Any, asset_ids: set[int]) -> dict[int, tuple[int, dat
 
 
 def _figures(session: Any, asset_ids: set[int]) -> dict[str, list[dict[str, Any]]]:
-    """Figures key prefix (broker.stream) -> every published value of it on these assets."""
+    """Stream id (:func:`.figures.figures_stream_id`) -> every published value of it on these assets."""
     from airflow.models.asset_state_store import AssetStateStoreModel
     from sqlalchemy import select
 
@@ -303,8 +303,8 @@ def _figures(session: Any, asset_ids: set[int]) -> dict[str, list[dict[str, Any]
             parsed = json.loads(value)
         except ValueError:
             continue
-        if isinstance(parsed, dict):
-            found.setdefault(f"{parsed.get('broker')}.{parsed.get('stream')}", []).append(parsed)
+        if isinstance(parsed, dict) and parsed.get("stream_id"):
+            found.setdefault(str(parsed["stream_id"]), []).append(parsed)
     return found
 
 
@@ -333,12 +333,26 @@ def _stranded_dags(session: Any, dag_ids: set[str], now: datetime) -> dict[str, 
     return stranded
 
 
-def merge_figures(published: list[dict[str, Any]], live_carriers: set[int]) -> dict[str, Any] | None:
+def merge_figures(
+    published: list[dict[str, Any]], running: dict[int, int | None], alive: set[int]
+) -> dict[str, Any] | None:
     """
-    One stream's figures: the values whose carrier a live triggerer runs (one per triggerer),
-    summed; the newest time of each.
+    One stream's figures: for each live triggerer, the newest value whose carrier it runs; summed.
+
+    ``running`` maps the stream's trigger ids to the triggerer job each is assigned to, ``alive``
+    holds the live triggerer jobs. What a dead triggerer wrote last stays in the store under its
+    carrier's key; once that carrier runs on a live triggerer, the live one has written since
+    (every watcher start writes), so the dead value is never the newest and never counts.
     """
-    live = [p for p in published if p.get("carrier_trigger_id") in live_carriers]
+    newest: dict[int, dict[str, Any]] = {}
+    for value in published:
+        carrier = value.get("carrier_trigger_id")
+        job = running.get(carrier) if isinstance(carrier, int) else None
+        if job is None or job not in alive:
+            continue
+        if job not in newest or _published_at(value) > _published_at(newest[job]):
+            newest[job] = value
+    live = list(newest.values())
     if not live:
         return None
     totals: dict[str, int] = {}
@@ -359,6 +373,10 @@ def merge_figures(published: list[dict[str, Any]], live_carriers: set[int]) -> d
         "history": longest.get("history") or [] if len(live) == 1 else _summed_history(live),
         "lag": lag,
     }
+
+
+def _published_at(value: dict[str, Any]) -> float:
+    return float(value.get("published_at") or 0)
 
 
 def _summed_history(values: list[dict[str, Any]]) -> list[list[float]]:
@@ -419,8 +437,8 @@ def _finish(
                     "of the queue (docs/ha.rst)",
                 }
             )
-    live_carriers = {w.trigger_id for w in stream.watchers if w.triggerer_id in alive}
-    stream.figures = merge_figures(figures.get(f"{stream.broker}.{stream.label}", []), live_carriers)
+    running = {w.trigger_id: w.triggerer_id for w in stream.watchers}
+    stream.figures = merge_figures(figures.get(figures_stream_id(stream._key), []), running, alive)
     if (
         stream.figures
         and stream.figures["in_flight"] > 0

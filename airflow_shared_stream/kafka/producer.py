@@ -404,7 +404,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             committed = self.ledger.committed((tp.topic, tp.partition))
             if end is not None and committed is not None:
                 lag += max(0, end - committed)
-        stream_figures.set_lag(self.metrics.broker, self.metrics.stream, self._watcher_lag(consumer))
+        stream_figures.set_lag(self.metrics, self._watcher_lag(consumer))
         self.metrics.gauge(m.BROKER_LAG, lag)
 
     def _note_lag(self, consumer: AIOKafkaConsumer) -> None:
@@ -415,7 +415,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         now = time.monotonic()
         if now - self._lag_noted_at >= LAG_NOTE_INTERVAL:
             self._lag_noted_at = now
-            stream_figures.set_lag(self.metrics.broker, self.metrics.stream, self._watcher_lag(consumer))
+            stream_figures.set_lag(self.metrics, self._watcher_lag(consumer))
 
     def _watcher_lag(self, consumer: AIOKafkaConsumer) -> dict[str, dict[str, int]]:
         """Each watcher's lag per partition: the end offset (as last fetched) minus its position."""

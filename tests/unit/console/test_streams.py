@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from airflow_shared_stream.console.figures import figures_stream_id
 from airflow_shared_stream.console.streams import (
     Stream,
     _finish,
@@ -77,18 +78,48 @@ def test_figures_of_dead_triggerers_are_left_out_and_live_ones_summed() -> None:
             "history": [],
         },
     ]
-    merged = merge_figures(published, live_carriers={1, 2})
+    running = {1: 101, 2: 102, 3: 103}
+    merged = merge_figures(published, running, alive={101, 102})
     assert merged is not None
     assert merged["totals"] == {"received": 12}
     assert merged["in_flight"] == 3
     assert merged["published_at"] == 12
     assert merged["last_received_at"] == 11
-    assert merge_figures(published, live_carriers=set()) is None
+    assert merge_figures(published, running, alive=set()) is None
+
+
+def test_a_dead_triggerers_last_figures_never_count_once_its_carrier_runs_elsewhere() -> None:
+    """Issue 45 item 12: a dead triggerer's carrier (2) runs on triggerer 8, which wrote since."""
+    dead = {"carrier_trigger_id": 2, "published_at": 50, "in_flight": 20}
+    dead |= {"totals": {"received": 20}, "history": []}
+    live = {"carrier_trigger_id": 1, "published_at": 60, "in_flight": 0}
+    live |= {"totals": {"received": 20}, "history": []}
+    merged = merge_figures([dead, live], running={1: 8, 2: 8}, alive={8})
+    assert merged is not None
+    assert (merged["totals"], merged["in_flight"]) == ({"received": 20}, 0)
+    assert merge_figures([dead, live], running={1: 8, 2: 7}, alive={8}) == merged  # 2 not moved yet
+
+
+def test_one_triggerer_counts_once_when_its_carrier_changed() -> None:
+    """A watcher with a lower trigger id joined: the triggerer writes a new key, the old one stays."""
+    old = {"carrier_trigger_id": 5, "published_at": 10, "in_flight": 3}
+    old |= {"totals": {"received": 10}, "history": []}
+    new = {"carrier_trigger_id": 4, "published_at": 20, "in_flight": 1}
+    new |= {"totals": {"received": 12}, "history": []}
+    merged = merge_figures([old, new], running={4: 8, 5: 8}, alive={8})
+    assert merged is not None
+    assert (merged["totals"], merged["in_flight"]) == ({"received": 12}, 1)
 
 
 def test_kafka_lag_of_two_triggerers_is_each_ones_partitions_together() -> None:
     def published(carrier: int, lag: dict[str, dict[str, int]]) -> dict[str, object]:
-        return {"carrier_trigger_id": carrier, "published_at": 1, "totals": {}, "history": [], "lag": lag}
+        return {
+            "carrier_trigger_id": carrier,
+            "published_at": 1,
+            "totals": {},
+            "history": [],
+            "lag": lag,
+        }
 
     merged = merge_figures(
         [
@@ -96,7 +127,8 @@ def test_kafka_lag_of_two_triggerers_is_each_ones_partitions_together() -> None:
             published(2, {"trigger 1": {"orders/1": 7}}),
             published(3, {"trigger 1": {"orders/2": 99}}),  # no live triggerer runs it
         ],
-        live_carriers={1, 2},
+        running={1: 101, 2: 102, 3: 103},
+        alive={101, 102},
     )
     assert merged is not None
     assert merged["lag"] == {"trigger 1": {"orders/0": 4, "orders/1": 7}, "trigger 2": {"orders/0": 0}}
@@ -133,7 +165,7 @@ def test_messages_in_flight_with_no_figure_moving_is_a_stuck_stream() -> None:
     stream = _stream([1])
     stale = NOW.timestamp() - 600
     figures = {
-        f"sqs.{stream.label}": [
+        figures_stream_id(stream._key): [
             {
                 "carrier_trigger_id": 1,
                 "published_at": stale,
@@ -159,8 +191,36 @@ def test_a_stream_is_ok_while_it_receives_and_idle_ten_minutes_after() -> None:
             "totals": {"received": 1},
             "history": [],
         }
-        _finish(stream, {1: _Job()}, {1}, {f"sqs.{stream.label}": [value]}, {}, {}, NOW)
+        _finish(stream, {1: _Job()}, {1}, {figures_stream_id(stream._key): [value]}, {}, {}, NOW)
         return stream.state
 
     assert state(NOW.timestamp() - 30) == "ok"
     assert state(NOW.timestamp() - 900) == "idle"
+
+
+def test_two_streams_with_one_label_each_show_their_own_figures() -> None:
+    """Issue 45 item 13: queue ``orders`` in two accounts: one label, two streams, two sets of figures."""
+    other = QUEUE.replace("000000000000", "111111111111")
+    east, west = sorted(
+        group_streams([(1, SQS, {"queue_url": QUEUE}, 1), (2, SQS, {"queue_url": other}, 1)]),
+        key=lambda s: s.watchers[0].trigger_id,
+    )
+    assert east.label == west.label
+
+    def value(stream: Stream, received: int) -> dict[str, object]:
+        carrier = stream.watchers[0].trigger_id
+        return {"carrier_trigger_id": carrier, "triggerer_job_id": 1, "published_at": NOW.timestamp()} | {
+            "in_flight": 0,
+            "totals": {"received": received},
+            "history": [],
+        }
+
+    published = {
+        figures_stream_id(east._key): [value(east, 25)],
+        figures_stream_id(west._key): [value(west, 3)],
+    }
+    for stream in (east, west):
+        _finish(stream, {1: _Job()}, {1}, published, {}, {}, NOW)
+    assert east.figures is not None
+    assert west.figures is not None
+    assert (east.figures["totals"], west.figures["totals"]) == ({"received": 25}, {"received": 3})
