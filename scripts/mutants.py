@@ -1942,7 +1942,6 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_the_dead_letter_policy_s_own_dead_letters_go_home_by_its_stamp",),
         module=PUBSUB_REDRIVE_ROUTES,
     ),
-    ),
     # fix/console-figures: Streams page figures keyed by stream identity, live triggerers only (issue 45).
     Mutant(
         name="figures of a dead triggerer counted while its carrier runs on a live one",
