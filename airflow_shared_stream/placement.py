@@ -1,5 +1,5 @@
 """
-Report streams whose watchers run on more than one triggerer (issue 13, docs/ha.rst).
+Report streams whose watchers run on more than one triggerer (docs/ha.rst).
 
 Airflow assigns triggers to triggerers with no regard to their shared-stream key, so with two or
 more triggerers the watchers of one queue end up on several of them, each with its own consumer.
