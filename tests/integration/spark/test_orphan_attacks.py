@@ -1,0 +1,115 @@
+"""
+Attacks on the orphan check (issue 46 item 9) against the recording master (loopback).
+
+The orphan check reads each foreign driver's launch command from its *worker's* web UI. Worker
+web UIs are often unreachable or slow from where the triggerers run (workers on a private
+network, only the master's ports open, a worker host that is going away): these tests check
+that the check never holds up the poller's own work, the watches of the triggers it serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from airflow_shared_stream.spark.triggers import SparkApplicationTrigger
+from tests.support.fake_spark_master import FakeDriver, FakeSparkMaster, launch_command
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhaXJmbG93In0.orphan-attack-token"
+
+
+@pytest.fixture
+def master(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeSparkMaster]:
+    with FakeSparkMaster(token=TOKEN) as server:
+        # The web UI read of a slow worker takes as long as the connection's timeout lets it.
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_ORPH", json.dumps(server.connection(**{"rest-timeout": 600})))
+        yield server
+
+
+class _Comms:
+    """The triggerer's supervisor channel: answers every task-state question with ``state``."""
+
+    def __init__(self, state: str | None) -> None:
+        self.state = state
+        self.asked: list[Any] = []
+
+    async def asend(self, msg: Any) -> Any:
+        from airflow.sdk.execution_time.comms import GetTaskStates, TaskStatesResult
+
+        if not isinstance(msg, GetTaskStates):
+            raise LookupError("only task states are answered here")
+        self.asked.append(msg)
+        states = {} if self.state is None else {"run-1": {"spark": self.state}}
+        return TaskStatesResult(task_states=states)
+
+
+def _started_for_task(state: str = "RUNNING") -> FakeDriver:
+    from airflow_shared_stream.spark.task_states import TASK_INSTANCE_PROPERTY, TaskInstanceRef
+
+    ref = TaskInstanceRef(dag_id="d", run_id="run-1", task_id="spark")
+    body = json.dumps({"sparkProperties": {TASK_INSTANCE_PROPERTY: ref.encode()}}).encode()
+    return FakeDriver(state=state, stderr=launch_command(body))
+
+
+async def _first_event(trigger: SparkApplicationTrigger) -> dict[str, Any]:
+    async for event in trigger.run():
+        return event.payload
+    raise AssertionError("trigger ended without an event")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the orphan check runs inline in the poller's round: a slow worker web UI holds up every "
+    "watch of that master (its driver's end is not reported until the read times out)",
+)
+async def test_a_slow_worker_ui_never_holds_up_the_watches(
+    master: FakeSparkMaster, monkeypatch: pytest.MonkeyPatch
+):
+    """
+    FAULT_MODEL 13 (load) and 7 (liveness): a worker web UI that does not answer (a host going
+    away, a firewall dropping packets, a worker under GC) must not delay what the poller exists
+    for. A foreign driver (another triggerer's, named by ``spark.airflow.taskInstance``) runs on
+    a worker whose UI holds the request; the watched driver then finishes. Its trigger must report
+    it while the orphan check's read is still outstanding. Today the check is awaited inside the
+    round, so no listing is taken until the read times out (``rest-timeout``, 30 s by default,
+    per request and per batch of 16 drivers, repeated each 30 s while the worker stays slow): the
+    task's end waits for it.
+    """
+    from airflow.sdk.execution_time import task_runner
+
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", _Comms("deferred"), raising=False)
+    master.drivers["driver-watched"] = _started_for_task()
+    master.drivers["driver-foreign"] = _started_for_task()
+    master.response_delay["/log/?driverId=driver-foreign"] = 600.0  # the worker UI hangs
+
+    waiting = asyncio.ensure_future(
+        _first_event(
+            SparkApplicationTrigger(submission_id="driver-watched", conn_id="spark_orph", poll_interval=0.2)
+        )
+    )
+    try:
+        await eventually(
+            lambda: [r.path for r in master.requests if r.path.startswith("/log/?driverId=driver-foreign")],
+            bool,
+            timeout=30,
+            what="the orphan check reading the foreign driver's launch command",
+        )
+        master.drivers["driver-watched"].finish_at = time.time()
+        # 20 s is 100 poll intervals: the listing after the driver's end settles it at once.
+        done, _ = await asyncio.wait({waiting}, timeout=20)
+        assert done, (
+            "the watched driver FINISHED but its trigger reported nothing while the orphan check "
+            "waited on another driver's worker UI"
+        )
+        assert waiting.result()["status"] == "success", waiting.result()
+    finally:
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
