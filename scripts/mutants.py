@@ -1770,8 +1770,8 @@ MUTANTS: tuple[Mutant, ...] = (
         name="orphaned Spark driver never killed",
         broker="spark",
         path="airflow_shared_stream/spark/poller.py",
-        original="                await self.orphans.check(listing, self._watches.keys(), ui, rest)\n",
-        mutated="                pass\n",
+        original="            await self.orphans.check(listing, self._watches.keys(), ui, rest)\n",
+        mutated="            pass\n",
         caught_by=(
             "tests/integration/spark/test_orphaned_driver.py::"
             "test_a_task_marked_failed_while_its_triggerer_is_dead_loses_its_driver",
@@ -1927,6 +1927,20 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="        if False:\n",
         caught_by=("test_the_dead_letter_policy_s_own_dead_letters_go_home_by_its_stamp",),
         module=PUBSUB_REDRIVE_ROUTES,
+    ),
+    # fix/attack-spark: the orphan check never holds up the poller's rounds (issue 46 item 9 attack)
+    Mutant(
+        name="orphan check awaited inside the poller's round",
+        broker="spark",
+        path="airflow_shared_stream/spark/poller.py",
+        original=(
+            "            self._orphan_check = asyncio.get_running_loop().create_task(\n"
+            '                self._check_orphans(listing, ui, rest), name=f"spark-orphan-check {self.cfg.master_ui_url}"\n'
+            "            )\n"
+        ),
+        mutated="            await self._check_orphans(listing, ui, rest)\n",
+        caught_by=("test_a_slow_worker_ui_never_holds_up_the_watches",),
+        module="tests/integration/spark/test_orphan_attacks.py",
     ),
 )
 

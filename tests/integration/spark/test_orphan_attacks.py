@@ -65,11 +65,6 @@ async def _first_event(trigger: SparkApplicationTrigger) -> dict[str, Any]:
     raise AssertionError("trigger ended without an event")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the orphan check runs inline in the poller's round: a slow worker web UI holds up every "
-    "watch of that master (its driver's end is not reported until the read times out)",
-)
 async def test_a_slow_worker_ui_never_holds_up_the_watches(
     master: FakeSparkMaster, monkeypatch: pytest.MonkeyPatch
 ):
@@ -78,10 +73,10 @@ async def test_a_slow_worker_ui_never_holds_up_the_watches(
     away, a firewall dropping packets, a worker under GC) must not delay what the poller exists
     for. A foreign driver (another triggerer's, named by ``spark.airflow.taskInstance``) runs on
     a worker whose UI holds the request; the watched driver then finishes. Its trigger must report
-    it while the orphan check's read is still outstanding. Today the check is awaited inside the
-    round, so no listing is taken until the read times out (``rest-timeout``, 30 s by default,
-    per request and per batch of 16 drivers, repeated each 30 s while the worker stays slow): the
-    task's end waits for it.
+    it while the orphan check's read is still outstanding. With the check awaited inside the
+    round (the first version), no listing was taken until the read timed out (``rest-timeout``,
+    30 s by default, per batch of 16 drivers, again every 30 s while the worker stays slow), and
+    the task's end waited for it.
     """
     from airflow.sdk.execution_time import task_runner
 
