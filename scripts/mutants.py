@@ -1933,12 +1933,12 @@ MUTANTS: tuple[Mutant, ...] = (
         name="orphan check awaited inside the poller's round",
         broker="spark",
         path="airflow_shared_stream/spark/poller.py",
-        original=(
-            "            self._orphan_check = asyncio.get_running_loop().create_task(\n"
-            '                self._check_orphans(listing, ui, rest), name=f"spark-orphan-check {self.cfg.master_ui_url}"\n'
-            "            )\n"
+        original="        if listing is not None and (check is None or check.done()):\n",
+        mutated=(
+            "        if listing is not None:\n"
+            "            await self._check_orphans(listing, ui, rest)\n"
+            "        if False:\n"
         ),
-        mutated="            await self._check_orphans(listing, ui, rest)\n",
         caught_by=("test_a_slow_worker_ui_never_holds_up_the_watches",),
         module="tests/integration/spark/test_orphan_attacks.py",
     ),

@@ -226,7 +226,8 @@ class SparkMasterPoller:
                 watch._observe(status)
         if unlisted:
             await self._ask_each(rest, unlisted)
-        if listing is not None and (self._orphan_check is None or self._orphan_check.done()):
+        check = self._orphan_check  # one at a time
+        if listing is not None and (check is None or check.done()):
             self._orphan_check = asyncio.get_running_loop().create_task(
                 self._check_orphans(listing, ui, rest), name=f"spark-orphan-check {self.cfg.master_ui_url}"
             )
