@@ -108,3 +108,68 @@ async def test_a_slow_worker_ui_never_holds_up_the_watches(
     finally:
         waiting.cancel()
         await asyncio.gather(waiting, return_exceptions=True)
+
+
+class _RunGone(_Comms):
+    """What the execution API answers for a task instance whose Dag run was deleted: nothing.
+
+    ``GET /execution/task-instances/states`` builds ``{run_id: {task_id: state}}`` from the task
+    instance rows it finds: a cleared task instance is there with ``None``; one whose run was
+    deleted is absent, run id and all (``api_fastapi/execution_api/routes/task_instances.py``).
+    """
+
+    async def asend(self, msg: Any) -> Any:
+        from airflow.sdk.execution_time.comms import GetTaskStates, TaskStatesResult
+
+        if not isinstance(msg, GetTaskStates):
+            raise LookupError("only task states are answered here")
+        self.asked.append(msg)
+        return TaskStatesResult(task_states={})
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a driver whose Dag run was deleted while its triggerer was dead runs forever: the orphan "
+    "check reads 'gone' as 'cleared' (both None) and keeps it",
+)
+async def test_a_driver_whose_run_was_deleted_while_its_triggerer_was_dead_is_killed(
+    master: FakeSparkMaster, monkeypatch: pytest.MonkeyPatch
+):
+    """
+    FAULT_MODEL 3 (a triggerer killed) and 10: deleting a deferred task's Dag run is a user's
+    stop, like marking it failed. With its triggerer alive, ``clean_unused`` cancels the trigger
+    and ``on_kill`` reads the state as gone and kills the driver (docs/spark.rst: "any other
+    state (failed, success, cleared, gone) means the user acted"). With that triggerer dead,
+    nobody runs ``on_kill``, and the orphan check is the only one left: it must kill the driver
+    of a task instance that no longer exists. Today ``task_instance_state`` folds "no such task
+    instance" into ``None``, the cleared task's state, and the check keeps the driver for a next
+    try that will never come; it runs until someone kills it by hand. The execution API tells
+    the two apart (a cleared task instance is in the answer with no state; a deleted one is not).
+    """
+    from airflow.sdk.execution_time import task_runner
+
+    comms = _RunGone(None)
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", comms, raising=False)
+    master.drivers["driver-watched"] = _started_for_task()
+    master.drivers["driver-of-deleted-run"] = _started_for_task()
+    waiting = asyncio.ensure_future(
+        _first_event(
+            SparkApplicationTrigger(submission_id="driver-watched", conn_id="spark_orph", poll_interval=0.2)
+        )
+    )
+    try:
+        from airflow_shared_stream.spark import poller
+
+        await eventually(lambda: list(poller._POLLERS.values()), bool, timeout=30, what="the poller")
+        (master_poller,) = poller._POLLERS.values()
+        await eventually(
+            lambda: master_poller.orphans.checks, lambda n: n >= 1, timeout=30, what="the orphan check"
+        )
+        assert comms.asked, "the check never asked for the task instance's state"
+        assert master.drivers["driver-of-deleted-run"].state == "KILLED", (
+            "the driver of a deleted Dag run's task runs on"
+        )
+        assert master.drivers["driver-watched"].state == "RUNNING"
+    finally:
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
