@@ -173,3 +173,44 @@ async def test_a_driver_whose_run_was_deleted_while_its_triggerer_was_dead_is_ki
     finally:
         waiting.cancel()
         await asyncio.gather(waiting, return_exceptions=True)
+
+
+async def test_the_orphan_check_never_sends_the_token_to_a_web_ui(
+    master: FakeSparkMaster, monkeypatch: pytest.MonkeyPatch
+):
+    """
+    FAULT_MODEL 12: the orphan check reads launch commands from worker web UIs (plain HTTP, not
+    behind the JWS filter, their addresses taken from the master's listing) and kills over REST.
+    Only the kill, sent to the REST server, may carry the token.
+    """
+    from airflow.sdk.execution_time import task_runner
+
+    from airflow_shared_stream.spark import poller
+
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", _Comms("failed"), raising=False)
+    master.drivers["driver-watched"] = FakeDriver(state="RUNNING")  # names no task instance
+    master.drivers["driver-orphan"] = _started_for_task()
+    waiting = asyncio.ensure_future(
+        _first_event(
+            SparkApplicationTrigger(submission_id="driver-watched", conn_id="spark_orph", poll_interval=0.2)
+        )
+    )
+    try:
+        await eventually(
+            lambda: master.drivers["driver-orphan"].state,
+            lambda s: s == "KILLED",
+            timeout=30,
+            what="the kill",
+        )
+        (master_poller,) = poller._POLLERS.values()
+        assert master_poller.orphans.killed == ["driver-orphan"]
+    finally:
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+    logs = [r for r in master.requests if r.path.startswith("/log/")]
+    assert logs, "the check never read a launch command"
+    for request in master.requests:
+        if request.path.startswith("/v1/"):
+            assert request.authorization == f"Bearer {TOKEN}", request
+        else:
+            assert request.authorization is None, f"the JWS token was sent to {request.path}"
