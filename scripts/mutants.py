@@ -1784,8 +1784,8 @@ MUTANTS: tuple[Mutant, ...] = (
         name="orphaned Spark driver never killed",
         broker="spark",
         path="airflow_shared_stream/spark/poller.py",
-        original="                await self.orphans.check(listing, self._watches.keys(), ui, rest)\n",
-        mutated="                pass\n",
+        original="            await self.orphans.check(listing, self._watches.keys(), ui, rest)\n",
+        mutated="            pass\n",
         caught_by=(
             "tests/integration/spark/test_orphaned_driver.py::"
             "test_a_task_marked_failed_while_its_triggerer_is_dead_loses_its_driver",
@@ -1995,6 +1995,20 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/unit/console/test_figures.py::test_a_watcher_of_two_assets_carries_its_streams_figures",
             f"{CONSOLE_FIGURES_E2E}::test_a_trigger_of_two_assets_publishes_its_streams_figures",
         ),
+    ),
+    # fix/attack-spark: the orphan check never holds up the poller's rounds (issue 46 item 9 attack)
+    Mutant(
+        name="orphan check awaited inside the poller's round",
+        broker="spark",
+        path="airflow_shared_stream/spark/poller.py",
+        original="        if listing is not None and (check is None or check.done()):\n",
+        mutated=(
+            "        if listing is not None:\n"
+            "            await self._check_orphans(listing, ui, rest)\n"
+            "        if False:\n"
+        ),
+        caught_by=("test_a_slow_worker_ui_never_holds_up_the_watches",),
+        module="tests/integration/spark/test_orphan_attacks.py",
     ),
 )
 

@@ -53,6 +53,8 @@ class OrphanReaper:
         self._next_check = 0.0
         self.killed: list[str] = []
         """Drivers this reaper killed (for tests and logs)."""
+        self.checks = 0
+        """Checks run to their end (for tests)."""
 
     async def check(
         self,
@@ -88,6 +90,7 @@ class OrphanReaper:
                     await self._kill(rest, driver.driver_id, ref, state)
 
         await asyncio.gather(*(one(d) for d in foreign))
+        self.checks += 1
 
     async def _kill(
         self, rest: AsyncSparkRestClient, driver_id: str, ref: TaskInstanceRef, state: str

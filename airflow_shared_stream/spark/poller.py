@@ -13,8 +13,9 @@ watched driver it finds in a final state. A driver the listing does not settle *
 read) is asked about over the REST status call, the per-driver path, so the unknown-driver
 error and the REST semantics stay exactly what a lone trigger had.
 
-Orphans: each round with a listing, the poller also kills the master's other active drivers
-whose task instance has ended while no triggerer ran their trigger (:mod:`.orphans`).
+Orphans: after a round with a listing, the poller also kills the master's other active drivers
+whose task instance has ended while no triggerer ran their trigger (:mod:`.orphans`), in a task
+of its own (one at a time): its worker web UI reads never hold up the rounds.
 
 What stays with each trigger (the poller only reports): its deadline and the kill, ``on_kill``,
 its own ``max_transient_errors`` (the poller counts consecutive failures per watch and fails a
@@ -127,6 +128,9 @@ class SparkMasterPoller:
         """REST status requests sent for drivers the listing did not settle."""
         self.orphans = OrphanReaper()
         """Kills other drivers of this master whose task ended with no trigger left (:mod:`.orphans`)."""
+        self._orphan_check: asyncio.Task[None] | None = None
+        """The orphan check in flight: a task of its own, so a slow worker web UI or task-state
+        answer never holds up the rounds that report the watches' drivers (one check at a time)."""
 
     # -- registration ------------------------------------------------------------------------
 
@@ -160,19 +164,25 @@ class SparkMasterPoller:
         failures = 0
         try:
             async with async_ui_client(self.cfg) as ui, AsyncSparkRestClient(self.cfg) as rest:
-                while self._watches:
-                    ok = await self._round(ui, rest)
-                    failures = 0 if ok else failures + 1
-                    if not self._watches:
-                        break
-                    interval = self._interval = min(
-                        w.poll_interval for ws in self._watches.values() for w in ws
-                    )
-                    if failures:
-                        interval = min(interval * 2 ** (failures - 1), MAX_BACKOFF_SECONDS)
-                    self._wake.clear()
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), interval)
+                try:
+                    while self._watches:
+                        ok = await self._round(ui, rest)
+                        failures = 0 if ok else failures + 1
+                        if not self._watches:
+                            break
+                        interval = self._interval = min(
+                            w.poll_interval for ws in self._watches.values() for w in ws
+                        )
+                        if failures:
+                            interval = min(interval * 2 ** (failures - 1), MAX_BACKOFF_SECONDS)
+                        self._wake.clear()
+                        with contextlib.suppress(asyncio.TimeoutError):
+                            await asyncio.wait_for(self._wake.wait(), interval)
+                finally:  # the check uses the clients: it ends before they close
+                    check = self._orphan_check
+                    if check is not None and not check.done():
+                        check.cancel()
+                        await asyncio.gather(check, return_exceptions=True)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug here must not leave triggers waiting forever
@@ -216,12 +226,20 @@ class SparkMasterPoller:
                 watch._observe(status)
         if unlisted:
             await self._ask_each(rest, unlisted)
-        if listing is not None:
-            try:
-                await self.orphans.check(listing, self._watches.keys(), ui, rest)
-            except Exception:  # never the watches' failure: they wait on their own drivers
-                log.exception("Looking for orphaned Spark drivers on %s failed", self.cfg.master_ui_url)
+        check = self._orphan_check  # one at a time
+        if listing is not None and (check is None or check.done()):
+            self._orphan_check = asyncio.get_running_loop().create_task(
+                self._check_orphans(listing, ui, rest), name=f"spark-orphan-check {self.cfg.master_ui_url}"
+            )
         return True
+
+    async def _check_orphans(
+        self, listing: MasterState, ui: httpx.AsyncClient, rest: AsyncSparkRestClient
+    ) -> None:
+        try:
+            await self.orphans.check(listing, self._watches.keys(), ui, rest)
+        except Exception:  # never the watches' failure: they wait on their own drivers
+            log.exception("Looking for orphaned Spark drivers on %s failed", self.cfg.master_ui_url)
 
     async def _ask_each(self, rest: AsyncSparkRestClient, submission_ids: list[str]) -> None:
         gate = asyncio.Semaphore(REST_CONCURRENCY)

@@ -322,3 +322,63 @@ def test_an_outlet_event_committed_after_a_refreshed_run_is_in_a_later_run(
     dag.event("x")
     _create_runs_and_commit(scheduler)
     _assert_every_event_consumed_once_and_no_empty_run(dag)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the refresh's pg_locks check cannot see an event stamped before its check but written "
+    "after it: the row is moved past the event, which then falls below every later run's window",
+)
+def test_an_outlet_event_stamped_before_the_refresh_and_written_after_its_check_is_in_a_later_run(
+    dag: TwoAssetDag, scheduler: Any
+) -> None:
+    """
+    FAULT_MODEL 10 (many machines) and 13 (load), issue 46 item 10: an asset event's timestamp
+    is taken in the writer's process (``AssetEvent.timestamp`` defaults to ``timezone.utcnow``,
+    evaluated at flush) *before* its ``INSERT`` reaches PostgreSQL and takes ``RowExclusiveLock``.
+    A task outlet's process (the api-server) descheduled between the two, on a loaded machine,
+    leaves nothing in ``pg_locks`` for the refresh to see, although its event is stamped before
+    the refresh's ``now``. A watcher's event commits in that gap and its refresh moves the queue
+    row past e1; the outlet's ``INSERT`` then lands, the scheduler creates the run (e1 invisible,
+    uncommitted), e1 commits: below that run's ``run_after``, in no later window, under the
+    sweep's floor. Core alone (no refresh) leaves the row where it was, and e1 is consumed by a
+    later run: the mitigation does worse than core here. The gap is played by holding the
+    outlet's connection in ``before_cursor_execute`` (the parameters, timestamp included, are
+    already bound), i.e. the process preempted for the length of one other transaction.
+    """
+    from airflow.assets.manager import AssetManager
+    from airflow.serialization.definitions.assets import SerializedAssetUniqueKey
+    from sqlalchemy import event as sa_event
+
+    dag.event("x")  # the queue row of x, committed
+    outlet = _own_session()
+    outlet_connection = outlet.connection()
+    played: list[int] = []
+
+    def preempted(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        if played or not statement.lstrip().upper().startswith("INSERT INTO ASSET_EVENT"):
+            return
+        # e1 is stamped (the bound parameters hold its timestamp) but not written: no lock yet.
+        played.append(_trigger_event(dag, "x"))  # a watcher's event commits; its refresh runs
+
+    sa_event.listen(outlet_connection, "before_cursor_execute", preempted)
+    try:
+        name, uri = dag.assets["x"]
+        outlet_event = AssetManager.register_asset_change(
+            asset=SerializedAssetUniqueKey(name=name, uri=uri), extra={}, session=outlet
+        )
+        assert outlet_event is not None
+        outlet.flush()  # e1 is written, not committed
+    finally:
+        sa_event.remove(outlet_connection, "before_cursor_execute", preempted)
+    assert played, "the outlet's INSERT was never seen"
+    _create_runs_and_commit(scheduler)  # the run is created while e1 is uncommitted
+    outlet.commit()
+    for _ in range(2):  # the first run's start and end sweep
+        sweeper = _own_session()
+        scheduling.requeue_stranded_asset_events(dag.dag_id, session=sweeper)
+        sweeper.commit()
+    _create_runs_and_commit(scheduler)
+    dag.event("x")  # and the next event of the asset brings what is left
+    _create_runs_and_commit(scheduler)
+    _assert_every_event_consumed_once_and_no_empty_run(dag)

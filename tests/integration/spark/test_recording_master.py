@@ -372,9 +372,10 @@ async def test_a_poller_kills_another_driver_only_once_its_task_has_ended(
     monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", comms, raising=False)
     waiting = asyncio.ensure_future(_first_event(_trigger("driver-watched"), 120))
     await eventually(lambda: len(comms.asked), lambda n: n >= 1, timeout=30, what="the orphan check")
-    listed = _count(master, "/json/")
-    # The next listing comes after the check has ended (kill included): one poller round at a time.
-    await eventually(lambda: _count(master, "/json/"), lambda n: n > listed, timeout=30, what="a round")
+    (master_poller,) = poller._POLLERS.values()
+    await eventually(
+        lambda: master_poller.orphans.checks, lambda n: n >= 1, timeout=30, what="the check's end"
+    )
     assert master.drivers["driver-other"].state == ("KILLED" if killed else "RUNNING")
     assert master.drivers["driver-watched"].state == "RUNNING", "its own watch's driver is the trigger's"
     assert master.drivers["driver-not-airflow"].state == "RUNNING"
