@@ -244,6 +244,10 @@ class ServiceBusServer:
         """Session locks that ran out because nobody renewed them."""
         self.session_lock_renewals: collections.Counter[str] = collections.Counter()
         """Session id -> how many times a client renewed its session lock."""
+        self.session_renewal_delay: dict[str, float] = {}
+        """Session id (``"*"``: any) -> seconds a ``renew-session-lock`` request for it waits before
+        the server acts on it and answers (a slow network, a stalled connection): the renewal is
+        in flight meanwhile."""
         self.ignore_ranges = False
         """Apply a disposition that names a range of deliveries to its first delivery only, as a
         broker that does not implement ranges would: the others stay locked, with no outcome."""
@@ -475,6 +479,19 @@ def entity_path(address: str | None) -> str:
     return address.strip("/")
 
 
+def _session_renewal_delay(payload: bytes, delays: dict[str, float]) -> float:
+    """How long to hold a ``$management`` request (``ServiceBusServer.session_renewal_delay``)."""
+    if not delays:
+        return 0.0
+    request = Message()
+    request.decode(payload)
+    if (request.properties or {}).get("operation") != "com.microsoft:renew-session-lock":
+        return 0.0
+    body = request.body if isinstance(request.body, dict) else {}
+    session_id = _text(_field(body, "session-id"))
+    return float(delays.get(str(session_id), delays.get("*", 0.0)))
+
+
 def _header_bytes(delivery_count: int, first_acquirer: bool) -> bytes:
     """The AMQP header section with an explicit delivery count (proton drops a count of 0)."""
     data = Data()
@@ -579,6 +596,8 @@ class _Handler:
         self.entity_of: dict[Any, Entity] = {}
         self.session_of: dict[Any, str] = {}
         self.pending_sessions: list[tuple[Any, Entity, float, str | None]] = []
+        self.delayed: list[tuple[float, Any, Entity | None, bytes]] = []
+        """Management requests answered later (``ServiceBusServer.session_renewal_delay``)."""
         self.deliveries: dict[Any, StoredMessage] = {}
         self.connections: set[Any] = set()
         # ``ignore_ranges``: per transport, the delivery id of each tag sent, and the ids a
@@ -593,6 +612,7 @@ class _Handler:
 
     def on_timer_task(self, event: Any) -> None:
         with self.server._lock:
+            self._answer_delayed()
             self._expire_locks()
             self._time_out_session_waits()
         event.container.schedule(0.1, self)
@@ -952,7 +972,11 @@ class _Handler:
         elif path.lower().endswith(MANAGEMENT_SUFFIX):
             self.server.requests["$management"] += 1
             entity = self.server._receivable(path[: -len(MANAGEMENT_SUFFIX)])
-            self._answer(link, self._management(entity, payload))
+            delay = _session_renewal_delay(payload, self.server.session_renewal_delay)
+            if delay > 0:
+                self.delayed.append((time.monotonic() + delay, link, entity, payload))
+            else:
+                self._answer(link, self._management(entity, payload))
         else:
             targets = self.server._sendable(path) or []
             for encoded in split_batch(payload):
@@ -964,6 +988,18 @@ class _Handler:
         if not dlv.settled:
             dlv.update(Delivery.ACCEPTED)
             dlv.settle()
+
+    def _answer_delayed(self) -> None:
+        now = time.monotonic()
+        for pending in [p for p in self.delayed if p[0] <= now]:
+            self.delayed.remove(pending)
+            _, link, entity, payload = pending
+            try:
+                if link.state & Endpoint.REMOTE_CLOSED or link.connection.state & Endpoint.REMOTE_CLOSED:
+                    continue  # the client went away: nobody to answer
+                self._answer(link, self._management(entity, payload))
+            except Exception as exc:  # the link was freed meanwhile
+                log.debug("Dropped a delayed answer: %s", exc)
 
     def _answer(self, request_link: Any, response: Message) -> None:
         """Send a response on the session's link whose source is the request link's target."""
