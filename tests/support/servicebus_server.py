@@ -244,6 +244,8 @@ class ServiceBusServer:
         """Session locks that ran out because nobody renewed them."""
         self.session_lock_renewals: collections.Counter[str] = collections.Counter()
         """Session id -> how many times a client renewed its session lock."""
+        self.session_lock_renewed_at: dict[str, list[float]] = collections.defaultdict(list)
+        """Session id -> when (``time.monotonic()``) each renewal of its session lock was applied."""
         self.session_renewal_delay: dict[str, float] = {}
         """Session id (``"*"``: any) -> seconds a ``renew-session-lock`` request for it waits before
         the server acts on it and answers (a slow network, a stalled connection): the renewal is
@@ -1145,6 +1147,7 @@ class _Handler:
         until = _now_ms() + int(entity.lock_duration * 1000)
         entity.session_locked_until_ms[session_id] = until
         self.server.session_lock_renewals[session_id] += 1
+        self.server.session_lock_renewed_at[session_id].append(time.monotonic())
         return 200, {"expiration": timestamp(until)}, None
 
     def _update_disposition(self, entity: Entity, body: dict[str, Any]) -> tuple[int, Any, Any]:
