@@ -127,3 +127,34 @@ async def test_one_sessions_slow_lock_renewal_does_not_starve_the_others(service
         servicebus.session_renewal_delay = {}
         await stream.aclose()
         await producer.aclose()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="sessions read in a fixed order: with fewer free credits than sessions, a busy first one starves the rest",
+)
+async def test_a_session_behind_a_busy_one_is_served_with_few_credits(servicebus, servicebus_connection):
+    """
+    FAULT_MODEL classes 4 and 7 (the fairness gap the authors named): sessions are read in a
+    fixed order, and reading stops when the free credits run out. With one free credit and two
+    sessions, the first session's receive takes the credit every time while it has messages:
+    the second session's message, held (prefetched) under a lock the stream keeps renewing, is
+    handed out only once the first session is empty. Behind a session that keeps receiving, it
+    is never handed out, and no other consumer can take the session meanwhile.
+    """
+    queue = servicebus.create_queue(requires_session=True, lock_duration=30, max_delivery_count=3)
+    busy = 12
+    servicebus.send(queue, [{"s": "a", "n": n} for n in range(busy)], session_id="a")
+    servicebus.send(queue, [{"s": "b", "n": 0}], session_id="b")
+    producer = session_producer(queue, servicebus_connection, max_in_flight=1, max_concurrent_sessions=2)
+    stream = producer.open_stream()
+    order: list[str] = []
+    try:
+        while "b" not in order:
+            raw, payload = await asyncio.wait_for(anext(stream), 30)
+            order.append(body(raw)["s"])
+            await producer.advance([AdvanceItem(payload, ACKED)])
+    finally:
+        await stream.aclose()
+        await producer.aclose()
+    assert order.index("b") < 4, f"session b waited behind {order.index('b')} messages of session a"
