@@ -1661,6 +1661,15 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_one_sessions_slow_lock_renewal_does_not_starve_the_others",),
         module=SERVICEBUS_SESSION_ATTACK,
     ),
+    Mutant(
+        name="sessions read in a fixed order",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/sessions.py",
+        original="        start = self._turn % len(self.held)\n",
+        mutated="        start = 0\n",
+        caught_by=("test_a_session_behind_a_busy_one_is_served_with_few_credits",),
+        module=SERVICEBUS_SESSION_ATTACK,
+    ),
 )
 
 

@@ -107,6 +107,8 @@ class SessionReceivers:
         self.held: list[SessionReceiver] = []
         self._next_accept = 0.0
         self._keeper: asyncio.Task[None] | None = None
+        self._turn = 0
+        """Receives so far: where in :attr:`held` the next one starts."""
 
     def ids(self) -> list[str]:
         """The sessions held, in receive order."""
@@ -123,7 +125,12 @@ class SessionReceivers:
             return []
         deliveries: list[Delivery[Any]] = []
         per_session = max(1, max_messages // len(self.held))
-        for session in list(self.held):
+        # Each receive starts at the next session: with fewer free credits than sessions, a
+        # session that always has messages would otherwise take them all, and the sessions
+        # after it would wait (their messages prefetched, locked to this stream) until it empties.
+        start = self._turn % len(self.held)
+        self._turn += 1
+        for session in self.held[start:] + self.held[:start]:
             want = min(per_session, max_messages - len(deliveries))
             if want <= 0:
                 break
