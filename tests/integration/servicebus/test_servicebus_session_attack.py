@@ -151,3 +151,41 @@ async def test_a_session_behind_a_busy_one_is_served_with_few_credits(servicebus
         await stream.aclose()
         await producer.aclose()
     assert order.index("b") < 4, f"session b waited behind {order.index('b')} messages of session a"
+
+
+async def test_a_stream_closed_while_it_holds_sessions_spends_no_attempt_and_keeps_their_order(
+    servicebus, servicebus_connection
+):
+    """
+    FAULT_MODEL classes 4 and 9: a stream that closes while sessions are held (more sessions
+    than it may hold, fewer credits than sessions), with messages handed out and not advanced
+    and others prefetched. FIDELITY row "Service Bus session receiver closed with unsettled
+    messages" (back, count unchanged). The next stream gets every message with its delivery
+    count unchanged (``MaxDeliveryCount`` 1: a count would dead-letter it), each session in order.
+    """
+    queue = servicebus.create_queue(requires_session=True, lock_duration=5, max_delivery_count=1)
+    for session in "xyz":
+        servicebus.send(queue, [{"s": session, "n": n} for n in range(3)], session_id=session)
+    first = session_producer(queue, servicebus_connection, max_in_flight=2, max_concurrent_sessions=2)
+    stream = first.open_stream()
+    try:
+        for _ in range(2):
+            await asyncio.wait_for(anext(stream), 30)  # handed out, never advanced
+    finally:
+        await stream.aclose()
+        await first.aclose()
+    second = session_producer(queue, servicebus_connection, max_in_flight=2, max_concurrent_sessions=2)
+    stream = second.open_stream()
+    seen: list[tuple[str, int, int]] = []
+    try:
+        while len(seen) < 9:
+            raw, payload = await asyncio.wait_for(anext(stream), 60)
+            seen.append((body(raw)["s"], body(raw)["n"], raw.envelope["delivery_count"]))
+            await second.advance([AdvanceItem(payload, ACKED)])
+    finally:
+        await stream.aclose()
+        await second.aclose()
+    assert dead_letter_reasons(servicebus, queue) == []
+    assert [count for _, _, count in seen] == [0] * 9
+    for session in "xyz":
+        assert [n for s, n, _ in seen if s == session] == [0, 1, 2], f"session {session} out of order: {seen}"
