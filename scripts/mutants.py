@@ -49,6 +49,7 @@ PUBSUB_DEAD_LETTER_COPY_TESTS = "tests/unit/pubsub/test_pubsub_dead_letter_copy.
 SERVICEBUS_LOCKS = "tests/integration/servicebus/test_servicebus_lock_from_broker.py"
 SERVICEBUS_RANGES = "tests/integration/servicebus/test_servicebus_range_completion.py"
 SERVICEBUS_SESSION_BUDGET = "tests/integration/servicebus/test_servicebus_session_budget.py"
+SERVICEBUS_SESSION_ATTACK = "tests/integration/servicebus/test_servicebus_session_attack.py"
 TWO_SCHEDULERS = "tests/integration/scheduling/test_sweep_with_two_schedulers.py"
 STRANDED = "tests/integration/scheduling/test_stranded_asset_events.py"
 KAFKA_CLUSTER_CHANGES = "tests/integration/kafka/test_kafka_cluster_changes.py"
@@ -2009,6 +2010,32 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         caught_by=("test_a_slow_worker_ui_never_holds_up_the_watches",),
         module="tests/integration/spark/test_orphan_attacks.py",
+    ),
+    # fix/attack-servicebus: one session's renewal never holds up another's; sessions read in turn
+    Mutant(
+        name="a session's hung lock renewal holds back every other session's",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/sessions.py",
+        original=(
+            "                        renewing[session] = asyncio.create_task(\n"
+            "                            self._renew(session, within=session.lock_left()),\n"
+        ),
+        mutated=(
+            "                        await self._renew(session, within=None)\n"
+            "                        renewing[session] = asyncio.create_task(\n"
+            "                            asyncio.sleep(0),\n"
+        ),
+        caught_by=("test_one_sessions_slow_lock_renewal_does_not_starve_the_others",),
+        module=SERVICEBUS_SESSION_ATTACK,
+    ),
+    Mutant(
+        name="sessions read in a fixed order",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/sessions.py",
+        original="        start = self._turn % len(self.held)\n",
+        mutated="        start = 0\n",
+        caught_by=("test_a_session_behind_a_busy_one_is_served_with_few_credits",),
+        module=SERVICEBUS_SESSION_ATTACK,
     ),
 )
 

@@ -31,7 +31,11 @@ from typing import Any
 
 from airflow_shared_stream.common.leased_queue import Delivery
 from airflow_shared_stream.servicebus.errors import is_lock_lost, is_timeout
-from airflow_shared_stream.servicebus.locks import MIN_RENEW_INTERVAL_SECONDS, seconds_until
+from airflow_shared_stream.servicebus.locks import (
+    ASSUMED_LOCK_SECONDS,
+    MIN_RENEW_INTERVAL_SECONDS,
+    seconds_until,
+)
 from airflow_shared_stream.servicebus.parts import StreamOwner
 
 log = logging.getLogger(__name__)
@@ -57,6 +61,11 @@ class SessionReceiver:
     """Its receiver is closed: the service has its session lock and every message it held back."""
     renew_at: float = 0.0
     """Loop time by which its session lock is renewed next (:meth:`SessionReceivers.keep_locks`)."""
+
+    def lock_left(self) -> float:
+        """Seconds its session lock has left (at least the shortest renewal interval)."""
+        left = seconds_until(getattr(self.receiver.session, "locked_until_utc", None))
+        return max(MIN_RENEW_INTERVAL_SECONDS, ASSUMED_LOCK_SECONDS if left is None else left)
 
     def lock_renewed(self) -> None:
         """Its session lock was just taken or renewed: renew it again within a third of what it has left."""
@@ -98,6 +107,8 @@ class SessionReceivers:
         self.held: list[SessionReceiver] = []
         self._next_accept = 0.0
         self._keeper: asyncio.Task[None] | None = None
+        self._turn = 0
+        """Receives so far: where in :attr:`held` the next one starts."""
 
     def ids(self) -> list[str]:
         """The sessions held, in receive order."""
@@ -114,7 +125,12 @@ class SessionReceivers:
             return []
         deliveries: list[Delivery[Any]] = []
         per_session = max(1, max_messages // len(self.held))
-        for session in list(self.held):
+        # Each receive starts at the next session: with fewer free credits than sessions, a
+        # session that always has messages would otherwise take them all, and the sessions
+        # after it would wait (their messages prefetched, locked to this stream) until it empties.
+        start = self._turn % len(self.held)
+        self._turn += 1
+        for session in self.held[start:] + self.held[:start]:
             want = min(per_session, max_messages - len(deliveries))
             if want <= 0:
                 break
@@ -204,22 +220,40 @@ class SessionReceivers:
         The lease keeper renews a session's lock through its messages in flight; a session with
         none (all settled, the rest prefetched, the credit window full) is renewed here, or its
         lock runs out and the service counts a delivery of every message its receiver holds.
+
+        Each session is renewed on its own, and each renewal is bounded by what its lock has
+        left: every session receiver has a connection of its own, and a renewal hung on one (a
+        stalled connection, a slow answer) must not hold back the others' until their locks lapse.
         """
         loop = asyncio.get_running_loop()
-        while True:
-            now = loop.time()
-            due = [session for session in self.held if session.renew_at <= now]
-            if due:
-                await asyncio.gather(*(self._renew(session) for session in due))
-            wake = min((session.renew_at for session in self.held), default=now + MIN_RENEW_INTERVAL_SECONDS)
-            await asyncio.sleep(min(MIN_RENEW_INTERVAL_SECONDS, max(0.0, wake - loop.time())))
+        renewing: dict[SessionReceiver, asyncio.Task[None]] = {}
+        try:
+            while True:
+                now = loop.time()
+                for session, task in list(renewing.items()):
+                    if task.done():
+                        del renewing[session]
+                for session in self.held:
+                    if session.renew_at <= now and session not in renewing:
+                        renewing[session] = asyncio.create_task(
+                            self._renew(session, within=session.lock_left()),
+                            name=f"shared-stream-session-lock[{session.session_id}]",
+                        )
+                waiting = [s.renew_at for s in self.held if s not in renewing]
+                wake = min(waiting, default=now + MIN_RENEW_INTERVAL_SECONDS)
+                await asyncio.sleep(min(MIN_RENEW_INTERVAL_SECONDS, max(0.0, wake - loop.time())))
+        finally:
+            for task in renewing.values():
+                task.cancel()
+            await asyncio.gather(*renewing.values(), return_exceptions=True)
 
-    async def _renew(self, session: SessionReceiver) -> None:
+    async def _renew(self, session: SessionReceiver, *, within: float | None) -> None:
+        """Renew a session's lock, giving up after ``within`` seconds (past them it is lost anyway)."""
         try:
             async with self._management_of(session.receiver):
                 if session.closed:
                     return
-                await session.receiver.session.renew_lock()
+                await session.receiver.session.renew_lock(timeout=within)
                 session.lock_renewed()
         except asyncio.CancelledError:
             raise

@@ -254,6 +254,12 @@ class ServiceBusServer:
         self.max_message_size: int | None = None
         """Bytes advertised as the max-message-size of every send link (a Standard namespace:
         256 KiB): the SDK sizes its batches to it and refuses a batch over it."""
+        self.session_lock_renewed_at: dict[str, list[float]] = collections.defaultdict(list)
+        """Session id -> when (``time.monotonic()``) each renewal of its session lock was applied."""
+        self.session_renewal_delay: dict[str, float] = {}
+        """Session id (``"*"``: any) -> seconds a ``renew-session-lock`` request for it waits before
+        the server acts on it and answers (a slow network, a stalled connection): the renewal is
+        in flight meanwhile."""
         self.ignore_ranges = False
         """Apply a disposition that names a range of deliveries to its first delivery only, as a
         broker that does not implement ranges would: the others stay locked, with no outcome."""
@@ -502,6 +508,19 @@ def entity_path(address: str | None) -> str:
     return address.strip("/")
 
 
+def _session_renewal_delay(payload: bytes, delays: dict[str, float]) -> float:
+    """How long to hold a ``$management`` request (``ServiceBusServer.session_renewal_delay``)."""
+    if not delays:
+        return 0.0
+    request = Message()
+    request.decode(payload)
+    if (request.properties or {}).get("operation") != "com.microsoft:renew-session-lock":
+        return 0.0
+    body = request.body if isinstance(request.body, dict) else {}
+    session_id = _text(_field(body, "session-id"))
+    return float(delays.get(str(session_id), delays.get("*", 0.0)))
+
+
 def _header_bytes(delivery_count: int, first_acquirer: bool) -> bytes:
     """The AMQP header section with an explicit delivery count (proton drops a count of 0)."""
     data = Data()
@@ -606,6 +625,8 @@ class _Handler:
         self.entity_of: dict[Any, Entity] = {}
         self.session_of: dict[Any, str] = {}
         self.pending_sessions: list[tuple[Any, Entity, float, str | None]] = []
+        self.delayed: list[tuple[float, Any, Entity | None, bytes]] = []
+        """Management requests answered later (``ServiceBusServer.session_renewal_delay``)."""
         self.deliveries: dict[Any, StoredMessage] = {}
         self.connections: set[Any] = set()
         # ``ignore_ranges``: per transport, the delivery id of each tag sent, and the ids a
@@ -620,6 +641,7 @@ class _Handler:
 
     def on_timer_task(self, event: Any) -> None:
         with self.server._lock:
+            self._answer_delayed()
             self._expire_locks()
             self._time_out_session_waits()
         event.container.schedule(0.1, self)
@@ -981,7 +1003,11 @@ class _Handler:
         elif path.lower().endswith(MANAGEMENT_SUFFIX):
             self.server.requests["$management"] += 1
             entity = self.server._receivable(path[: -len(MANAGEMENT_SUFFIX)])
-            self._answer(link, self._management(entity, payload))
+            delay = _session_renewal_delay(payload, self.server.session_renewal_delay)
+            if delay > 0:
+                self.delayed.append((time.monotonic() + delay, link, entity, payload))
+            else:
+                self._answer(link, self._management(entity, payload))
         else:
             targets = self.server._sendable(path) or []
             for encoded in split_batch(payload):
@@ -995,6 +1021,18 @@ class _Handler:
         if not dlv.settled:
             dlv.update(Delivery.ACCEPTED)
             dlv.settle()
+
+    def _answer_delayed(self) -> None:
+        now = time.monotonic()
+        for pending in [p for p in self.delayed if p[0] <= now]:
+            self.delayed.remove(pending)
+            _, link, entity, payload = pending
+            try:
+                if link.state & Endpoint.REMOTE_CLOSED or link.connection.state & Endpoint.REMOTE_CLOSED:
+                    continue  # the client went away: nobody to answer
+                self._answer(link, self._management(entity, payload))
+            except Exception as exc:  # the link was freed meanwhile
+                log.debug("Dropped a delayed answer: %s", exc)
 
     def _answer(self, request_link: Any, response: Message) -> None:
         """Send a response on the session's link whose source is the request link's target."""
@@ -1140,6 +1178,7 @@ class _Handler:
         until = _now_ms() + int(entity.lock_duration * 1000)
         entity.session_locked_until_ms[session_id] = until
         self.server.session_lock_renewals[session_id] += 1
+        self.server.session_lock_renewed_at[session_id].append(time.monotonic())
         return 200, {"expiration": timestamp(until)}, None
 
     def _update_disposition(self, entity: Entity, body: dict[str, Any]) -> tuple[int, Any, Any]:
