@@ -1644,6 +1644,28 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_the_operator_reports_examined_moved_skipped_left",),
         module="tests/integration/sqs/test_sqs_redrive_bounds.py",
     ),
+    # fix/attack-kafka: a running stream's position below the log start (issue 46 attack)
+    Mutant(
+        name="Kafka client resets a running stream below the log start to auto.offset.reset",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/producer.py",
+        original="                consumer._fetcher._default_reset_strategy = OffsetResetStrategy.NONE\n",
+        mutated="                pass  # mutant: the client resets out-of-range positions itself\n",
+        caught_by=(
+            "test_retention_passing_a_running_streams_read_position_moves_it_to_the_log_start",
+            "test_a_seek_back_below_the_log_start_reads_on_from_it_and_commits_again",
+        ),
+        module="tests/integration/kafka/test_kafka_cluster_changes_attack.py",
+    ),
+    Mutant(
+        name="Kafka floor held below the log start never lifts",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/offsets.py",
+        original="        if floor is not None and floor < start:\n            del self._floors[lane]\n",
+        mutated="        if floor is not None and floor < start:\n            pass  # mutant\n",
+        caught_by=("test_a_seek_back_below_the_log_start_reads_on_from_it_and_commits_again",),
+        module="tests/integration/kafka/test_kafka_cluster_changes_attack.py",
+    ),
 )
 
 

@@ -34,7 +34,6 @@ async def _produce_one_by_one(kafka: Any, topic: str, values: list[dict[str, Any
         await kafka.produce(topic, [value])
 
 
-@pytest.mark.xfail(strict=True, reason="retention passing a running stream's read position resets it to auto.offset.reset: 20-29 skipped")
 @pytest.mark.parametrize("kafka_broker", ["noida-db"], indirect=True)  # Tansu: no DeleteRecords
 async def test_retention_passing_a_running_streams_read_position_moves_it_to_the_log_start(kafka, caplog):
     """
@@ -157,7 +156,6 @@ async def test_a_topic_created_again_with_fewer_partitions_is_read_from_its_star
         assert w.error is None, w.error
 
 
-@pytest.mark.xfail(strict=True, reason="a seek-back below the log start resets to auto.offset.reset; the floor never lifts")
 @pytest.mark.parametrize("kafka_broker", ["noida-db"], indirect=True)  # Tansu: no DeleteRecords
 async def test_a_seek_back_below_the_log_start_reads_on_from_it_and_commits_again(kafka, caplog):
     """
