@@ -1394,8 +1394,8 @@ MUTANTS: tuple[Mutant, ...] = (
         name="Kafka pointer keeps a key that does not fit the dead-letter topic",
         broker="kafka",
         path="airflow_shared_stream/kafka/dead_letter.py",
-        original="        except TOO_LARGE:  # the key does not fit the topic: the pointer goes without it\n",
-        mutated="        except ():  # mutant: the pointer is sent with its key or not at all\n",
+        original="        if key != POINTER_EMPTY_KEY:  # the key may not fit the topic: the pointer goes without it\n",  # noqa: E501
+        mutated="        if False:  # mutant: the pointer is sent with its key, or bare\n",
         caught_by=("test_a_pointer_whose_key_does_not_fit_the_topic_goes_without_it",),
         module="tests/integration/kafka/test_kafka_dead_letter_sizing.py",
     ),
@@ -1665,6 +1665,24 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="        if floor is not None and floor < start:\n            pass  # mutant\n",
         caught_by=("test_a_seek_back_below_the_log_start_reads_on_from_it_and_commits_again",),
         module="tests/integration/kafka/test_kafka_cluster_changes_attack.py",
+    ),
+    Mutant(
+        name="Kafka pointer the dead-letter topic refuses fails the stream",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/dead_letter.py",
+        original="            except TOO_LARGE:  # refused before or after sending: a smaller pointer\n",
+        mutated="            except ():  # mutant: a refused pointer fails the stream\n",
+        caught_by=("test_a_dead_letter_topic_too_small_even_for_a_pointer_never_fails_the_stream",),
+        module="tests/integration/kafka/test_kafka_dead_letter_sizing.py",
+    ),
+    Mutant(
+        name="Kafka pointer without the bare origin-headers step",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/dead_letter.py",
+        original="        attempts.append((POINTER_EMPTY_KEY, origin_headers(payload)))\n",
+        mutated="        pass  # mutant: no bare pointer\n",
+        caught_by=("test_a_dead_letter_topic_too_small_even_for_a_pointer_never_fails_the_stream",),
+        module="tests/integration/kafka/test_kafka_dead_letter_sizing.py",
     ),
 )
 

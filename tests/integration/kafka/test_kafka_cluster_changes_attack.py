@@ -204,3 +204,40 @@ async def test_a_seek_back_below_the_log_start_reads_on_from_it_and_commits_agai
         assert await kafka.wait_committed(group, topic, {0: 31}) == {0: 31}
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("retention" in message for message in warnings), warnings
+
+
+@pytest.mark.parametrize("kafka_broker", ["noida-db"], indirect=True)  # Tansu: no CreatePartitions
+async def test_partitions_added_twice_quickly_are_all_read_from_their_start(
+    kafka, monkeypatch
+):
+    """
+    Class 14: partitions added twice in quick succession (1 -> 2 -> 3), records produced to each
+    new partition at once, with ``auto.offset.reset=latest``. Every record of both added
+    partitions is read, and every watcher position lands at their ends.
+    """
+    from aiokafka.admin import NewPartitions
+
+    monkeypatch.setattr(cluster_watch, "CLUSTER_CHECK_INTERVAL", 0.2)
+    topic = kafka.name("t")
+    await kafka.create_topics(topic)
+    group = kafka.name("g")
+    conn = kafka.connection("latest", **{"auto.offset.reset": "latest"})
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=conn, group_id=group)
+    own_group = watcher_group_id(group, trigger.watcher_digest())
+    async with SharedStreamHarness(confirm_after=0.0) as triggerer:
+        w = triggerer.add(trigger)
+        assert await kafka.wait_committed(own_group, topic, {0: 0}) == {0: 0}
+        await _admin(kafka, lambda admin: admin.create_partitions({topic: NewPartitions(2)}))
+        await kafka.produce(topic, [{"p": 1, "i": i} for i in range(3)], partition=1)
+        await _admin(kafka, lambda admin: admin.create_partitions({topic: NewPartitions(3)}))
+        await kafka.produce(topic, [{"p": 2, "i": i} for i in range(4)], partition=2)
+        await kafka.produce(topic, [{"p": 1, "i": 3}], partition=1)
+        with contextlib.suppress(AssertionError):
+            await _until(lambda: len(w.payloads) >= 8, "eight records", timeout=20)
+        got = sorted((p["value"]["p"], p["value"]["i"]) for p in w.payloads)
+        assert got == [(1, i) for i in range(4)] + [(2, i) for i in range(4)], got
+        assert await kafka.wait_committed(own_group, topic, {0: 0, 1: 4, 2: 4}, partitions=3) == {
+            0: 0,
+            1: 4,
+            2: 4,
+        }
