@@ -207,9 +207,7 @@ async def test_a_seek_back_below_the_log_start_reads_on_from_it_and_commits_agai
 
 
 @pytest.mark.parametrize("kafka_broker", ["noida-db"], indirect=True)  # Tansu: no CreatePartitions
-async def test_partitions_added_twice_quickly_are_all_read_from_their_start(
-    kafka, monkeypatch
-):
+async def test_partitions_added_twice_quickly_are_all_read_from_their_start(kafka, monkeypatch):
     """
     Class 14: partitions added twice in quick succession (1 -> 2 -> 3), records produced to each
     new partition at once, with ``auto.offset.reset=latest``. Every record of both added
@@ -241,3 +239,48 @@ async def test_partitions_added_twice_quickly_are_all_read_from_their_start(
             1: 4,
             2: 4,
         }
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a stream stopped between a topic's re-creation and the check that detects it has "
+    "committed new-topic offsets past the old position; the restart takes the new id as its "
+    "baseline and skips the new topic's first records (topic ids are not kept with positions)",
+)
+@pytest.mark.parametrize("kafka_broker", ["tansu"], indirect=True)  # the broker with topic ids
+async def test_a_stream_stopped_before_it_detects_a_re_created_topic_reads_it_from_its_start(
+    kafka, monkeypatch
+):
+    """
+    Class 3 / 14: restart between a re-creation and its detection. The stream read 20 records;
+    the topic is deleted, created again and given 25 records, and before the next check (every
+    5 s) the stream reads 20-24 of the new topic at its old position and commits 25. It stops
+    (a SIGKILL or a triggerer restart within those 5 s). Its restart compares topic ids with what
+    it sees at start only, so position 25 stands: the new topic's records 0-19 are never read.
+    """
+    monkeypatch.setattr(cluster_watch, "CLUSTER_CHECK_INTERVAL", 0.2)
+    checking = asyncio.Event()
+    checking.set()
+    due = cluster_watch.ClusterWatch.due
+    monkeypatch.setattr(cluster_watch.ClusterWatch, "due", lambda watch: checking.is_set() and due(watch))
+    topic = kafka.name("t")
+    await kafka.create_topics(topic)
+    group = kafka.name("g")
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group)
+    own_group = watcher_group_id(group, trigger.watcher_digest())
+    async with SharedStreamHarness(confirm_after=0.0) as triggerer:
+        w = triggerer.add(trigger)
+        await kafka.produce(topic, [{"round": 1, "i": i} for i in range(20)])
+        await w.wait_for_events(20)
+        assert await kafka.wait_committed(own_group, topic, {0: 20}) == {0: 20}
+        checking.clear()
+        await _admin(kafka, lambda admin: admin.delete_topics([topic]))
+        await kafka.create_topics(topic)
+        await kafka.produce(topic, [{"round": 2, "i": i} for i in range(25)])
+        assert await kafka.wait_committed(own_group, topic, {0: 25}) == {0: 25}
+    checking.set()
+    async with SharedStreamHarness(confirm_after=0.0) as restarted:
+        again = restarted.add(trigger)
+        await kafka.produce(topic, [{"round": 2, "i": 25}])
+        received = await _received_up_to(again, 25)
+        assert set(range(20)) <= set(received), f"the new topic's first records were skipped: {received}"
