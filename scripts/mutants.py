@@ -1667,6 +1667,15 @@ MUTANTS: tuple[Mutant, ...] = (
         module="tests/integration/kafka/test_kafka_cluster_changes_attack.py",
     ),
     Mutant(
+        name="Kafka fetch past a new log's end on a broker without topic ids not taken for a new topic",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/producer.py",
+        original="                self.cluster.suspect_new_log(tp.topic)\n",
+        mutated="                pass  # mutant: the client's reset hides the new log\n",
+        caught_by=("test_a_topic_created_again_smaller_than_the_position_is_read_from_its_start_without_ids",),
+        module="tests/integration/kafka/test_kafka_cluster_changes_attack.py",
+    ),
+    Mutant(
         name="Kafka pointer the dead-letter topic refuses fails the stream",
         broker="kafka",
         path="airflow_shared_stream/kafka/dead_letter.py",

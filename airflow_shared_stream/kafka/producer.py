@@ -368,9 +368,10 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
 
         Below the log start (retention or DeleteRecords passed the read position while the stream
         ran, or a seek back landed there): the lane, its held floor, the stream's commit and every
-        watcher below it move to the log start, said at WARNING. Anything else (past the log end,
-        or a lane with no position at all) goes where ``auto.offset.reset`` points, as the client
-        did.
+        watcher below it move to the log start, said at WARNING. Past the log end on a broker
+        without topic ids: a topic created again, read from its start by the cluster check, now.
+        Anything else (past the log end where topic ids show new topics, or a lane with no
+        position at all) goes where ``auto.offset.reset`` points, as the client did.
         """
         found = exc.args[0] if exc.args else None
         if isinstance(exc, OffsetOutOfRangeError):
@@ -394,6 +395,11 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 self.ledger.skip_to((tp.topic, tp.partition), start)
                 self.committer.queue(tp, start)
                 self.positions.skip_to(tp, start)
+            elif offset is not None and offset > edges.end and not self.cluster.has_topic_ids:
+                # A log that ends below the position, on a broker without topic ids: a new log.
+                # The check that follows now reads it from its start, for every watcher too.
+                start = edges.start
+                self.cluster.suspect_new_log(tp.topic)
             else:
                 start = edges.start if self._offset_reset == "earliest" else edges.end
                 log.info(

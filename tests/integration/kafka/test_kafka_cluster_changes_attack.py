@@ -284,3 +284,37 @@ async def test_a_stream_stopped_before_it_detects_a_re_created_topic_reads_it_fr
         await kafka.produce(topic, [{"round": 2, "i": 25}])
         received = await _received_up_to(again, 25)
         assert set(range(20)) <= set(received), f"the new topic's first records were skipped: {received}"
+
+
+@pytest.mark.parametrize("kafka_broker", ["noida-db"], indirect=True)  # a broker without topic ids
+async def test_a_topic_created_again_smaller_than_the_position_is_read_from_its_start_without_ids(kafka):
+    """
+    Class 14, on a broker without topic ids: the stream read 20 records; the topic is deleted and
+    created again with 5 records. The stream's next fetch at 20 is out of range and the client
+    reset it to the log end (``latest``) before the every-5-s check could see a log ending below
+    the position: the check then found nothing, and records 0-4 of the new topic were skipped.
+    """
+    topic = kafka.name("t")
+    await kafka.create_topics(topic)
+    group = kafka.name("g")
+    conn = kafka.connection("latest", **{"auto.offset.reset": "latest"})
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=conn, group_id=group)
+    own_group = watcher_group_id(group, trigger.watcher_digest())
+    async with SharedStreamHarness(confirm_after=0.0) as triggerer:
+        w = triggerer.add(trigger)
+        assert await kafka.wait_committed(own_group, topic, {0: 0}) == {0: 0}
+        await kafka.produce(topic, [{"round": 1, "i": i} for i in range(20)])
+        await w.wait_for_events(20)
+        assert await kafka.wait_committed(own_group, topic, {0: 20}) == {0: 20}
+        await _admin(kafka, lambda admin: admin.delete_topics([topic]))
+        await kafka.create_topics(topic)
+        await kafka.produce(topic, [{"round": 2, "i": i} for i in range(5)])
+        await asyncio.sleep(1.0)  # the stream fetches at 20 meanwhile (out of range)
+        await kafka.produce(topic, [{"round": 2, "i": 5}])
+
+        def second() -> list[int]:
+            return [p["value"]["i"] for p in w.payloads if p["value"]["round"] == 2]
+
+        with contextlib.suppress(AssertionError):
+            await _until(lambda: set(second()) >= set(range(6)), "the new topic's records", timeout=20)
+        assert set(second()) == set(range(6)), f"the new topic's first records were skipped: {second()}"
