@@ -405,45 +405,6 @@ async def test_a_watcher_paused_across_a_re_creation_resumes_at_the_new_topics_s
         assert set(second(resumed)) >= set(range(25)), f"the paused watcher skipped: {second(resumed)}"
 
 
-@pytest.mark.parametrize("kafka_broker", ["noida-db"], indirect=True)  # Tansu: no CreatePartitions
-async def test_two_triggerers_running_one_watcher_read_an_added_partition_and_agree_on_its_end(
-    kafka, monkeypatch
-):
-    """
-    Class 10 / 14 (held): two triggerers run one watcher (a move's overlap) when a partition is
-    added. Each finds it, reads it from its start and commits the watcher's position there; the
-    later one must not leave the position below records both already persisted, for good: once
-    both settled, the watcher's position on the new partition is its end.
-    """
-    from aiokafka.admin import NewPartitions
-
-    monkeypatch.setattr(cluster_watch, "CLUSTER_CHECK_INTERVAL", 0.2)
-    topic = kafka.name("t")
-    await kafka.create_topics(topic)
-    group = kafka.name("g")
-    conn = kafka.connection("latest", **{"auto.offset.reset": "latest"})
-    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=conn, group_id=group)
-    own_group = watcher_group_id(group, trigger.watcher_digest())
-    async with SharedStreamHarness(confirm_after=0.0) as one, SharedStreamHarness(confirm_after=0.0) as two:
-        first = one.add(trigger)
-        assert await kafka.wait_committed(own_group, topic, {0: 0}) == {0: 0}
-        second = two.add(trigger)
-        await kafka.produce(topic, [{"p": 0, "i": 0}], partition=0)
-        await second.wait_for_events(1)
-        await first.wait_for_events(1)
-        await _admin(kafka, lambda admin: admin.create_partitions({topic: NewPartitions(2)}))
-        await kafka.produce(topic, [{"p": 1, "i": i} for i in range(5)], partition=1)
-        for w in (first, second):
-            with contextlib.suppress(AssertionError):
-                await _until(lambda w=w: sum(p["value"]["p"] == 1 for p in w.payloads) >= 5, "p1", timeout=20)
-            got = sorted(p["value"]["i"] for p in w.payloads if p["value"]["p"] == 1)
-            assert set(got) == set(range(5)), (
-                f"trigger {w.trigger_id} missed records of the added partition: {got}"
-            )
-        assert await kafka.wait_committed(own_group, topic, {0: 1, 1: 5}, partitions=2) == {0: 1, 1: 5}
-    assert await kafka.committed(own_group, topic, partitions=2) == {0: 1, 1: 5}
-
-
 @pytest.mark.parametrize("kafka_broker", ["noida-db"], indirect=True)  # Tansu: no DeleteRecords
 async def test_a_watcher_paused_while_retention_passes_its_position_resumes_at_the_log_start(kafka, caplog):
     """
