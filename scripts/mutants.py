@@ -1401,8 +1401,8 @@ MUTANTS: tuple[Mutant, ...] = (
         name="Kafka pointer keeps a key that does not fit the dead-letter topic",
         broker="kafka",
         path="airflow_shared_stream/kafka/dead_letter.py",
-        original="        except TOO_LARGE:  # the key does not fit the topic: the pointer goes without it\n",
-        mutated="        except ():  # mutant: the pointer is sent with its key or not at all\n",
+        original="        if key != POINTER_EMPTY_KEY:  # the key may not fit the topic: the pointer goes without it\n",  # noqa: E501
+        mutated="        if False:  # mutant: the pointer is sent with its key, or bare\n",
         caught_by=("test_a_pointer_whose_key_does_not_fit_the_topic_goes_without_it",),
         module="tests/integration/kafka/test_kafka_dead_letter_sizing.py",
     ),
@@ -2036,6 +2036,57 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="        start = 0\n",
         caught_by=("test_a_session_behind_a_busy_one_is_served_with_few_credits",),
         module=SERVICEBUS_SESSION_ATTACK,
+    ),
+    # fix/attack-kafka: a running stream's position below the log start (issue 46 attack)
+    Mutant(
+        name="Kafka client resets a running stream below the log start to auto.offset.reset",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/producer.py",
+        original="                consumer._fetcher._default_reset_strategy = OffsetResetStrategy.NONE\n",
+        mutated="                pass  # mutant: the client resets out-of-range positions itself\n",
+        caught_by=(
+            "test_retention_passing_a_running_streams_read_position_moves_it_to_the_log_start",
+            "test_a_seek_back_below_the_log_start_reads_on_from_it_and_commits_again",
+        ),
+        module="tests/integration/kafka/test_kafka_cluster_changes_attack.py",
+    ),
+    Mutant(
+        name="Kafka floor held below the log start never lifts",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/offsets.py",
+        original="        if floor is not None and floor < start:\n            del self._floors[lane]\n",
+        mutated="        if floor is not None and floor < start:\n            pass  # mutant\n",
+        caught_by=("test_a_seek_back_below_the_log_start_reads_on_from_it_and_commits_again",),
+        module="tests/integration/kafka/test_kafka_cluster_changes_attack.py",
+    ),
+    Mutant(
+        name="Kafka fetch past a new log's end on a broker without topic ids not taken for a new topic",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/producer.py",
+        original="                self.cluster.suspect_new_log(tp.topic)\n",
+        mutated="                pass  # mutant: the client's reset hides the new log\n",
+        caught_by=(
+            "test_a_topic_created_again_smaller_than_the_position_is_read_from_its_start_without_ids",
+        ),
+        module="tests/integration/kafka/test_kafka_cluster_changes_attack.py",
+    ),
+    Mutant(
+        name="Kafka pointer the dead-letter topic refuses fails the stream",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/dead_letter.py",
+        original="            except TOO_LARGE:  # refused before or after sending: a smaller pointer\n",
+        mutated="            except ():  # mutant: a refused pointer fails the stream\n",
+        caught_by=("test_a_dead_letter_topic_too_small_even_for_a_pointer_never_fails_the_stream",),
+        module="tests/integration/kafka/test_kafka_dead_letter_sizing.py",
+    ),
+    Mutant(
+        name="Kafka pointer without the bare origin-headers step",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/dead_letter.py",
+        original="        attempts.append((POINTER_EMPTY_KEY, origin_headers(payload)))\n",
+        mutated="        pass  # mutant: no bare pointer\n",
+        caught_by=("test_a_dead_letter_topic_too_small_even_for_a_pointer_never_fails_the_stream",),
+        module="tests/integration/kafka/test_kafka_dead_letter_sizing.py",
     ),
 )
 

@@ -58,6 +58,15 @@ class ClusterWatch:
     def due(self) -> bool:
         return time.monotonic() >= self._next_check
 
+    def suspect_new_log(self, topic: str) -> None:
+        """
+        A fetch found ``topic``'s log ending below a read position, on a broker without topic ids:
+        take the topic for created again at the next check, which is now. Without this, the
+        client's answer to the fetch (a position at the new log's end) hides the sign from it.
+        """
+        self.gone.add(topic)
+        self._next_check = 0.0
+
     @property
     def has_topic_ids(self) -> bool:
         """Whether the broker gives topic ids (then they alone show a topic created again)."""

@@ -24,7 +24,6 @@ not about the record (the broker is away, say) fails the stream, and the record 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -145,34 +144,42 @@ class DeadLetterWriter:
         dlq, topic = self.producer, self.topic
         try:
             deliveries = []
+            refused: list[tuple[KafkaBrokerPayload, BaseException]] = []
             for payload in payloads:
                 headers = [*payload.headers, *origin_headers(payload)]
                 try:
                     delivery = await dlq.send(topic, value=payload.value, key=payload.key, headers=headers)
                 except TOO_LARGE as exc:  # refused by the client before it was sent
-                    delivery = await self._send_pointer(payload, headers, exc)
+                    refused.append((payload, exc))
+                    continue
                 except KafkaError:
                     raise
                 except Exception as exc:  # the client's own checks refuse this record: for good
-                    delivery = await self._send_pointer(payload, headers, exc)
-                deliveries.append((payload, headers, delivery))
+                    refused.append((payload, exc))
+                    continue
+                deliveries.append((payload, delivery))
             await dlq.flush()
-            pointers = []
-            for payload, headers, delivery in deliveries:
+            for payload, delivery in deliveries:
                 try:
                     await delivery
                 except TOO_LARGE as exc:  # refused by the broker (its message.max.bytes)
-                    pointers.append(await self._send_pointer(payload, headers, exc))
-            if pointers:
-                await dlq.flush()
-                await asyncio.gather(*pointers)
+                    refused.append((payload, exc))
+            for payload, exc in refused:
+                await self._send_pointer(payload, exc)
         except Exception as exc:  # the broker is away, or a client fault: the record is read again
             raise self._describe_error(f"producing to dead-letter topic {topic!r} failed", exc) from None
         log.warning("Dead-lettered %d message(s) to %s", len(payloads), topic)
 
-    async def _send_pointer(
-        self, payload: KafkaBrokerPayload, headers: list[tuple[str, bytes]], exc: BaseException
-    ) -> asyncio.Future[Any]:
+    async def _send_pointer(self, payload: KafkaBrokerPayload, exc: BaseException) -> None:
+        """
+        Produce a pointer for ``payload`` and wait for the broker's answer, smaller each refusal.
+
+        First with the key (when at most ``POINTER_KEY_LIMIT``), then with an empty key, then with
+        the origin headers alone. A topic whose limit is below even that gets nothing: the record
+        is logged at ERROR and passed, as without a dead-letter topic (retrying it would fail the
+        stream on it for ever).
+        """
+        headers = [*payload.headers, *origin_headers(payload)]
         size = DefaultRecordBatchBuilder.estimate_size_in_bytes(payload.key, payload.value, headers)
         if isinstance(exc, TOO_LARGE):
             reason = f"record too large for the dead-letter topic ({size} bytes): {type(exc).__name__}"
@@ -192,14 +199,25 @@ class DeadLetterWriter:
             (REASON_HEADER, reason.encode()),
             (SIZE_HEADER, str(size).encode()),
         ]
-        try:
-            return await self.producer.send(self.topic, value=None, key=key, headers=pointer_headers)
-        except TOO_LARGE:  # the key does not fit the topic: the pointer goes without it
-            if key == POINTER_EMPTY_KEY:
-                raise
-            return await self.producer.send(
-                self.topic, value=None, key=POINTER_EMPTY_KEY, headers=pointer_headers
-            )
+        attempts = [(key, pointer_headers)]
+        if key != POINTER_EMPTY_KEY:  # the key may not fit the topic: the pointer goes without it
+            attempts.append((POINTER_EMPTY_KEY, pointer_headers))
+        attempts.append((POINTER_EMPTY_KEY, origin_headers(payload)))
+        for pointer_key, fields in attempts:
+            try:
+                delivery = await self.producer.send(self.topic, value=None, key=pointer_key, headers=fields)
+                await delivery
+                return
+            except TOO_LARGE:  # refused before or after sending: a smaller pointer
+                continue
+        log.error(
+            "Dead-letter topic %r refuses even a pointer record (its max.message.bytes is too small): "
+            "%s/%d@%d is passed without a dead letter; it stays in its topic until retention removes it",
+            self.topic,
+            payload.topic,
+            payload.partition,
+            payload.offset,
+        )
 
 
 def origin_headers(payload: KafkaBrokerPayload) -> list[tuple[str, bytes]]:

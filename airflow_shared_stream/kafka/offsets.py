@@ -57,6 +57,18 @@ class OffsetLedger:
         self._floors.pop(lane, None)
         self._committed.pop(lane, None)
 
+    def skip_to(self, lane: Hashable, start: int) -> None:
+        """
+        ``lane``'s log now starts at ``start`` (retention deleted what was below): a floor held
+        below it can never be read again, and the lane's commit is at least ``start``.
+        """
+        floor = self._floors.get(lane)
+        if floor is not None and floor < start:
+            del self._floors[lane]
+        previous = self._committed.get(lane)
+        if previous is None or previous < start:
+            self._committed[lane] = start
+
     def settle(self, lane: Hashable, items: Sequence[tuple[int, Settlement]]) -> LaneAction:
         """
         Fold one advance batch, ``(offset, settlement)`` in fan-out order, into the lane.

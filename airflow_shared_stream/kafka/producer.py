@@ -40,7 +40,12 @@ from aiokafka import (  # noqa: E402 - after the check that names the extra
     AIOKafkaProducer,
     TopicPartition,
 )
-from aiokafka.errors import KafkaError  # noqa: E402
+from aiokafka.consumer.fetcher import OffsetResetStrategy  # noqa: E402
+from aiokafka.errors import (  # noqa: E402
+    KafkaError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+)
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer  # noqa: E402
 
 from airflow_shared_stream.common import metrics as m  # noqa: E402
@@ -71,7 +76,11 @@ from airflow_shared_stream.kafka.errors import (  # noqa: E402
 from airflow_shared_stream.kafka.fair_fetch import fetch_evenly  # noqa: E402
 from airflow_shared_stream.kafka.hook import KafkaSharedStreamHook  # noqa: E402
 from airflow_shared_stream.kafka.identity import consumer_group_id, group_claims  # noqa: E402
-from airflow_shared_stream.kafka.log_bounds import place_stream_starts  # noqa: E402
+from airflow_shared_stream.kafka.log_bounds import (  # noqa: E402
+    place,
+    place_stream_starts,
+    read_log_bounds,
+)
 from airflow_shared_stream.kafka.positions import PositionStore  # noqa: E402
 from airflow_shared_stream.kafka.settler import LaneSettler  # noqa: E402
 from airflow_shared_stream.kafka.watcher_positions import WatcherPositions  # noqa: E402
@@ -161,6 +170,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self._seq = self.watchers.first_seq()
         """Sequence number of the next record yielded (stamped on its payload and message)."""
         self.cluster = ClusterWatch(self.topics)
+        self._offset_reset = "latest"
+        """The connection's ``auto.offset.reset``, applied by :meth:`_off_the_log`."""
         self.renewed_at: dict[tuple[str, int], int] = {}
         """Per lane created again: the first sequence number of its new log; records yielded
         before are of the old log, and settling them must move no position of the new one."""
@@ -211,6 +222,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 await self.positions.admit(consumer, self._rewind, self._seq)
             try:
                 fetched = await fetch_evenly(consumer, available, self.poll_timeout_ms)
+            except (OffsetOutOfRangeError, NoOffsetForPartitionError) as exc:
+                await self._off_the_log(consumer, exc)
+                continue
             except KafkaError as exc:
                 raise self._error("reading from Kafka failed", exc) from None
             for tp, records in fetched.items():
@@ -272,6 +286,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         except Exception as exc:
             cause = await login_refusal_behind(consumer._client, exc)
             raise self._error.connect_failed(servers, cause) from None
+        self._offset_reset = config.consumer["auto_offset_reset"]
         try:
             existing = await consumer.topics()
         except KafkaError as exc:
@@ -301,6 +316,12 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         consumer.assign(lanes)
         store = PositionStore(consumer._client)
         self.positions.bind(store, group_id, lanes)
+        placed: set[TopicPartition] = set()
+
+        def place_lane(tp: TopicPartition, offset: int) -> None:
+            placed.add(tp)
+            self._rewind(tp, offset)
+
         try:  # read through the store, which asks a loading coordinator again
             await self.cluster.look(consumer)
             self.positions.end_shows_new_topics = not self.cluster.has_topic_ids
@@ -310,10 +331,21 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 committed.offsets,
                 lanes,
                 whose=f"the stream (group {group_id!r})",
-                seek=self._rewind,
+                seek=place_lane,
                 commit=consumer.commit,
                 end_shows_new_topics=not self.cluster.has_topic_ids,
             )
+            if self._offset_reset != "none":
+                # From here on a position the log does not hold is placed by the stream
+                # (:meth:`_off_the_log`), never reset by the client: below the log start,
+                # ``latest`` would skip what retention kept. The lanes left to
+                # ``auto.offset.reset`` are reset now, explicitly.
+                unplaced = [tp for tp in lanes if tp not in placed]
+                if unplaced and self._offset_reset == "earliest":
+                    await consumer.seek_to_beginning(*unplaced)
+                elif unplaced:
+                    await consumer.seek_to_end(*unplaced)
+                consumer._fetcher._default_reset_strategy = OffsetResetStrategy.NONE
         except KafkaError as exc:
             raise self._error("reading where the stream starts", exc) from None
         await self.positions.admit(consumer, self._rewind, self._seq, starting=True)
@@ -327,6 +359,61 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             len(self.watchers.admitted()),
         )
         return consumer
+
+    async def _off_the_log(
+        self, consumer: AIOKafkaConsumer, exc: OffsetOutOfRangeError | NoOffsetForPartitionError
+    ) -> None:
+        """
+        Place a lane whose position the log does not hold (the client no longer resets it).
+
+        Below the log start (retention or DeleteRecords passed the read position while the stream
+        ran, or a seek back landed there): the lane, its held floor, the stream's commit and every
+        watcher below it move to the log start, said at WARNING. Past the log end on a broker
+        without topic ids: a topic created again, read from its start by the cluster check, now.
+        Anything else (past the log end where topic ids show new topics, or a lane with no
+        position at all) goes where ``auto.offset.reset`` points, as the client did.
+        """
+        found = exc.args[0] if exc.args else None
+        if isinstance(exc, OffsetOutOfRangeError):
+            offsets: dict[TopicPartition, int | None] = dict(found) if isinstance(found, dict) else {}
+        else:
+            offsets = {found: None} if isinstance(found, TopicPartition) else {}
+        assigned = consumer.assignment()
+        lanes = [tp for tp in offsets if tp in assigned]
+        if self._offset_reset == "none":
+            raise self._error("reading from Kafka failed", exc) from None
+        try:
+            bounds = await read_log_bounds(consumer, lanes)
+        except KafkaError as error:
+            raise self._error("reading where the partitions' logs start", error) from None
+        for tp in lanes:
+            offset, edges = offsets[tp], bounds.get(tp)
+            if edges is None:
+                continue  # the next fetch asks again
+            if offset is not None and offset < edges.start:
+                start = place(tp, offset, edges, whose=f"the stream (group {self.group_id!r})")
+                self.ledger.skip_to((tp.topic, tp.partition), start)
+                self.committer.queue(tp, start)
+                self.positions.skip_to(tp, start)
+            elif offset is not None and offset > edges.end and not self.cluster.has_topic_ids:
+                # A log that ends below the position, on a broker without topic ids: a new log.
+                # The check that follows now reads it from its start, for every watcher too.
+                start = edges.start
+                self.cluster.suspect_new_log(tp.topic)
+            else:
+                start = edges.start if self._offset_reset == "earliest" else edges.end
+                log.info(
+                    "Kafka %s/%d: position %s is not in the log %d-%d: reading from %d "
+                    "(auto.offset.reset=%s)",
+                    tp.topic,
+                    tp.partition,
+                    offset,
+                    edges.start,
+                    edges.end,
+                    start,
+                    self._offset_reset,
+                )
+            self._rewind(tp, start)
 
     async def _refresh_positions(self) -> None:
         """

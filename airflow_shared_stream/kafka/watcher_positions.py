@@ -159,6 +159,26 @@ class WatcherPositions:
                 if cursor.committer is not None:
                     cursor.committer.queue(tp, start)
 
+    def skip_to(self, tp: TopicPartition, start: int) -> None:
+        """Every admitted watcher whose position on ``tp`` is below ``start`` moves to it (retention)."""
+        for cursor in self.watchers.admitted():
+            position = cursor.next.get(tp)
+            if position is None or position >= start:
+                continue
+            log.warning(
+                "Kafka %s/%d: retention deleted offsets %d-%d before watcher %s read them (lost); "
+                "reading from the log start %d",
+                tp.topic,
+                tp.partition,
+                position,
+                start - 1,
+                cursor.label,
+                start,
+            )
+            cursor.next[tp] = start
+            if cursor.committer is not None:
+                cursor.committer.queue(tp, start)
+
     def advance(self, tp: TopicPartition, settled: list[KafkaBrokerPayload]) -> None:
         """
         Move every admitted watcher's position over the records ``settled`` terminally, in
