@@ -855,7 +855,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="Kafka lag per watcher ignores the watcher's position",
         broker="console",
-        path="airflow_shared_stream/kafka/producer.py",
+        path="airflow_shared_stream/kafka/lag.py",
         original='[f"{tp.topic}/{tp.partition}"] = max(0, end - position)\n',
         mutated='[f"{tp.topic}/{tp.partition}"] = max(0, end)\n',
         caught_by=("test_each_watchers_lag_per_partition_reaches_zero_when_it_has_everything",),
@@ -2062,9 +2062,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="Kafka fetch past a new log's end on a broker without topic ids not taken for a new topic",
         broker="kafka",
-        path="airflow_shared_stream/kafka/producer.py",
-        original="                self.cluster.suspect_new_log(tp.topic)\n",
-        mutated="                pass  # mutant: the client's reset hides the new log\n",
+        path="airflow_shared_stream/kafka/log_bounds.py",
+        original="            stream.cluster.suspect_new_log(tp.topic)\n",
+        mutated="            pass  # mutant: the client's reset hides the new log\n",
         caught_by=(
             "test_a_topic_created_again_smaller_than_the_position_is_read_from_its_start_without_ids",
         ),

@@ -164,8 +164,8 @@ class DeadLetterWriter:
                     await delivery
                 except TOO_LARGE as exc:  # refused by the broker (its message.max.bytes)
                     refused.append((payload, exc))
-            for payload, exc in refused:
-                await self._send_pointer(payload, exc)
+            for payload, refusal in refused:
+                await self._send_pointer(payload, refusal)
         except Exception as exc:  # the broker is away, or a client fault: the record is read again
             raise self._describe_error(f"producing to dead-letter topic {topic!r} failed", exc) from None
         log.warning("Dead-lettered %d message(s) to %s", len(payloads), topic)

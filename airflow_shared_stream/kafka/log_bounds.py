@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
+
+if TYPE_CHECKING:
+    from airflow_shared_stream.kafka.producer import KafkaSharedStreamProducer
 
 log = logging.getLogger(__name__)
 
@@ -155,3 +159,55 @@ async def place_stream_starts(
             moved[tp] = start
     if moved:
         await commit(moved)
+
+
+async def place_off_the_log(
+    stream: KafkaSharedStreamProducer,
+    consumer: AIOKafkaConsumer,
+    exc: OffsetOutOfRangeError | NoOffsetForPartitionError,
+) -> None:
+    """
+    Place a lane whose position the log does not hold (the client no longer resets it).
+
+    Below the log start (retention or DeleteRecords passed the read position while the stream
+    ran, or a seek back landed there): the lane, its held floor, the stream's commit and every
+    watcher below it move to the log start, said at WARNING. Past the log end on a broker
+    without topic ids: a topic created again, read from its start by the cluster check, now.
+    Anything else (past the log end where topic ids show new topics, or a lane with no
+    position at all) goes where ``auto.offset.reset`` points, as the client did.
+    """
+    found = exc.args[0] if exc.args else None
+    if isinstance(exc, OffsetOutOfRangeError):
+        offsets: dict[TopicPartition, int | None] = dict(found) if isinstance(found, dict) else {}
+    else:
+        offsets = {found: None} if isinstance(found, TopicPartition) else {}
+    assigned = consumer.assignment()
+    lanes = [tp for tp in offsets if tp in assigned]
+    bounds = await read_log_bounds(consumer, lanes)  # a KafkaError is the stream's to name
+    for tp in lanes:
+        offset, edges = offsets[tp], bounds.get(tp)
+        if edges is None:
+            continue  # the next fetch asks again
+        if offset is not None and offset < edges.start:
+            start = place(tp, offset, edges, whose=f"the stream (group {stream.group_id!r})")
+            stream.ledger.skip_to((tp.topic, tp.partition), start)
+            stream.committer.queue(tp, start)
+            stream.positions.skip_to(tp, start)
+        elif offset is not None and offset > edges.end and not stream.cluster.has_topic_ids:
+            # A log that ends below the position, on a broker without topic ids: a new log.
+            # The check that follows now reads it from its start, for every watcher too.
+            start = edges.start
+            stream.cluster.suspect_new_log(tp.topic)
+        else:
+            start = edges.start if stream._offset_reset == "earliest" else edges.end
+            log.info(
+                "Kafka %s/%d: position %s is not in the log %d-%d: reading from %d (auto.offset.reset=%s)",
+                tp.topic,
+                tp.partition,
+                offset,
+                edges.start,
+                edges.end,
+                start,
+                stream._offset_reset,
+            )
+        stream._rewind(tp, start)

@@ -76,10 +76,10 @@ from airflow_shared_stream.kafka.errors import (  # noqa: E402
 from airflow_shared_stream.kafka.fair_fetch import fetch_evenly  # noqa: E402
 from airflow_shared_stream.kafka.hook import KafkaSharedStreamHook  # noqa: E402
 from airflow_shared_stream.kafka.identity import consumer_group_id, group_claims  # noqa: E402
+from airflow_shared_stream.kafka.lag import broker_lag, watcher_lag  # noqa: E402
 from airflow_shared_stream.kafka.log_bounds import (  # noqa: E402
-    place,
+    place_off_the_log,
     place_stream_starts,
-    read_log_bounds,
 )
 from airflow_shared_stream.kafka.positions import PositionStore  # noqa: E402
 from airflow_shared_stream.kafka.settler import LaneSettler  # noqa: E402
@@ -363,57 +363,13 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
     async def _off_the_log(
         self, consumer: AIOKafkaConsumer, exc: OffsetOutOfRangeError | NoOffsetForPartitionError
     ) -> None:
-        """
-        Place a lane whose position the log does not hold (the client no longer resets it).
-
-        Below the log start (retention or DeleteRecords passed the read position while the stream
-        ran, or a seek back landed there): the lane, its held floor, the stream's commit and every
-        watcher below it move to the log start, said at WARNING. Past the log end on a broker
-        without topic ids: a topic created again, read from its start by the cluster check, now.
-        Anything else (past the log end where topic ids show new topics, or a lane with no
-        position at all) goes where ``auto.offset.reset`` points, as the client did.
-        """
-        found = exc.args[0] if exc.args else None
-        if isinstance(exc, OffsetOutOfRangeError):
-            offsets: dict[TopicPartition, int | None] = dict(found) if isinstance(found, dict) else {}
-        else:
-            offsets = {found: None} if isinstance(found, TopicPartition) else {}
-        assigned = consumer.assignment()
-        lanes = [tp for tp in offsets if tp in assigned]
+        """Place a lane whose position the log does not hold (:func:`.log_bounds.place_off_the_log`)."""
         if self._offset_reset == "none":
             raise self._error("reading from Kafka failed", exc) from None
         try:
-            bounds = await read_log_bounds(consumer, lanes)
+            await place_off_the_log(self, consumer, exc)
         except KafkaError as error:
             raise self._error("reading where the partitions' logs start", error) from None
-        for tp in lanes:
-            offset, edges = offsets[tp], bounds.get(tp)
-            if edges is None:
-                continue  # the next fetch asks again
-            if offset is not None and offset < edges.start:
-                start = place(tp, offset, edges, whose=f"the stream (group {self.group_id!r})")
-                self.ledger.skip_to((tp.topic, tp.partition), start)
-                self.committer.queue(tp, start)
-                self.positions.skip_to(tp, start)
-            elif offset is not None and offset > edges.end and not self.cluster.has_topic_ids:
-                # A log that ends below the position, on a broker without topic ids: a new log.
-                # The check that follows now reads it from its start, for every watcher too.
-                start = edges.start
-                self.cluster.suspect_new_log(tp.topic)
-            else:
-                start = edges.start if self._offset_reset == "earliest" else edges.end
-                log.info(
-                    "Kafka %s/%d: position %s is not in the log %d-%d: reading from %d "
-                    "(auto.offset.reset=%s)",
-                    tp.topic,
-                    tp.partition,
-                    offset,
-                    edges.start,
-                    edges.end,
-                    start,
-                    self._offset_reset,
-                )
-            self._rewind(tp, start)
 
     async def _refresh_positions(self) -> None:
         """
@@ -481,38 +437,19 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self.settler.fold_acks()
 
     async def _report_lag(self) -> None:
-        """Broker lag: the partitions' end offsets (as last fetched) minus the committed offsets."""
+        """Broker lag and each watcher's, after a commit round (:mod:`.lag`)."""
         consumer = self._consumer
         if consumer is None:
             return
-        lag = 0
-        for tp in consumer.assignment():
-            end = consumer.highwater(tp)
-            committed = self.ledger.committed((tp.topic, tp.partition))
-            if end is not None and committed is not None:
-                lag += max(0, end - committed)
-        stream_figures.set_lag(self.metrics, self._watcher_lag(consumer))
-        self.metrics.gauge(m.BROKER_LAG, lag)
+        stream_figures.set_lag(self.metrics, watcher_lag(consumer, self.watchers))
+        self.metrics.gauge(m.BROKER_LAG, broker_lag(consumer, self.ledger))
 
     def _note_lag(self, consumer: AIOKafkaConsumer) -> None:
-        """
-        Note the watchers' lag after a fetch moved the end offsets, at most once a second: a
-        stream whose watchers settle nothing has no commit round to report it after.
-        """
+        """The watchers' lag after a fetch, at most once a second: idle watchers have no round."""
         now = time.monotonic()
         if now - self._lag_noted_at >= LAG_NOTE_INTERVAL:
             self._lag_noted_at = now
-            stream_figures.set_lag(self.metrics, self._watcher_lag(consumer))
-
-    def _watcher_lag(self, consumer: AIOKafkaConsumer) -> dict[str, dict[str, int]]:
-        """Each watcher's lag per partition: the end offset (as last fetched) minus its position."""
-        lag: dict[str, dict[str, int]] = {}
-        for cursor in self.watchers.admitted():
-            for tp in consumer.assignment():
-                end, position = consumer.highwater(tp), cursor.next.get(tp)
-                if end is not None and position is not None:
-                    lag.setdefault(cursor.label, {})[f"{tp.topic}/{tp.partition}"] = max(0, end - position)
-        return lag
+            stream_figures.set_lag(self.metrics, watcher_lag(consumer, self.watchers))
 
     async def _dead_letter(self, payloads: list[KafkaBrokerPayload]) -> None:
         """Produce ``payloads`` to the dead-letter topic, acknowledged (see :mod:`.dead_letters`)."""
