@@ -51,6 +51,7 @@ from airflow_shared_stream.common.leased_broker import LeasedQueueBroker
 from airflow_shared_stream.common.leases import LeaseKeeper
 from airflow_shared_stream.common.matching import RawMessage
 from airflow_shared_stream.common.read_ahead import ReadAhead
+from airflow_shared_stream.common.unseen import configured_hold_seconds, hold_bound
 
 __all__ = [  # re-exported: other modules import them from here
     "ACK_QUEUED",
@@ -103,8 +104,12 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
         )
         self._leases.start()
         self._acks.start()
-        hold = self.unseen_hold_seconds
-        self._unseen.hold_seconds = hold if hold is not None else ack_timeout_seconds()
+        wanted = self.unseen_hold_seconds
+        self._unseen.hold_seconds = hold_bound(
+            configured_hold_seconds() if wanted is None else wanted,
+            self.unseen_hold_limit(lease_seconds),
+            self.broker,
+        )
         self._lag_task = asyncio.create_task(self._sample_lag(), name=f"shared-stream-lag[{self.broker}]")
         # When the stream ends, the receives still in flight are left to aclose, which gives
         # back what the stream holds before it cancels them.
@@ -126,15 +131,19 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
             self._start_receives()
             stamp, deliveries = await self._next_received()
             # A receive read ahead before the advance that found nobody subscribed did not wait
-            # for the backoff: what it brought waits here instead.
+            # for the backoff: what it brought waits here instead. Its leases count towards the
+            # ack timeout from the fan-out, as Airflow counts the events' (the pause can be longer).
             await self._backoff.wait()
+            self._leases.hold_afresh(d.lease for d in deliveries)
             self._start_receives()  # read ahead: the next round trips overlap this fan-out
             receive_lane = ("receive", next(self._receives))
             sequences = self._sequences
             for delivery in deliveries:
                 if delivery.lane is None:  # unordered: the one allocation per message, inline
                     yield delivery.message, InFlight(delivery, next(sequences), receive_lane)
-                elif lanes.redelivered_since(delivery.lane, stamp):
+                elif lanes.redelivered_since(delivery.lane, stamp) or lanes.head_held(delivery.lane):
+                    # Behind a redelivery of its lane, or behind its lane's held head (a broker
+                    # that does not lock a lane, Pub/Sub, may hand a later message out meanwhile).
                     await self._hold_back_received(delivery)
                 else:
                     yield delivery.message, lanes.track(delivery, next(sequences))
