@@ -35,6 +35,9 @@ class LaneTracker:
         # message's place in its lane.
         self._held_heads: set[Hashable] = set()
         self._held_order: dict[Hashable, int] = {}
+        # Lanes redelivered on a broker that does not lock a lane: the message id of the redelivered
+        # head, and until when to wait for it.
+        self._awaiting: dict[Hashable, tuple[str, float]] = {}
 
     @property
     def holding_back(self) -> bool:
@@ -63,6 +66,27 @@ class LaneTracker:
     def forget_stamps(self) -> None:
         """Every batch received so far is handed out: later ones are stamped after these."""
         self._redelivered.clear()
+
+    def await_head(self, deliveries: list[Delivery[Handle]], until: float) -> None:
+        """
+        These messages go back to a broker that does not lock a lane (Pub/Sub): until the first
+        of each lane comes back (or ``until``), a message of that lane is ahead of its
+        redelivery, even from a receive that returned after it (the broker handed it out before).
+        """
+        for delivery in deliveries:
+            if delivery.lane is not None:
+                self._awaiting.setdefault(delivery.lane, (delivery.message_id, until))
+
+    def ahead_of_redelivery(self, delivery: Delivery[Handle], now: float) -> bool:
+        """``delivery`` arrived before its lane's awaited head came back (see :meth:`await_head`)."""
+        awaited = self._awaiting.get(delivery.lane)
+        if awaited is None:
+            return False
+        message_id, until = awaited
+        if delivery.message_id == message_id or now >= until:
+            del self._awaiting[delivery.lane]
+            return False
+        return True
 
     def head_held(self, lane: Hashable | None) -> bool:
         """The lane's latest redelivered head reached nobody and is held."""

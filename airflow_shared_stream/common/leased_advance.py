@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Collection, Hashable, Sequence
 from typing import Any
 
@@ -225,6 +226,9 @@ class LeasedQueueAdvance(LeasedQueueBroker[Handle]):
         return plan
 
     async def _settle(self, plan: dict[Settlement, list[Any]]) -> None:
+        if not self.locks_lanes and plan[Settlement.REDELIVER]:
+            assert self._leases is not None
+            self._lanes.await_head(plan[Settlement.REDELIVER], time.monotonic() + self._leases.lease_seconds)
         # Dead-letter first: if a copy fails, advance raises before anything of the batch was
         # removed, and the whole batch comes back; ordered lanes never see a later message
         # removed ahead of an earlier one that failed to leave.

@@ -51,6 +51,11 @@ class LeasedQueueBroker(Generic[Handle], abc.ABC):
     does not lock a lane (a Pub/Sub ordering key), nothing is received while messages are held,
     and a later message of a held lane that a receive already in flight brings is held behind
     its head, in its place."""
+    locks_lanes: ClassVar[bool] = True
+    """The broker hands out nothing of an ordered lane while a message of it is out (an SQS FIFO
+    group, a Service Bus session). Pub/Sub does not lock an ordering key: a pull can bring a
+    later message of a key it handed out before it took the key's redelivery, so the template
+    waits for each redelivered head (:meth:`.LaneTracker.await_head`)."""
     unseen_hold_seconds: float | None = None
     """Longest a message no watcher has seen is held (:mod:`.unseen`); ``None``: the
     ``[shared_stream] unseen_hold_seconds`` option, else the triggerer's ``shared_stream_ack_timeout``."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import AsyncIterator, Hashable, Sequence
 
 from airflow.triggers.shared_stream import SharedStreamProducer
@@ -141,7 +142,11 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
             for delivery in deliveries:
                 if delivery.lane is None:  # unordered: the one allocation per message, inline
                     yield delivery.message, InFlight(delivery, next(sequences), receive_lane)
-                elif lanes.redelivered_since(delivery.lane, stamp) or lanes.head_held(delivery.lane):
+                elif (
+                    lanes.redelivered_since(delivery.lane, stamp)
+                    or lanes.head_held(delivery.lane)
+                    or (not self.locks_lanes and lanes.ahead_of_redelivery(delivery, time.monotonic()))
+                ):
                     # Behind a redelivery of its lane, or behind its lane's held head (a broker
                     # that does not lock a lane, Pub/Sub, may hand a later message out meanwhile).
                     await self._hold_back_received(delivery)
@@ -200,6 +205,9 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
         received_now = {delivery.lease: delivery for delivery in deliveries}
         self._leased.update(received_now)
         self._leases.hold_all(received_now)  # its keys: the leases
+        # Not handed out yet: Airflow does not time them out, and a batch read ahead can wait
+        # as long as messages nobody saw are held. The ack timeout counts from the fan-out.
+        self._leases.hold_unbounded(received_now)
         if deliveries:
             self.metrics.incr(m.RECEIVED, len(deliveries))
             self.metrics.gauge(m.IN_FLIGHT, self.credits.in_flight)
@@ -258,6 +266,8 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
                 len(expired),
                 self._unseen.hold_seconds,
             )
+            if not self.locks_lanes:
+                self._lanes.await_head(expired, time.monotonic() + self._leases.lease_seconds)
             try:
                 async with self._leases.settling(d.lease for d in expired):
                     await self.give_back(expired)

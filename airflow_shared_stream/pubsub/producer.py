@@ -113,6 +113,7 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
     client_class: ClassVar[type[PubSubClient]] = PubSubClient
     """The client the stream talks through (tests swap in one that records what the broker accepted)."""
     receive_limit = PULL_LIMIT
+    locks_lanes = False  # an ordering key is not locked: a pull may bring a key's later message first
     receives_in_flight = PULLS_IN_FLIGHT
     settle_batch_limit = ACK_IDS_PER_CALL
     dead_letter_batch_limit = PUBLISH_LIMIT
