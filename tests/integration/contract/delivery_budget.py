@@ -115,7 +115,9 @@ class DeliveryBudgetContract:
         assert [spent[i] for i in unseen] == [0, 0], f"delivery attempts spent while nobody saw them: {spent}"
         assert broker.dead_letters(stream) == []
 
-    async def test_a_stream_whose_watchers_all_left_gives_back_what_nobody_saw(self, contract_broker, monkeypatch):
+    async def test_a_stream_whose_watchers_all_left_gives_back_what_nobody_saw(
+        self, contract_broker, monkeypatch
+    ):
         monkeypatch.setenv(HOLD_OPTION_ENV, LONG_HOLD)
         broker = contract_broker
         stream = broker.create_stream(max_deliveries=DELIVERY_LIMIT, lease_seconds=broker.lease_seconds_min)

@@ -74,6 +74,7 @@ async def test_an_exactly_once_subscription_refusing_an_expired_ack_id_redeliver
         )
         assert watcher.error is None, watcher.error
     ids = [p["message_id"] for p in watcher.payloads]
-    assert ids.count(first) >= 2 and second in ids, ids
+    assert ids.count(first) >= 2, ids
+    assert second in ids, ids
     refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert refused, "the expired ack id was not refused: the stand-in is not behaving like the service"
