@@ -35,9 +35,9 @@ class LaneTracker:
         # message's place in its lane.
         self._held_heads: set[Hashable] = set()
         self._held_order: dict[Hashable, int] = {}
-        # Lanes redelivered on a broker that does not lock a lane: the message id of the redelivered
-        # head, and until when to wait for it.
-        self._awaiting: dict[Hashable, tuple[str, float]] = {}
+        # Lanes given back to a broker that does not lock a lane: the message id of the first one
+        # given back, and the stamp once the broker took it.
+        self._awaiting: dict[Hashable, tuple[str, int]] = {}
 
     @property
     def holding_back(self) -> bool:
@@ -67,23 +67,29 @@ class LaneTracker:
         """Every batch received so far is handed out: later ones are stamped after these."""
         self._redelivered.clear()
 
-    def await_head(self, deliveries: list[Delivery[Handle]], until: float) -> None:
+    def await_head(self, deliveries: list[Delivery[Handle]]) -> None:
         """
-        These messages go back to a broker that does not lock a lane (Pub/Sub): until the first
-        of each lane comes back (or ``until``), a message of that lane is ahead of its
-        redelivery, even from a receive that returned after it (the broker handed it out before).
+        These messages went back to a broker that does not lock a lane (Pub/Sub), which hands the
+        first of each lane out again first. A receive that started before (it may bring a later
+        message of the lane handed out before the redelivery) holds the lane's messages back
+        until that first one comes: :meth:`ahead_of_redelivery`.
         """
+        self.stamp += 1
         for delivery in deliveries:
             if delivery.lane is not None:
-                self._awaiting.setdefault(delivery.lane, (delivery.message_id, until))
+                self._awaiting.setdefault(delivery.lane, (delivery.message_id, self.stamp))
 
-    def ahead_of_redelivery(self, delivery: Delivery[Handle], now: float) -> bool:
-        """``delivery`` arrived before its lane's awaited head came back (see :meth:`await_head`)."""
+    def ahead_of_redelivery(self, delivery: Delivery[Handle], started: int) -> bool:
+        """
+        ``delivery``, from a receive that started at stamp ``started``, was handed out before its
+        lane's redelivery (see :meth:`await_head`). A receive started after it, or the awaited
+        message itself, ends the wait (the broker redelivers that one first, or not at all).
+        """
         awaited = self._awaiting.get(delivery.lane)
         if awaited is None:
             return False
-        message_id, until = awaited
-        if delivery.message_id == message_id or now >= until:
+        message_id, stamp = awaited
+        if delivery.message_id == message_id or started >= stamp:
             del self._awaiting[delivery.lane]
             return False
         return True

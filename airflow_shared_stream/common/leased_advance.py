@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Collection, Hashable, Sequence
 from typing import Any
 
@@ -226,9 +225,6 @@ class LeasedQueueAdvance(LeasedQueueBroker[Handle]):
         return plan
 
     async def _settle(self, plan: dict[Settlement, list[Any]]) -> None:
-        if not self.locks_lanes and plan[Settlement.REDELIVER]:
-            assert self._leases is not None
-            self._lanes.await_head(plan[Settlement.REDELIVER], time.monotonic() + self._leases.lease_seconds)
         # Dead-letter first: if a copy fails, advance raises before anything of the batch was
         # removed, and the whole batch comes back; ordered lanes never see a later message
         # removed ahead of an earlier one that failed to leave.
@@ -243,6 +239,8 @@ class LeasedQueueAdvance(LeasedQueueBroker[Handle]):
             await self.ack(deliveries)
         for deliveries in chunked(plan[Settlement.REDELIVER], max_count=self.settle_batch_limit):
             await self.redeliver(deliveries)
+        if not self.locks_lanes and plan[Settlement.REDELIVER]:
+            self._lanes.await_head(plan[Settlement.REDELIVER])
 
     def _finish_tracking(
         self, batch: Sequence[AdvanceItem], keep: Collection[Hashable] = (), credits_kept: int = 0

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections.abc import AsyncIterator, Hashable, Sequence
 
 from airflow.triggers.shared_stream import SharedStreamProducer
@@ -84,6 +83,8 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
         self._sequences = itertools.count()
         self._receives = itertools.count()
         self._lag_task: asyncio.Task[None] | None = None
+        # Where the broker does not lock a lane: the stamp each received batch started at.
+        self._receive_starts: dict[int, int] = {}
         self._reads: ReadAhead[ReceivedBatch[Handle]] = ReadAhead(
             self.credits,
             self._receive_batch,
@@ -131,6 +132,7 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
                 continue
             self._start_receives()
             stamp, deliveries = await self._next_received()
+            started = self._receive_starts.pop(id(deliveries), stamp)
             # A receive read ahead before the advance that found nobody subscribed did not wait
             # for the backoff: what it brought waits here instead. Its leases count towards the
             # ack timeout from the fan-out, as Airflow counts the events' (the pause can be longer).
@@ -145,7 +147,7 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
                 elif (
                     lanes.redelivered_since(delivery.lane, stamp)
                     or lanes.head_held(delivery.lane)
-                    or (not self.locks_lanes and lanes.ahead_of_redelivery(delivery, time.monotonic()))
+                    or (not self.locks_lanes and lanes.ahead_of_redelivery(delivery, started))
                 ):
                     # Behind a redelivery of its lane, or behind its lane's held head (a broker
                     # that does not lock a lane, Pub/Sub, may hand a later message out meanwhile).
@@ -193,7 +195,10 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
         received = 0
         try:
             await self._backoff.wait()
+            started = self._lanes.stamp
             deliveries = await self.receive(reserved)
+            if not self.locks_lanes and deliveries:
+                self._receive_starts[id(deliveries)] = started
             if len(deliveries) > reserved:
                 raise RuntimeError(
                     f"{type(self).__name__}.receive returned {len(deliveries)} messages "
@@ -266,11 +271,11 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
                 len(expired),
                 self._unseen.hold_seconds,
             )
-            if not self.locks_lanes:
-                self._lanes.await_head(expired, time.monotonic() + self._leases.lease_seconds)
             try:
                 async with self._leases.settling(d.lease for d in expired):
                     await self.give_back(expired)
+                if not self.locks_lanes:
+                    self._lanes.await_head(expired)
             finally:
                 self._drop_held(expired)
             self.metrics.incr(m.REDELIVERED, len(expired))
