@@ -1703,6 +1703,17 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         module="tests/integration/pubsub/test_pubsub_service_fidelity.py",
     ),
+    Mutant(
+        name="pubsub stale later message of a key not held back behind its redelivery",
+        broker="pubsub",
+        path="airflow_shared_stream/common/lanes.py",
+        original="        if delivery.message_id == message_id or started >= stamp:\n",
+        mutated="        if True:\n",
+        caught_by=(
+            "test_on_a_lane_the_broker_does_not_lock_a_stale_later_message_waits_for_the_redelivered_head",
+        ),
+        module="tests/unit/common/test_lanes.py",
+    ),
 )
 
 
