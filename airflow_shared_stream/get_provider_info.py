@@ -159,6 +159,13 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "30",
                         "default": "60",
                     },
+                    "unseen_hold_seconds": {
+                        "description": "Longest a leased-queue stream (SQS, Pub/Sub, Service Bus) holds a message that no watcher\nhas seen (every watcher stuck or gone from the fan-out), in seconds from the first time it\nreached nobody, renewing its lease meanwhile; past it the message goes back to the broker.\nUnset: the triggerer's [triggerer] shared_stream_ack_timeout. SQS and Pub/Sub count each\ngive-back as a delivery attempt, so with a limit of N attempts a message nobody sees is\ndead-lettered after about N times this bound; raise it to hold longer. Capped, with a\nwarning, at what the broker allows (SQS: 12 hours from the receipt; Pub/Sub: the\nsubscription's message retention). Set it for the triggerer. See docs/concepts.rst.\n",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "3600",
+                        "default": None,
+                    },
                     "figures_publish_interval": {
                         "description": "Seconds between two writes of a stream's figures (the Streams page's counts) by a\ntriggerer, to the asset state store of one of the stream's watchers: one write per\nstream and triggerer per interval at most, none while the stream is idle. 0 turns the\nwrites off (the page then shows no figures). Set it for the triggerer. See docs/console.rst.\n",
                         "version_added": "0.1.0",

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,10 @@ from airflow_shared_stream.common.matching import build_message
 from airflow_shared_stream.common.process_scope import triggerer_scope
 from airflow_shared_stream.common.settlement import Settlement
 from airflow_shared_stream.common.trigger import SharedStreamTrigger
+
+ACK_TIMEOUT_ENV = "AIRFLOW__TRIGGERER__SHARED_STREAM_ACK_TIMEOUT"
+"""``[triggerer] shared_stream_ack_timeout`` as an environment variable (Airflow reads it first)."""
+_UNSET = object()
 
 __all__ = ["InMemoryProducer", "InMemoryQueue", "InMemoryTrigger", "SharedStreamHarness", "Watcher"]
 
@@ -137,8 +142,14 @@ class SharedStreamHarness:
         self._unconfirmed: dict[int, tuple[float, int]] = {}
         self._supervisor: asyncio.Task[None] | None = None
         self._scope: dict[str, Any] = {}
+        self._saved_ack_timeout: str | object | None = _UNSET
 
     async def __aenter__(self) -> SharedStreamHarness:
+        # A triggerer gives its manager [triggerer] shared_stream_ack_timeout, and producers read
+        # the same setting (how long leases are worth renewing, how long a message nobody saw is
+        # held): while it runs, the harness's ack timeout is that setting.
+        self._saved_ack_timeout = os.environ.get(ACK_TIMEOUT_ENV)
+        os.environ[ACK_TIMEOUT_ENV] = repr(float(self.manager._ack_timeout))
         self._supervisor = asyncio.create_task(self._supervise(), name="harness-supervisor")
         return self
 
@@ -202,6 +213,11 @@ class SharedStreamHarness:
         for watcher in list(self.watchers.values()):
             await self.remove(watcher)
         await self.manager.stop_all()
+        saved, self._saved_ack_timeout = self._saved_ack_timeout, _UNSET
+        if isinstance(saved, str):
+            os.environ[ACK_TIMEOUT_ENV] = saved
+        elif saved is None:
+            os.environ.pop(ACK_TIMEOUT_ENV, None)
         if self._supervisor is not None:
             self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError):

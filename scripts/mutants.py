@@ -134,6 +134,13 @@ class Mutant:
         ]
 
 
+PUBSUB_SERVICE = "tests/integration/pubsub/test_pubsub_service_fidelity.py::TestPubSubServiceDeliveryBudget::"
+"""The Pub/Sub delivery budgets on the stand-in that behaves like the service (fix/pubsub-hold)."""
+PUBSUB_LOCKS_LANES = (
+    "    locks_lanes = False  # an ordering key is not locked: a pull may bring a key's later message first\n"
+)
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="delete on receipt",
@@ -2087,6 +2094,69 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="        pass  # mutant: no bare pointer\n",
         caught_by=("test_a_dead_letter_topic_too_small_even_for_a_pointer_never_fails_the_stream",),
         module="tests/integration/kafka/test_kafka_dead_letter_sizing.py",
+    ),
+    # fix/pubsub-hold: issue 47 items 4-7 (Pub/Sub ordering keys held, the hold bound, exactly-once)
+    Mutant(
+        name="pubsub ordering key nacked when nobody saw it",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/producer.py",
+        original=PUBSUB_LOCKS_LANES,
+        mutated=PUBSUB_LOCKS_LANES + "    hold_ordered_lanes = False\n",
+        caught_by=(
+            PUBSUB_SERVICE + "test_an_ordered_lane_nobody_saw_spends_no_delivery_attempt_and_keeps_its_order",
+        ),
+    ),
+    Mutant(
+        name="pubsub hold bound ignores the ack timeout the manager is given",
+        broker="pubsub",
+        path="airflow_shared_stream/testing.py",
+        original="        os.environ[ACK_TIMEOUT_ENV] = repr(float(self.manager._ack_timeout))\n",
+        mutated="        pass\n",
+        caught_by=(
+            PUBSUB_SERVICE
+            + "test_a_message_held_past_the_managers_ack_timeout_goes_back_as_the_broker_counts_it",
+        ),
+    ),
+    Mutant(
+        name="pubsub hold bound ignores unseen_hold_seconds",
+        broker="pubsub",
+        path="airflow_shared_stream/common/leased_queue.py",
+        original="            configured_hold_seconds() if wanted is None else wanted,\n",
+        mutated="            ack_timeout_seconds() if wanted is None else wanted,\n",
+        caught_by=(
+            PUBSUB_SERVICE + "test_a_stuck_watcher_spends_no_delivery_attempt_of_messages_nobody_saw",
+        ),
+    ),
+    Mutant(
+        name="pubsub hold bound not capped where the broker stops renewing",
+        broker="pubsub",
+        path="airflow_shared_stream/common/unseen.py",
+        original="    if broker_limit is None or wanted <= broker_limit:\n",
+        mutated="    if True:\n",
+        caught_by=("test_the_hold_bound_is_capped_where_the_broker_stops_renewing",),
+        module="tests/unit/common/test_unseen.py",
+    ),
+    Mutant(
+        name="pubsub expired ack id on an exactly-once subscription fails the stream",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/client.py",
+        original="                    refused.update(a for a in failures if a not in transient)\n",
+        mutated="                    raise self.explain(exc, operation, subscription) from None\n",
+        caught_by=(
+            "test_an_exactly_once_subscription_refusing_an_expired_ack_id_redelivers_without_failing",
+        ),
+        module="tests/integration/pubsub/test_pubsub_service_fidelity.py",
+    ),
+    Mutant(
+        name="pubsub stale later message of a key not held back behind its redelivery",
+        broker="pubsub",
+        path="airflow_shared_stream/common/lanes.py",
+        original="        if delivery.message_id == message_id or started >= stamp:\n",
+        mutated="        if True:\n",
+        caught_by=(
+            "test_on_a_lane_the_broker_does_not_lock_a_stale_later_message_waits_for_the_redelivered_head",
+        ),
+        module="tests/unit/common/test_lanes.py",
     ),
 )
 

@@ -35,6 +35,9 @@ class LaneTracker:
         # message's place in its lane.
         self._held_heads: set[Hashable] = set()
         self._held_order: dict[Hashable, int] = {}
+        # Lanes given back to a broker that does not lock a lane: the message id of the first one
+        # given back, and the stamp once the broker took it.
+        self._awaiting: dict[Hashable, tuple[str, int]] = {}
 
     @property
     def holding_back(self) -> bool:
@@ -63,6 +66,33 @@ class LaneTracker:
     def forget_stamps(self) -> None:
         """Every batch received so far is handed out: later ones are stamped after these."""
         self._redelivered.clear()
+
+    def await_head(self, deliveries: list[Delivery[Handle]]) -> None:
+        """
+        These messages went back to a broker that does not lock a lane (Pub/Sub), which hands the
+        first of each lane out again first. A receive that started before (it may bring a later
+        message of the lane handed out before the redelivery) holds the lane's messages back
+        until that first one comes: :meth:`ahead_of_redelivery`.
+        """
+        self.stamp += 1
+        for delivery in deliveries:
+            if delivery.lane is not None:
+                self._awaiting.setdefault(delivery.lane, (delivery.message_id, self.stamp))
+
+    def ahead_of_redelivery(self, delivery: Delivery[Handle], started: int) -> bool:
+        """
+        ``delivery``, from a receive that started at stamp ``started``, was handed out before its
+        lane's redelivery (see :meth:`await_head`). A receive started after it, or the awaited
+        message itself, ends the wait (the broker redelivers that one first, or not at all).
+        """
+        awaited = self._awaiting.get(delivery.lane)
+        if awaited is None:
+            return False
+        message_id, stamp = awaited
+        if delivery.message_id == message_id or started >= stamp:
+            del self._awaiting[delivery.lane]
+            return False
+        return True
 
     def head_held(self, lane: Hashable | None) -> bool:
         """The lane's latest redelivered head reached nobody and is held."""

@@ -239,6 +239,8 @@ class LeasedQueueAdvance(LeasedQueueBroker[Handle]):
             await self.ack(deliveries)
         for deliveries in chunked(plan[Settlement.REDELIVER], max_count=self.settle_batch_limit):
             await self.redeliver(deliveries)
+        if not self.locks_lanes and plan[Settlement.REDELIVER]:
+            self._lanes.await_head(plan[Settlement.REDELIVER])
 
     def _finish_tracking(
         self, batch: Sequence[AdvanceItem], keep: Collection[Hashable] = (), credits_kept: int = 0

@@ -47,13 +47,25 @@ class LeasedQueueBroker(Generic[Handle], abc.ABC):
     policy): ``aclose`` then lets the receives return (up to
     ``receive_wait_on_close``) before it gives anything back."""
     hold_ordered_lanes: ClassVar[bool] = True
-    """Hold an ordered lane's messages that reached nobody too (:mod:`.unseen`). Only for a broker
-    that hands out nothing of a lane while an earlier message of it is out or on its way back
-    (an SQS FIFO group, a Service Bus session); else a later message can arrive ahead of an
-    earlier one being redelivered, and holding it would keep that order."""
+    """Hold an ordered lane's messages that reached nobody too (:mod:`.unseen`). Where the broker
+    does not lock a lane (a Pub/Sub ordering key), nothing is received while messages are held,
+    and a later message of a held lane that a receive already in flight brings is held behind
+    its head, in its place."""
+    locks_lanes: ClassVar[bool] = True
+    """The broker hands out nothing of an ordered lane while a message of it is out (an SQS FIFO
+    group, a Service Bus session). Pub/Sub does not lock an ordering key: a pull can bring a
+    later message of a key it handed out before it took the key's redelivery, so the template
+    waits for each redelivered head (:meth:`.LaneTracker.await_head`)."""
     unseen_hold_seconds: float | None = None
-    """Longest a message no watcher has seen is held (:mod:`.unseen`); ``None``: the triggerer's
-    ``shared_stream_ack_timeout``."""
+    """Longest a message no watcher has seen is held (:mod:`.unseen`); ``None``: the
+    ``[shared_stream] unseen_hold_seconds`` option, else the triggerer's ``shared_stream_ack_timeout``."""
+
+    def unseen_hold_limit(self, lease_seconds: float) -> float | None:
+        """
+        The longest the broker lets a message nobody saw be held by renewing its lease, from the
+        first time it reached nobody (``None``: no limit); called once the stream is connected.
+        """
+        return None
 
     @abc.abstractmethod
     async def connect(self) -> float:

@@ -51,6 +51,7 @@ from airflow_shared_stream.common.leased_broker import LeasedQueueBroker
 from airflow_shared_stream.common.leases import LeaseKeeper
 from airflow_shared_stream.common.matching import RawMessage
 from airflow_shared_stream.common.read_ahead import ReadAhead
+from airflow_shared_stream.common.unseen import configured_hold_seconds, hold_bound
 
 __all__ = [  # re-exported: other modules import them from here
     "ACK_QUEUED",
@@ -82,6 +83,8 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
         self._sequences = itertools.count()
         self._receives = itertools.count()
         self._lag_task: asyncio.Task[None] | None = None
+        # Where the broker does not lock a lane: the stamp each received batch started at.
+        self._receive_starts: dict[int, int] = {}
         self._reads: ReadAhead[ReceivedBatch[Handle]] = ReadAhead(
             self.credits,
             self._receive_batch,
@@ -103,8 +106,12 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
         )
         self._leases.start()
         self._acks.start()
-        hold = self.unseen_hold_seconds
-        self._unseen.hold_seconds = hold if hold is not None else ack_timeout_seconds()
+        wanted = self.unseen_hold_seconds
+        self._unseen.hold_seconds = hold_bound(
+            configured_hold_seconds() if wanted is None else wanted,
+            self.unseen_hold_limit(lease_seconds),
+            self.broker,
+        )
         self._lag_task = asyncio.create_task(self._sample_lag(), name=f"shared-stream-lag[{self.broker}]")
         # When the stream ends, the receives still in flight are left to aclose, which gives
         # back what the stream holds before it cancels them.
@@ -125,16 +132,25 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
                 continue
             self._start_receives()
             stamp, deliveries = await self._next_received()
+            started = self._receive_starts.pop(id(deliveries), stamp)
             # A receive read ahead before the advance that found nobody subscribed did not wait
-            # for the backoff: what it brought waits here instead.
+            # for the backoff: what it brought waits here instead. Its leases count towards the
+            # ack timeout from the fan-out, as Airflow counts the events' (the pause can be longer).
             await self._backoff.wait()
+            self._leases.hold_afresh(d.lease for d in deliveries)
             self._start_receives()  # read ahead: the next round trips overlap this fan-out
             receive_lane = ("receive", next(self._receives))
             sequences = self._sequences
             for delivery in deliveries:
                 if delivery.lane is None:  # unordered: the one allocation per message, inline
                     yield delivery.message, InFlight(delivery, next(sequences), receive_lane)
-                elif lanes.redelivered_since(delivery.lane, stamp):
+                elif (
+                    lanes.redelivered_since(delivery.lane, stamp)
+                    or lanes.head_held(delivery.lane)
+                    or (not self.locks_lanes and lanes.ahead_of_redelivery(delivery, started))
+                ):
+                    # Behind a redelivery of its lane, or behind its lane's held head (a broker
+                    # that does not lock a lane, Pub/Sub, may hand a later message out meanwhile).
                     await self._hold_back_received(delivery)
                 else:
                     yield delivery.message, lanes.track(delivery, next(sequences))
@@ -179,7 +195,10 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
         received = 0
         try:
             await self._backoff.wait()
+            started = self._lanes.stamp
             deliveries = await self.receive(reserved)
+            if not self.locks_lanes and deliveries:
+                self._receive_starts[id(deliveries)] = started
             if len(deliveries) > reserved:
                 raise RuntimeError(
                     f"{type(self).__name__}.receive returned {len(deliveries)} messages "
@@ -191,6 +210,9 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
         received_now = {delivery.lease: delivery for delivery in deliveries}
         self._leased.update(received_now)
         self._leases.hold_all(received_now)  # its keys: the leases
+        # Not handed out yet: Airflow does not time them out, and a batch read ahead can wait
+        # as long as messages nobody saw are held. The ack timeout counts from the fan-out.
+        self._leases.hold_unbounded(received_now)
         if deliveries:
             self.metrics.incr(m.RECEIVED, len(deliveries))
             self.metrics.gauge(m.IN_FLIGHT, self.credits.in_flight)
@@ -252,6 +274,8 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
             try:
                 async with self._leases.settling(d.lease for d in expired):
                     await self.give_back(expired)
+                if not self.locks_lanes:
+                    self._lanes.await_head(expired)
             finally:
                 self._drop_held(expired)
             self.metrics.incr(m.REDELIVERED, len(expired))

@@ -10,18 +10,76 @@ within a minute the broker dead-letters messages that no watcher ever saw.
 
 So the leased-queue template keeps them instead: their leases stay renewed, the stream offers
 them to the watchers again (paced by the no-subscriber backoff) and receives nothing new while
-it holds any. A message is held for at most ``hold_seconds`` (the triggerer's ack timeout) from
-the first time it reached nobody; past that it goes back to the broker, with the broker's
-outcome that does not count as a delivery where it has one (Service Bus: AMQP ``released``),
-and receiving resumes. An ordered lane is offered again, or given back, whole and in its order.
+it holds any. A message is held for at most ``hold_seconds`` from the first time it reached
+nobody (:func:`hold_bound`: ``[shared_stream] unseen_hold_seconds``, else the triggerer's ack
+timeout, capped where the broker bounds how long a lease can be renewed); past that it goes
+back to the broker, with the broker's outcome that does not count as a delivery where it has
+one (Service Bus: AMQP ``released``), and receiving resumes. An ordered lane is offered again,
+or given back, whole and in its order.
 This class is the bookkeeping; :mod:`.leased_queue` does the I/O.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Generic, Protocol, TypeVar
+
+from airflow_shared_stream.common.errors import SharedStreamConfigurationError
+from airflow_shared_stream.common.flow_control import ack_timeout_seconds
+
+log = logging.getLogger(__name__)
+
+CONFIG_SECTION = "shared_stream"
+CONFIG_KEY = "unseen_hold_seconds"
+
+
+def configured_hold_seconds() -> float:
+    """
+    ``[shared_stream] unseen_hold_seconds``; unset, the triggerer's ``shared_stream_ack_timeout``
+    (the setting Airflow's manager times events out by).
+    """
+    try:
+        from airflow.configuration import conf
+
+        raw = conf.get(CONFIG_SECTION, CONFIG_KEY, fallback="") or ""
+    except Exception:  # pragma: no cover - configuration unreadable outside a deployment
+        raw = ""
+    if not raw.strip():
+        return ack_timeout_seconds()
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise SharedStreamConfigurationError(
+            f"[{CONFIG_SECTION}] {CONFIG_KEY} must be a number of seconds, got {raw!r}"
+        ) from None
+    if seconds < 0:
+        raise SharedStreamConfigurationError(
+            f"[{CONFIG_SECTION}] {CONFIG_KEY} must be 0 or more, got {raw!r}"
+        )
+    return seconds
+
+
+def hold_bound(wanted: float, broker_limit: float | None, broker: str) -> float:
+    """
+    How long a stream holds a message nobody saw: ``wanted``, capped at what the broker lets a
+    lease be renewed for (``broker_limit``; ``None``: no limit). Past the broker's limit the
+    renewal would be refused and the message come back counted, so the cap is said once, loudly.
+    """
+    if broker_limit is None or wanted <= broker_limit:
+        return wanted
+    log.warning(
+        "%s: [%s] %s is %.0fs, longer than the broker lets a message be held (%.0fs): holding "
+        "messages no watcher has seen for %.0fs",
+        broker,
+        CONFIG_SECTION,
+        CONFIG_KEY,
+        wanted,
+        broker_limit,
+        broker_limit,
+    )
+    return max(0.0, broker_limit)
 
 
 class _Leased(Protocol):

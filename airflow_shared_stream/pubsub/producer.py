@@ -36,6 +36,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from airflow_shared_stream.common import flow_control
 from airflow_shared_stream.common.errors import require_sdk
 from airflow_shared_stream.common.leased_queue import DeadLetter, Delivery, LeasedQueueProducer
 from airflow_shared_stream.common.matching import build_message
@@ -73,6 +74,9 @@ PULL_WAIT_SECONDS = 10.0
 """Long-poll wait of one pull: Pub/Sub answers as soon as messages are there."""
 CLOSE_NACK_SECONDS = 5.0
 """How long closing the stream may spend giving unsettled messages back."""
+DEFAULT_RETENTION_SECONDS = 7 * 24 * 60 * 60
+"""A subscription's message retention when it reports none (Pub/Sub's default, 7 days)."""
+"""How long closing the stream may spend giving unsettled messages back."""
 PUBLISH_LIMIT = 1000
 """Most messages in one ``publish`` request."""
 PUBLISH_BYTES = PUBLISH_REQUEST_BYTES - 512
@@ -109,10 +113,8 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
     client_class: ClassVar[type[PubSubClient]] = PubSubClient
     """The client the stream talks through (tests swap in one that records what the broker accepted)."""
     receive_limit = PULL_LIMIT
+    locks_lanes = False  # an ordering key is not locked: a pull may bring a key's later message first
     receives_in_flight = PULLS_IN_FLIGHT
-    # An ordering key is not locked: after a nack, a later message of the key can be pulled ahead
-    # of the earlier one's redelivery, so only a redelivery puts the key back in order.
-    hold_ordered_lanes = False
     settle_batch_limit = ACK_IDS_PER_CALL
     dead_letter_batch_limit = PUBLISH_LIMIT
     dead_letter_batch_bytes = PUBLISH_BYTES
@@ -155,6 +157,7 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
         """Where rejected messages are published, once connected: ``dead_letter_topic``, else the
         topic of the subscription's dead-letter policy (``None``: neither)."""
         self._ordered = False
+        self._retention_seconds = DEFAULT_RETENTION_SECONDS
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -202,6 +205,9 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
             # messages in the order Pub/Sub handed them out.
             self.receives_in_flight = 1
         lease_seconds = max(10, int(subscription.ack_deadline_seconds or 10))
+        retention = subscription.message_retention_duration
+        if retention:
+            self._retention_seconds = retention.total_seconds()
         log.info(
             "Pub/Sub shared stream open: subscription=%s endpoint=%s credentials=%s ordered=%s "
             "ack_deadline=%ss dead_letter_topic=%s subscription_dead_letter_policy=%s max_in_flight=%d",
@@ -223,6 +229,14 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
                 self.subscription,
             )
         return lease_seconds
+
+    def unseen_hold_limit(self, lease_seconds: float) -> float | None:
+        """
+        Pub/Sub renews an ack deadline (up to 600 s a call) for as long as it keeps the message:
+        the subscription's message retention, from publication. A message reaches nobody at most
+        the ack timeout after it was pulled, and a renewal grants one ack deadline ahead.
+        """
+        return self._retention_seconds - flow_control.ack_timeout_seconds() - lease_seconds
 
     async def release_unsettled(self, deliveries: Sequence[Delivery[PubSubMessageHandle]]) -> None:
         """

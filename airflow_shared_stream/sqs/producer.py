@@ -27,6 +27,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_shared_stream.common import flow_control
 from airflow_shared_stream.common.errors import SecretScrubber, require_sdk
 from airflow_shared_stream.common.leased_queue import DeadLetter, Delivery, LeasedQueueProducer, chunked
 from airflow_shared_stream.common.matching import build_message
@@ -39,6 +40,9 @@ from airflow_shared_stream.sqs.dead_letter import (
 )
 from airflow_shared_stream.sqs.errors import SqsEndpointError, call_sqs
 from airflow_shared_stream.sqs.hook import QueueUrl, open_queue_client
+
+SQS_MAX_VISIBILITY_SECONDS = 12 * 60 * 60
+"""The longest SQS keeps a received message invisible, counted from its receipt, renewals included."""
 
 require_sdk("aiobotocore", "sqs")
 
@@ -155,6 +159,14 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
                 self._queue.url,
             )
         return max(1, int(queue_attributes.get("VisibilityTimeout", 30)))
+
+    def unseen_hold_limit(self, lease_seconds: float) -> float | None:
+        """
+        SQS keeps a message invisible for at most 12 hours from its receipt, renewals included
+        (``ChangeMessageVisibility`` refuses more). A message reaches nobody at most the ack
+        timeout after its receipt, and a renewal grants one visibility timeout ahead.
+        """
+        return SQS_MAX_VISIBILITY_SECONDS - flow_control.ack_timeout_seconds() - lease_seconds
 
     async def disconnect(self) -> None:
         await self._exit_stack.aclose()

@@ -39,6 +39,23 @@ def pubsub(pubsub_emulator: PubSubEmulator, monkeypatch: pytest.MonkeyPatch) -> 
     return pubsub_emulator
 
 
+@pytest.fixture(scope="session")
+def pubsub_service_standin() -> Iterator[PubSubEmulator]:
+    """The stand-in that behaves as the service documents where the emulator does not (FIDELITY.md)."""
+    from tests.support.pubsub_service import pubsub_service_process
+
+    with pubsub_service_process() as standin:
+        yield standin
+
+
+@pytest.fixture
+def pubsub_service(pubsub_service_standin: PubSubEmulator, monkeypatch: pytest.MonkeyPatch) -> PubSubEmulator:
+    """The stand-in, with the code under test pointed at it as at the emulator (see ``pubsub``)."""
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", pubsub_service_standin.host)
+    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(pubsub_service_standin.connection()))
+    return pubsub_service_standin
+
+
 @pytest.fixture
 async def harness() -> AsyncIterator[Any]:
     from airflow_shared_stream.testing import SharedStreamHarness

@@ -75,3 +75,26 @@ def test_messages_offered_again_leave_the_hold_in_their_lanes_order():
     lanes.in_order(offer, [])
     assert offer == [a1.delivery, a2.delivery]
     assert lanes.head_held("A"), "offered again, the head counts as held until nothing is held any more"
+
+
+def test_on_a_lane_the_broker_does_not_lock_a_stale_later_message_waits_for_the_redelivered_head():
+    """
+    Pub/Sub does not lock an ordering key: a pull that started before the key's redelivery can
+    bring a later message the service handed out before it (FIDELITY.md, "Pub/Sub ordering key
+    after a nack"). It is held back until the redelivered head comes; a pull started after the
+    redelivery brings the head first, or the head is gone (dead-lettered): no wait then.
+    """
+    lanes = LaneTracker()
+
+    def message(message_id: str) -> Delivery[str]:
+        return Delivery(RawMessage(envelope={}, label=message_id), message_id, message_id, "K", 0, message_id)
+
+    head, later = message("m0"), message("m1")
+    before = lanes.stamp
+    lanes.await_head([head, later])
+    assert lanes.ahead_of_redelivery(later, before)
+    assert not lanes.ahead_of_redelivery(head, before)  # the head came back: the lane is clear
+    assert not lanes.ahead_of_redelivery(later, before)
+    lanes.await_head([head])
+    assert not lanes.ahead_of_redelivery(later, lanes.stamp)  # a pull started after: fresh
+    assert not lanes.ahead_of_redelivery(later, before)

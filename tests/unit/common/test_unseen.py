@@ -110,3 +110,45 @@ async def test_past_the_bound_a_message_nobody_saw_goes_back_and_receiving_resum
     await producer.advance(items([m1], ACKED))
     await stream.aclose()
     await producer.aclose()
+
+
+def test_the_hold_bound_is_the_option_else_the_ack_timeout_the_manager_is_given(monkeypatch):
+    from airflow_shared_stream.common.unseen import configured_hold_seconds
+
+    monkeypatch.delenv("AIRFLOW__SHARED_STREAM__UNSEEN_HOLD_SECONDS", raising=False)
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__SHARED_STREAM_ACK_TIMEOUT", "7")
+    assert configured_hold_seconds() == 7.0
+    monkeypatch.setenv("AIRFLOW__SHARED_STREAM__UNSEEN_HOLD_SECONDS", "3600")
+    assert configured_hold_seconds() == 3600.0
+
+
+def test_a_hold_bound_that_is_not_a_number_of_seconds_is_refused(monkeypatch):
+    import pytest
+
+    from airflow_shared_stream.common.errors import SharedStreamConfigurationError
+    from airflow_shared_stream.common.unseen import configured_hold_seconds
+
+    for bad in ("an hour", "-1"):
+        monkeypatch.setenv("AIRFLOW__SHARED_STREAM__UNSEEN_HOLD_SECONDS", bad)
+        with pytest.raises(SharedStreamConfigurationError, match="unseen_hold_seconds"):
+            configured_hold_seconds()
+
+
+def test_the_hold_bound_is_capped_where_the_broker_stops_renewing(caplog):
+    from airflow_shared_stream.common.unseen import hold_bound
+
+    assert hold_bound(3600.0, None, "servicebus") == 3600.0
+    assert hold_bound(3600.0, 43000.0, "sqs") == 3600.0
+    assert hold_bound(86400.0, 42870.0, "sqs") == 42870.0
+    assert "longer than the broker lets a message be held" in caplog.text
+
+
+async def test_the_harness_gives_producers_the_ack_timeout_it_gives_the_manager(monkeypatch):
+    from airflow_shared_stream.common.flow_control import ack_timeout_seconds
+    from airflow_shared_stream.testing import SharedStreamHarness
+
+    monkeypatch.delenv("AIRFLOW__TRIGGERER__SHARED_STREAM_ACK_TIMEOUT", raising=False)
+    before = ack_timeout_seconds()
+    async with SharedStreamHarness(ack_timeout=2.5):
+        assert ack_timeout_seconds() == 2.5
+    assert ack_timeout_seconds() == before
