@@ -1928,6 +1928,24 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_the_dead_letter_policy_s_own_dead_letters_go_home_by_its_stamp",),
         module=PUBSUB_REDRIVE_ROUTES,
     ),
+    Mutant(
+        name="redrive attack: a Kafka record's own x-shared-stream-topic header taken for its origin",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/redrive.py",
+        original='            found = bytes(value).decode("utf-8", errors="replace")\n',
+        mutated='            return bytes(value).decode("utf-8", errors="replace")\n',
+        caught_by=("test_a_record_that_carries_its_own_origin_header_is_redriven_to_its_real_topic",),
+        module="tests/integration/kafka/test_kafka_redrive_attacks.py",
+    ),
+    Mutant(
+        name="redrive attack: an SQS message's own dead_letter_origin_queue kept on its dead letter",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/dead_letter.py",
+        original="    attributes.pop(DEAD_LETTER_ORIGIN_QUEUE, None)\n",
+        mutated="    pass\n",
+        caught_by=("test_a_message_that_names_its_own_origin_is_never_redriven_into_another_queue",),
+        module="tests/integration/sqs/test_sqs_redrive_attacks.py",
+    ),
 )
 
 

@@ -368,10 +368,16 @@ def _pointer(record: Any) -> str:
 
 
 def _header(record: Any, name: str) -> str | None:
+    """
+    The LAST ``name`` header: our dead-lettering appends its origin headers after the record's own,
+    and a record may carry a header of that name itself (a copy kept with its origin attributes, or
+    one its producer wrote to send it elsewhere); only the one appended last is ours.
+    """
+    found = None
     for header, value in record.headers or ():
         if header == name and value is not None:
-            return bytes(value).decode("utf-8", errors="replace")
-    return None
+            found = bytes(value).decode("utf-8", errors="replace")
+    return found
 
 
 def dead_letter_source(**kwargs: Any) -> KafkaDeadLetterSource:

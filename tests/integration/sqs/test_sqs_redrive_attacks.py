@@ -21,11 +21,6 @@ from tests.support.waiting import eventually
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a message whose ten attributes include its own dead_letter_origin_queue keeps it: "
-    "with no room for our stamp, the forged origin sends it into another stream's queue",
-)
 async def test_a_message_that_names_its_own_origin_is_never_redriven_into_another_queue(
     sqs: SqsServer, aws_connection: str, harness: Any
 ) -> None:
