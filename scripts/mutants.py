@@ -1946,6 +1946,17 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_a_message_that_names_its_own_origin_is_never_redriven_into_another_queue",),
         module="tests/integration/sqs/test_sqs_redrive_attacks.py",
     ),
+    Mutant(
+        name="redrive attack: a Kafka redrive's producer not sized to the dead-letter topic's limit",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/redrive.py",
+        original="            self._producer = await start_dead_letter_producer("
+        "config.producer_kwargs(), self._topic)\n",
+        mutated="            self._producer = AIOKafkaProducer(**config.producer_kwargs())\n"
+        "            await self._producer.start()\n",
+        caught_by=("test_a_filtered_redrive_on_a_topic_with_a_small_limit_moves_each_record_once",),
+        module="tests/integration/kafka/test_kafka_redrive_attacks.py",
+    ),
 )
 
 

@@ -47,7 +47,12 @@ from aiokafka.errors import KafkaError
 
 from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute, RedriveSnapshot
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
-from airflow_shared_stream.kafka.dead_letter import ORIGIN_HEADERS, REASON_HEADER, SIZE_HEADER
+from airflow_shared_stream.kafka.dead_letter import (
+    ORIGIN_HEADERS,
+    REASON_HEADER,
+    SIZE_HEADER,
+    start_dead_letter_producer,
+)
 from airflow_shared_stream.kafka.errors import (
     KafkaConfigurationError,
     KafkaSharedStreamError,
@@ -122,10 +127,11 @@ class KafkaDeadLetterSource:
         kwargs = config.consumer_kwargs(self._group_id)
         kwargs["auto_offset_reset"] = "earliest"  # a group that never redrove starts at the beginning
         self._consumer = consumer = AIOKafkaConsumer(**kwargs)
-        self._producer = producer = AIOKafkaProducer(**config.producer_kwargs())
         try:
             await consumer.start()
-            await producer.start()
+            # Sized to the dead-letter topic's max.message.bytes, as the dead-lettering's producer is:
+            # the skipped records appended again would otherwise go in batches the topic refuses.
+            self._producer = await start_dead_letter_producer(config.producer_kwargs(), self._topic)
             topics = await consumer.topics()
         except KafkaError as exc:
             raise self._error("cannot connect", exc) from None

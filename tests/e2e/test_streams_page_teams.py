@@ -334,7 +334,10 @@ def test_a_redrive_of_one_team_is_not_readable_by_another_team(teams: Teams) -> 
     teams.sqs.send(team_a.dead_letter_queue_url, [{"event_id": "a-private-order-77", "kind": "order"}])
     wait_until(lambda: teams.sqs.depth(team_a.dead_letter_queue_url).visible >= 1, 30, "team_a's dead letter")
     started = teams.request(
-        "POST", f"{API}/{teams.stream_id('team_a')}/redrive", "alice", json={"dry_run": True, "max_messages": 10}
+        "POST",
+        f"{API}/{teams.stream_id('team_a')}/redrive",
+        "alice",
+        json={"dry_run": True, "max_messages": 10},
     )
     assert started.status_code == 201, started.text
     run_id = started.json()["dag_run_id"]

@@ -99,7 +99,9 @@ async def test_the_pages_redrive_of_one_stream_never_moves_another_streams_dead_
         (
             1,
             "airflow_shared_stream.kafka.trigger.KafkaSharedStreamTrigger",
-            KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, dead_letter_topic=dlq).serialize()[1],
+            KafkaSharedStreamTrigger(
+                [topic], kafka_config_id=kafka.conn_id, dead_letter_topic=dlq
+            ).serialize()[1],
             None,
         )
         for topic in (orders, payments)
@@ -124,12 +126,6 @@ async def test_the_pages_redrive_of_one_stream_never_moves_another_streams_dead_
     assert summary.moved == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the redrive's producer is not sized to the dead-letter topic: skipped records appended "
-    "again in one batch over its max.message.bytes are refused, and the moved records after them "
-    "are copied again by every redrive",
-)
 async def test_a_filtered_redrive_on_a_topic_with_a_small_limit_moves_each_record_once(
     kafka: KafkaSandbox,
 ) -> None:

@@ -36,7 +36,9 @@ async def test_a_message_that_names_its_own_origin_is_never_redriven_into_anothe
     queue_a, queue_b = stream_queue(sqs), stream_queue(sqs)
     forged = {"dead_letter_origin_queue": {"DataType": "String", "StringValue": sqs.arn(queue_b)}}
     theirs = {f"a{i}": {"DataType": "String", "StringValue": str(i)} for i in range(9)}
-    harness.add(SqsSharedStreamTrigger(queue_a, reject="body.bad", dead_letter_queue_url=dlq, wait_time_seconds=1))
+    harness.add(
+        SqsSharedStreamTrigger(queue_a, reject="body.bad", dead_letter_queue_url=dlq, wait_time_seconds=1)
+    )
     sqs.send(queue_a, [json.dumps({"n": 1, "bad": True})], MessageAttributes={**theirs, **forged})
     await eventually(lambda: sqs.depth(dlq), lambda d: d == (1, 0), timeout=30, what="dead-lettered")
     await harness.stop()
