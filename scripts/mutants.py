@@ -1575,8 +1575,9 @@ MUTANTS: tuple[Mutant, ...] = (
         name="Kafka redrive commits past skipped records without appending them again",
         broker="kafka",
         path="airflow_shared_stream/kafka/redrive.py",
-        original="        appended = await self._append_again(skipped)\n",
-        mutated="        appended = list(skipped)\n",
+        original="        appended = await self._append_again("
+        "[item for item in skipped if item.leave is None])\n",
+        mutated="        appended = [item for item in skipped if item.leave is None]\n",
         caught_by=("test_a_filtered_redrive_leaves_the_skipped_records_to_the_next_one",),
         module="tests/integration/kafka/test_kafka_redrive_bounds.py",
     ),
@@ -1878,7 +1879,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="redrive routes: a Kafka record of another topic produced to the named source",
         broker="kafka",
         path="airflow_shared_stream/kafka/redrive.py",
-        original="        if self._target is not None and origin != self._target:\n",
+        original="        if self._targets is not None and origin not in self._targets:\n",
         mutated="        if False:\n",
         caught_by=("test_a_dead_letter_topic_shared_by_two_streams_sends_each_record_home",),
         module="tests/integration/kafka/test_kafka_redrive_routes.py",
@@ -1955,6 +1956,16 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="            self._producer = AIOKafkaProducer(**config.producer_kwargs())\n"
         "            await self._producer.start()\n",
         caught_by=("test_a_filtered_redrive_on_a_topic_with_a_small_limit_moves_each_record_once",),
+        module="tests/integration/kafka/test_kafka_redrive_attacks.py",
+    ),
+    Mutant(
+        name="redrive attack: the page's Kafka redrive names no source (every stream's dead letters move)",
+        broker="kafka",
+        path="airflow_shared_stream/console/streams.py",
+        original="        source, dead_letter = "
+        'stream_source(upstream.get("topics")) or None, stream.dead_letter\n',
+        mutated="        source, dead_letter = None, stream.dead_letter\n",
+        caught_by=("test_the_pages_redrive_of_one_stream_never_moves_another_streams_dead_letters",),
         module="tests/integration/kafka/test_kafka_redrive_attacks.py",
     ),
 )

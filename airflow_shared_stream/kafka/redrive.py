@@ -69,10 +69,28 @@ ORIGIN_TOPIC_HEADER = ORIGIN_HEADERS[0]
 READ_TIMEOUT_MS = 1000
 
 
+def source_topics(source: str | None) -> frozenset[str] | None:
+    """
+    The topics a ``source`` names: one, or several separated by commas (a Kafka topic name has no
+    comma), as the Streams page names a stream that reads several; ``None``: not given.
+    """
+    if not source:
+        return None
+    topics = frozenset(t.strip() for t in str(source).split(",") if t.strip())
+    return topics or None
+
+
+def stream_source(topics: Any) -> str:
+    """How the Streams page names a stream's topics as ``source`` (sorted, comma-separated)."""
+    names = [topics] if isinstance(topics, str) else list(topics or ())
+    return ",".join(sorted({str(t).strip() for t in names if str(t).strip()}))
+
+
 def default_group_id(dead_letter_topic: str, source: str | None = None) -> str:
     """The redrive's group: one per destination when ``source`` is given (others' records stay)."""
     base = f"shared-stream-redrive.{dead_letter_topic}"
-    return base if source is None else f"{base}.{source}"
+    topics = source_topics(source)
+    return base if topics is None else f"{base}.{','.join(sorted(topics))}"
 
 
 class KafkaDeadLetterSource:
@@ -98,7 +116,14 @@ class KafkaDeadLetterSource:
         if not dead_letter or not isinstance(dead_letter, str):
             raise KafkaConfigurationError("a Kafka redrive needs the dead-letter topic (dead_letter=...)")
         self._topic = dead_letter
-        self._target = source
+        self._targets = source_topics(source)
+        """The topics this redrive may write to (``None``: each record's own, from its header)."""
+        self._target = None if self._targets is None else ",".join(sorted(self._targets))
+        if self._targets is not None and len(self._targets) > 1 and dead_letter in self._targets:
+            raise KafkaConfigurationError(
+                f"the dead-letter source and the destination of the kafka redrive of {dead_letter!r} "
+                "are one topic: every message moved would come straight back"
+            )
         self._conn_id = conn_id or KafkaSharedStreamHook.default_conn_name
         self._keep = keep_origin_attributes
         self._group_id = group_id or default_group_id(dead_letter, source)
@@ -135,8 +160,8 @@ class KafkaDeadLetterSource:
             topics = await consumer.topics()
         except KafkaError as exc:
             raise self._error("cannot connect", exc) from None
-        for topic in (self._topic, self._target):
-            if topic is not None and topic not in topics:
+        for topic in (self._topic, *sorted(self._targets or ())):
+            if topic not in topics:
                 raise KafkaTopicNotFoundError(
                     f"Kafka topic {topic!r} does not exist (connection {self._conn_id!r})"
                 )
@@ -216,7 +241,7 @@ class KafkaDeadLetterSource:
         origin = _header(record, ORIGIN_TOPIC_HEADER)
         if origin is None:
             return f"no {ORIGIN_TOPIC_HEADER} header: which topic it came from is not known"
-        if self._target is not None and origin != self._target:
+        if self._targets is not None and origin not in self._targets:
             return f"dead-lettered from another topic ({origin}): redrive it to that topic"
         return None
 

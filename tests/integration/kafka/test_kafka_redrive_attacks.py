@@ -74,11 +74,6 @@ async def test_a_record_that_carries_its_own_origin_header_is_redriven_to_its_re
     assert len(await kafka.read_all(orders, 2)) == 2  # the original and its copy, home
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the page's Kafka redrive leaves source empty, so a grant for one stream moves every "
-    "stream's dead letters of a shared dead-letter topic",
-)
 async def test_the_pages_redrive_of_one_stream_never_moves_another_streams_dead_letters(
     kafka: KafkaSandbox,
 ) -> None:
