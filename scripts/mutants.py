@@ -1924,7 +1924,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="redrive routes: the Pub/Sub dead-letter policy's origin stamp is not read",
         broker="pubsub",
         path="airflow_shared_stream/pubsub/redrive.py",
-        original="        if origin is None and SERVICE_ORIGIN_SUBSCRIPTION in attributes:\n",
+        original="        if SERVICE_ORIGIN_SUBSCRIPTION in attributes:\n",
         mutated="        if False:\n",
         caught_by=("test_the_dead_letter_policy_s_own_dead_letters_go_home_by_its_stamp",),
         module=PUBSUB_REDRIVE_ROUTES,
@@ -1967,6 +1967,25 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="        source, dead_letter = None, stream.dead_letter\n",
         caught_by=("test_the_pages_redrive_of_one_stream_never_moves_another_streams_dead_letters",),
         module="tests/integration/kafka/test_kafka_redrive_attacks.py",
+    ),
+    Mutant(
+        name="redrive attack: a Pub/Sub message's own dead_letter_origin_subscription beats the policy's",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/redrive.py",
+        original="        if SERVICE_ORIGIN_SUBSCRIPTION in attributes:\n",
+        mutated="        if SERVICE_ORIGIN_SUBSCRIPTION in attributes and "
+        "DEAD_LETTER_ORIGIN_SUBSCRIPTION not in attributes:\n",
+        caught_by=("test_a_message_that_names_its_own_origin_is_never_redriven_into_another_topic",),
+        module="tests/integration/pubsub/test_pubsub_redrive_attacks.py",
+    ),
+    Mutant(
+        name="redrive attack: a Pub/Sub dead letter of ours keeps a policy stamp its message carried",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/dead_letter.py",
+        original="        if name not in ours and not name.startswith(SERVICE_STAMP_PREFIX)\n",
+        mutated="        if name not in ours\n",
+        caught_by=("test_a_copy_never_carries_the_dead_letter_policy_s_stamp",),
+        module="tests/unit/pubsub/test_pubsub_dead_letter_copy.py",
     ),
 )
 
