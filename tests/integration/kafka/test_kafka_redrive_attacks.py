@@ -8,6 +8,7 @@ Each test is a break found by an attacker who did not write the change; each is 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Sequence
@@ -200,3 +201,30 @@ async def test_a_redrive_stops_at_its_end_offsets_whatever_the_dead_letterers_cl
         await producer.stop()
 
     assert summary.moved == 6  # the snapshot's six, not one copy chased
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="two Kafka redrives of one dead-letter topic and group at once both read from the group's "
+    "committed offsets (assigned, no membership): each copies every record",
+)
+async def test_two_redrives_of_one_dead_letter_topic_at_once_move_each_record_once(
+    kafka: KafkaSandbox,
+) -> None:
+    """
+    FAULT_MODEL 15 (two redrives of one dead-letter source at once). The shipped redrive Dag runs
+    one at a time, but the page's runs and a Dag of one's own (the documented way for anything the
+    page does not offer) share the default group. On a queue the two hold each other's messages;
+    on Kafka nothing is held: both read from the same committed offsets and each copies every
+    record, so every watcher of the origin fires twice for each.
+    """
+    dlq, origin = await topics(kafka)
+    await dead_letters(kafka, dlq, origin, 20)
+
+    first, second = await asyncio.gather(
+        redrive(source(kafka, dlq, source=origin), batch_size=2),
+        redrive(source(kafka, dlq, source=origin), batch_size=2),
+    )
+
+    assert first.moved + second.moved == 20
+    assert len(await kafka.read_all(origin, 20)) == 20
