@@ -1900,7 +1900,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="redrive routes: a Kafka record of another topic produced to the named source",
         broker="kafka",
         path="airflow_shared_stream/kafka/redrive.py",
-        original="        if self._target is not None and origin != self._target:\n",
+        original="        if self._targets is not None and origin not in self._targets:\n",
         mutated="        if False:\n",
         caught_by=("test_a_dead_letter_topic_shared_by_two_streams_sends_each_record_home",),
         module="tests/integration/kafka/test_kafka_redrive_routes.py",
@@ -1945,7 +1945,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="redrive routes: the Pub/Sub dead-letter policy's origin stamp is not read",
         broker="pubsub",
         path="airflow_shared_stream/pubsub/redrive.py",
-        original="        if origin is None and SERVICE_ORIGIN_SUBSCRIPTION in attributes:\n",
+        original="        if SERVICE_ORIGIN_SUBSCRIPTION in attributes:\n",
         mutated="        if False:\n",
         caught_by=("test_the_dead_letter_policy_s_own_dead_letters_go_home_by_its_stamp",),
         module=PUBSUB_REDRIVE_ROUTES,
@@ -2157,6 +2157,65 @@ MUTANTS: tuple[Mutant, ...] = (
             "test_on_a_lane_the_broker_does_not_lock_a_stale_later_message_waits_for_the_redelivered_head",
         ),
         module="tests/unit/common/test_lanes.py",
+    ),
+    # fix/attack-redrive: forged origins never route a dead letter elsewhere; the page's Kafka redrive
+    Mutant(
+        name="redrive attack: a Kafka record's own x-shared-stream-topic header taken for its origin",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/redrive.py",
+        original='            found = bytes(value).decode("utf-8", errors="replace")\n',
+        mutated='            return bytes(value).decode("utf-8", errors="replace")\n',
+        caught_by=("test_a_record_that_carries_its_own_origin_header_is_redriven_to_its_real_topic",),
+        module="tests/integration/kafka/test_kafka_redrive_attacks.py",
+    ),
+    Mutant(
+        name="redrive attack: an SQS message's own dead_letter_origin_queue kept on its dead letter",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/dead_letter.py",
+        original="    attributes.pop(DEAD_LETTER_ORIGIN_QUEUE, None)\n",
+        mutated="    pass\n",
+        caught_by=("test_a_message_that_names_its_own_origin_is_never_redriven_into_another_queue",),
+        module="tests/integration/sqs/test_sqs_redrive_attacks.py",
+    ),
+    Mutant(
+        name="redrive attack: a Kafka redrive's producer not sized to the dead-letter topic's limit",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/redrive.py",
+        original="            self._producer = await start_dead_letter_producer("
+        "config.producer_kwargs(), self._topic)\n",
+        mutated="            self._producer = AIOKafkaProducer(**config.producer_kwargs())\n"
+        "            await self._producer.start()\n",
+        caught_by=("test_a_filtered_redrive_on_a_topic_with_a_small_limit_moves_each_record_once",),
+        module="tests/integration/kafka/test_kafka_redrive_attacks.py",
+    ),
+    Mutant(
+        name="redrive attack: the page's Kafka redrive names no source (every stream's dead letters move)",
+        broker="kafka",
+        path="airflow_shared_stream/console/streams.py",
+        original="        source, dead_letter = "
+        'stream_source(upstream.get("topics")) or None, stream.dead_letter\n',
+        mutated="        source, dead_letter = None, stream.dead_letter\n",
+        caught_by=("test_the_pages_redrive_of_one_stream_never_moves_another_streams_dead_letters",),
+        module="tests/integration/kafka/test_kafka_redrive_attacks.py",
+    ),
+    Mutant(
+        name="redrive attack: a Pub/Sub message's own dead_letter_origin_subscription beats the policy's",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/redrive.py",
+        original="        if SERVICE_ORIGIN_SUBSCRIPTION in attributes:\n",
+        mutated="        if SERVICE_ORIGIN_SUBSCRIPTION in attributes and "
+        "DEAD_LETTER_ORIGIN_SUBSCRIPTION not in attributes:\n",
+        caught_by=("test_a_message_that_names_its_own_origin_is_never_redriven_into_another_topic",),
+        module="tests/integration/pubsub/test_pubsub_redrive_attacks.py",
+    ),
+    Mutant(
+        name="redrive attack: a Pub/Sub dead letter of ours keeps a policy stamp its message carried",
+        broker="pubsub",
+        path="airflow_shared_stream/pubsub/dead_letter.py",
+        original="        if name not in ours and not name.startswith(SERVICE_STAMP_PREFIX)\n",
+        mutated="        if name not in ours\n",
+        caught_by=("test_a_copy_never_carries_the_dead_letter_policy_s_stamp",),
+        module="tests/unit/pubsub/test_pubsub_dead_letter_copy.py",
     ),
 )
 

@@ -84,16 +84,19 @@ async def _read_sqs_depth(conn_id: str, queue_url: str, region_name: str | None)
     return {"visible": visible, "in_flight": in_flight, "depth": visible + in_flight}
 
 
-async def kafka_dead_letter_depth(conn_id: str, topic: str) -> dict[str, Any]:
-    """``{"depth": n}`` of a dead-letter topic: what a redrive would still read; cached."""
+async def kafka_dead_letter_depth(conn_id: str, topic: str, source: str | None = None) -> dict[str, Any]:
+    """
+    ``{"depth": n}`` of a dead-letter topic: what the page's redrive (of ``source``, the stream's
+    topics) would still read; cached.
+    """
     return await _cached(
-        ("kafka:" + conn_id, topic, ""),
-        lambda: _read_kafka_depth(conn_id, topic),
+        ("kafka:" + conn_id, topic, source or ""),
+        lambda: _read_kafka_depth(conn_id, topic, source),
         "a Kafka dead-letter depth",
     )
 
 
-async def _read_kafka_depth(conn_id: str, topic: str) -> dict[str, Any]:
+async def _read_kafka_depth(conn_id: str, topic: str, source: str | None = None) -> dict[str, Any]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     from airflow_shared_stream.kafka.errors import KafkaTopicNotFoundError
@@ -102,7 +105,7 @@ async def _read_kafka_depth(conn_id: str, topic: str) -> dict[str, Any]:
 
     config = await KafkaSharedStreamHook(conn_id).aget_client_config()
     # The redrive's group, never joined (no subscribe): only its committed offsets are read.
-    consumer = AIOKafkaConsumer(**config.consumer_kwargs(default_group_id(topic)))
+    consumer = AIOKafkaConsumer(**config.consumer_kwargs(default_group_id(topic, source)))
     try:
         await consumer.start()  # inside: a start cut short by the timeout still closes the client
         if topic not in await consumer.topics():
@@ -169,7 +172,11 @@ async def broker_backlog(broker: str, trigger_kwargs: dict[str, Any]) -> dict[st
         if not trigger_kwargs.get("dead_letter_topic"):
             return None
         conn_id = trigger_kwargs.get("kafka_config_id") or "kafka_default"
-        backlog["dead_letter"] = await kafka_dead_letter_depth(conn_id, trigger_kwargs["dead_letter_topic"])
+        from airflow_shared_stream.kafka.redrive import stream_source
+
+        backlog["dead_letter"] = await kafka_dead_letter_depth(
+            conn_id, trigger_kwargs["dead_letter_topic"], stream_source(trigger_kwargs.get("topics")) or None
+        )
     elif broker == "servicebus":
         conn_id = trigger_kwargs.get("azure_service_bus_conn_id") or "azure_service_bus_default"
         backlog["dead_letter"] = await servicebus_dead_letter_depth(

@@ -185,7 +185,8 @@ def redrive_params(stream: Stream) -> dict[str, Any]:
     The redrive Dag's params that name this stream (each a string, as the Dag declares them);
     empty when the page cannot name both ends.
 
-    Kafka produces each record back to the topic its origin header names (``source`` empty); SQS
+    Kafka produces each record back to the topic its origin header names, among the stream's own
+    topics (``source``: them, comma-separated; another stream's dead letters are left); SQS
     goes from the dead-letter queue to the stream's queue; Service Bus from the entity's own
     ``$deadletterqueue`` (``dead_letter`` empty). Pub/Sub is left out: its redrive reads a
     dead-letter *subscription* and publishes to the subscription's topic, and a stream names
@@ -198,7 +199,11 @@ def redrive_params(stream: Stream) -> dict[str, Any]:
     elif stream.broker == "sqs" and stream.dead_letter:
         source, dead_letter = upstream.get("queue_url"), stream.dead_letter
     elif stream.broker == "kafka" and stream.dead_letter:
-        source, dead_letter = None, stream.dead_letter
+        from airflow_shared_stream.kafka.redrive import stream_source
+
+        # The stream's own topics: a dead-letter topic may be shared, and a grant for this stream
+        # must not move another stream's dead letters (which that stream's people may redrive).
+        source, dead_letter = stream_source(upstream.get("topics")) or None, stream.dead_letter
     else:
         return {}
     return dict(

@@ -47,7 +47,12 @@ from aiokafka.errors import KafkaError
 
 from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute, RedriveSnapshot
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
-from airflow_shared_stream.kafka.dead_letter import ORIGIN_HEADERS, REASON_HEADER, SIZE_HEADER
+from airflow_shared_stream.kafka.dead_letter import (
+    ORIGIN_HEADERS,
+    REASON_HEADER,
+    SIZE_HEADER,
+    start_dead_letter_producer,
+)
 from airflow_shared_stream.kafka.errors import (
     KafkaConfigurationError,
     KafkaSharedStreamError,
@@ -64,10 +69,28 @@ ORIGIN_TOPIC_HEADER = ORIGIN_HEADERS[0]
 READ_TIMEOUT_MS = 1000
 
 
+def source_topics(source: str | None) -> frozenset[str] | None:
+    """
+    The topics a ``source`` names: one, or several separated by commas (a Kafka topic name has no
+    comma), as the Streams page names a stream that reads several; ``None``: not given.
+    """
+    if not source:
+        return None
+    topics = frozenset(t.strip() for t in str(source).split(",") if t.strip())
+    return topics or None
+
+
+def stream_source(topics: Any) -> str:
+    """How the Streams page names a stream's topics as ``source`` (sorted, comma-separated)."""
+    names = [topics] if isinstance(topics, str) else list(topics or ())
+    return ",".join(sorted({str(t).strip() for t in names if str(t).strip()}))
+
+
 def default_group_id(dead_letter_topic: str, source: str | None = None) -> str:
     """The redrive's group: one per destination when ``source`` is given (others' records stay)."""
     base = f"shared-stream-redrive.{dead_letter_topic}"
-    return base if source is None else f"{base}.{source}"
+    topics = source_topics(source)
+    return base if topics is None else f"{base}.{','.join(sorted(topics))}"
 
 
 class KafkaDeadLetterSource:
@@ -93,7 +116,14 @@ class KafkaDeadLetterSource:
         if not dead_letter or not isinstance(dead_letter, str):
             raise KafkaConfigurationError("a Kafka redrive needs the dead-letter topic (dead_letter=...)")
         self._topic = dead_letter
-        self._target = source
+        self._targets = source_topics(source)
+        """The topics this redrive may write to (``None``: each record's own, from its header)."""
+        self._target = None if self._targets is None else ",".join(sorted(self._targets))
+        if self._targets is not None and len(self._targets) > 1 and dead_letter in self._targets:
+            raise KafkaConfigurationError(
+                f"the dead-letter source and the destination of the kafka redrive of {dead_letter!r} "
+                "are one topic: every message moved would come straight back"
+            )
         self._conn_id = conn_id or KafkaSharedStreamHook.default_conn_name
         self._keep = keep_origin_attributes
         self._group_id = group_id or default_group_id(dead_letter, source)
@@ -122,15 +152,16 @@ class KafkaDeadLetterSource:
         kwargs = config.consumer_kwargs(self._group_id)
         kwargs["auto_offset_reset"] = "earliest"  # a group that never redrove starts at the beginning
         self._consumer = consumer = AIOKafkaConsumer(**kwargs)
-        self._producer = producer = AIOKafkaProducer(**config.producer_kwargs())
         try:
             await consumer.start()
-            await producer.start()
+            # Sized to the dead-letter topic's max.message.bytes, as the dead-lettering's producer is:
+            # the skipped records appended again would otherwise go in batches the topic refuses.
+            self._producer = await start_dead_letter_producer(config.producer_kwargs(), self._topic)
             topics = await consumer.topics()
         except KafkaError as exc:
             raise self._error("cannot connect", exc) from None
-        for topic in (self._topic, self._target):
-            if topic is not None and topic not in topics:
+        for topic in (self._topic, *sorted(self._targets or ())):
+            if topic not in topics:
                 raise KafkaTopicNotFoundError(
                     f"Kafka topic {topic!r} does not exist (connection {self._conn_id!r})"
                 )
@@ -210,7 +241,7 @@ class KafkaDeadLetterSource:
         origin = _header(record, ORIGIN_TOPIC_HEADER)
         if origin is None:
             return f"no {ORIGIN_TOPIC_HEADER} header: which topic it came from is not known"
-        if self._target is not None and origin != self._target:
+        if self._targets is not None and origin not in self._targets:
             return f"dead-lettered from another topic ({origin}): redrive it to that topic"
         return None
 
@@ -368,10 +399,16 @@ def _pointer(record: Any) -> str:
 
 
 def _header(record: Any, name: str) -> str | None:
+    """
+    The LAST ``name`` header: our dead-lettering appends its origin headers after the record's own,
+    and a record may carry a header of that name itself (a copy kept with its origin attributes, or
+    one its producer wrote to send it elsewhere); only the one appended last is ours.
+    """
+    found = None
     for header, value in record.headers or ():
         if header == name and value is not None:
-            return bytes(value).decode("utf-8", errors="replace")
-    return None
+            found = bytes(value).decode("utf-8", errors="replace")
+    return found
 
 
 def dead_letter_source(**kwargs: Any) -> KafkaDeadLetterSource:

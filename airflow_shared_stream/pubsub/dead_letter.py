@@ -27,6 +27,9 @@ DEAD_LETTER_ORIGIN_SUBSCRIPTION = "dead_letter_origin_subscription"
 DEAD_LETTER_ORIGIN_MESSAGE_ID = "dead_letter_origin_message_id"
 DEAD_LETTER_ORIGIN_PUBLISH_TIME = "dead_letter_origin_publish_time"
 DEAD_LETTER_ATTRIBUTES_DROPPED = "dead_letter_attributes_dropped"
+SERVICE_STAMP_PREFIX = "CloudPubSubDeadLetterSource"
+"""What Pub/Sub's dead-letter policy stamps on what it forwards: never kept on a copy of ours, where
+it could only be stale or forged (a redrive trusts it as the policy's, see pubsub/redrive.py)."""
 DEAD_LETTER_TRUNCATED_FROM = "dead_letter_truncated_from"
 
 MAX_ATTRIBUTES = 100
@@ -55,7 +58,11 @@ def copy_for_dead_letter(
     ``ours`` are the attributes the stream adds (at most five; their values already within
     :data:`ATTRIBUTE_VALUE_LIMIT`). See the module docstring for what gives way when it must.
     """
-    originals = {name: value for name, value in attributes.items() if name not in ours}
+    originals = {
+        name: value
+        for name, value in attributes.items()
+        if name not in ours and not name.startswith(SERVICE_STAMP_PREFIX)
+    }
     markers: dict[str, str] = {}
     if request_size(topic, _message(data, {**originals, **ours}, ordering_key)) > PUBLISH_REQUEST_BYTES:
         markers[DEAD_LETTER_TRUNCATED_FROM] = str(len(data))

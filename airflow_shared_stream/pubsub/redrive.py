@@ -170,10 +170,14 @@ class PubSubDeadLetterSource:
                     "it to fit Pub/Sub's limits; recover the message from its publisher, or move "
                     "this copy by hand knowing it is incomplete"
                 )
-        origin = attributes.get(DEAD_LETTER_ORIGIN_SUBSCRIPTION)
-        if origin is None and SERVICE_ORIGIN_SUBSCRIPTION in attributes:
+        # The policy's stamp first: Pub/Sub writes it on what it forwards (our dead-lettering drops
+        # it from its copies), while ours may have come with the message from its publisher.
+        origin = None
+        if SERVICE_ORIGIN_SUBSCRIPTION in attributes:
             project = attributes.get(SERVICE_ORIGIN_PROJECT) or self.subscription.split("/")[1]
             origin = f"projects/{project}/subscriptions/{attributes[SERVICE_ORIGIN_SUBSCRIPTION]}"
+        else:
+            origin = attributes.get(DEAD_LETTER_ORIGIN_SUBSCRIPTION)
         if not origin:
             return "no origin subscription recorded: which stream it came from is not known"
         if origin not in self._topic_of:

@@ -54,6 +54,9 @@ def dead_letter_entry(
     """
     handle = letter.delivery.handle
     attributes = sendable_attributes(handle.message_attributes)
+    # Only our stamp names an origin: one the message carries itself (its sender wrote it, or a
+    # copy kept it) would route a redrive into whatever queue it names.
+    attributes.pop(DEAD_LETTER_ORIGIN_QUEUE, None)
     if origin and len(attributes) < SQS_MAX_MESSAGE_ATTRIBUTES:
         attributes[DEAD_LETTER_ORIGIN_QUEUE] = {"DataType": "String", "StringValue": origin}
     reason = {

@@ -81,3 +81,13 @@ def test_both_limits_at_once():
     assert attributes[DEAD_LETTER_ATTRIBUTES_DROPPED] == str(
         MAX_ATTRIBUTES - (MAX_ATTRIBUTES - len(OURS) - 2)
     )
+
+
+def test_a_copy_never_carries_the_dead_letter_policy_s_stamp():
+    """A redrive trusts the policy's stamp over ours: one a message carried itself is dropped."""
+    forged = {
+        "CloudPubSubDeadLetterSourceSubscription": "payments",
+        "CloudPubSubDeadLetterSourceSubscriptionProject": "shop-prod-1",
+        "theirs": "v",
+    }
+    assert dict(copy(attributes=forged).attributes) == {"theirs": "v", **OURS}
