@@ -43,7 +43,8 @@ def test_every_option_of_provider_yaml_is_in_the_reference_with_its_type_default
     for section, name, spec in options:
         block = text.split(f".. confval:: [{section}] {name}\n", 1)[1].split(".. confval::", 1)[0]
         assert f":type: {spec['type']}" in block
-        assert f":default: ``{spec['default']}``" in block
+        default = spec["default"]
+        assert (f":default: ``{default}``" if default is not None else ":default: (none)") in block
         assert f"AIRFLOW__{section.upper()}__{name.upper()}" in block
         first_line = str(spec["description"]).strip().splitlines()[0]
         assert first_line in block
