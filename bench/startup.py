@@ -35,11 +35,9 @@ import contextlib
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 import uuid

@@ -1,4 +1,4 @@
-"""The trivial event trigger of bench/startup.py: fires once at start, then waits (the triggerer's own cost)."""
+"""The trivial event trigger of bench/startup.py: fires at start, then waits (what the triggerer costs)."""
 
 from __future__ import annotations
 

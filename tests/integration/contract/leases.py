@@ -118,7 +118,7 @@ class LeasedQueueContract:
                     lambda: len(sent), lambda n, r=renewals: n > r, timeout=lease * 4, what="a renewal"
                 )
                 await asyncio.sleep(max(0.0, sent[-1] + fraction * lease / 3 - time.monotonic()))
-                time.sleep(LOOP_STALL_SECONDS)  # the loop itself stalls: nothing else runs
+                time.sleep(LOOP_STALL_SECONDS)  # noqa: ASYNC251 - the loop itself stalls: nothing else runs
             for _ in range(int(lease * 1.5 / 0.25)):  # sampled: a lapsed lease shows up as a redelivery
                 await asyncio.sleep(0.25)
                 assert len(watcher.events) == 1, "the lease lapsed during a 2 s stall of the loop"
