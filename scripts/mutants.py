@@ -1418,6 +1418,15 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_a_cancelled_watcher_is_not_moved_while_core_holds_its_filter",),
         module="tests/integration/kafka/test_kafka_watcher_leaves.py",
     ),
+    # fix/liveness: issue 50 (a stream that starts in a second and never stalls its triggerer)
+    Mutant(
+        name="lease renewed at a third of it whatever headroom a stalled loop needs",
+        broker="sqs",
+        path="airflow_shared_stream/common/leases.py",
+        original="        min(lease_seconds / 3, lease_seconds - LOOP_STALL_HEADROOM_SECONDS),\n",
+        mutated="        lease_seconds / 3,  # mutant: a third of the lease, whatever headroom it leaves\n",
+        caught_by=("test_a_two_second_stall_of_the_loop_never_lets_a_lease_lapse",),
+    ),
 )
 
 
