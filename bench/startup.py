@@ -121,10 +121,11 @@ def _sqs_rig(stack: contextlib.ExitStack, official: bool) -> Rig:
     conn = json.dumps(sqs.connection())
     if official:
         imports = "from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger"
-        trigger = f"MessageQueueTrigger(scheme='sqs', sqs_queue={queue_url!r}, aws_conn_id='aws_default')"
+        trigger = f"MessageQueueTrigger(scheme='sqs', sqs_queue={queue_url!r}, aws_conn_id='aws_default', waiter_delay=1 + n)"
     else:
         imports = "from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger"
-        trigger = f"SqsSharedStreamTrigger({queue_url!r}, aws_conn_id='aws_default')"
+        # A match of its own per watcher (always true): identical triggers would be ONE trigger.
+        trigger = f"SqsSharedStreamTrigger({queue_url!r}, aws_conn_id='aws_default', match=f\"body.canary != 'none-{{n}}'\")"
 
     def payload_id(extra: dict[str, Any]) -> str | None:
         payload = extra.get("payload") or extra
@@ -157,7 +158,7 @@ def _kafka_rig(stack: contextlib.ExitStack, official: bool) -> Rig:
         imports = "from airflow.providers.apache.kafka.triggers.await_message import AwaitMessageTrigger"
         trigger = (
             f"AwaitMessageTrigger(topics=[{topic!r}], kafka_config_id='kafka_default', "
-            "apply_function='bench.startup_trivial.kafka_value', poll_interval=0.2, poll_timeout=0.2)"
+            "apply_function='bench.startup_trivial.kafka_value', poll_interval=0.2 + n / 100, poll_timeout=0.2)"
         )
         env = {
             "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
@@ -173,7 +174,7 @@ def _kafka_rig(stack: contextlib.ExitStack, official: bool) -> Rig:
         }
     else:
         imports = "from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger"
-        trigger = f"KafkaSharedStreamTrigger([{topic!r}], kafka_config_id='kafka_default')"
+        trigger = f"KafkaSharedStreamTrigger([{topic!r}], kafka_config_id='kafka_default', match=f\"value.canary != 'none-{{n}}'\")"
         env = {"AIRFLOW_CONN_KAFKA_DEFAULT": conn}
 
     def payload_id(extra: dict[str, Any]) -> str | None:

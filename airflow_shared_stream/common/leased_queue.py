@@ -50,6 +50,7 @@ from airflow_shared_stream.common.leased_advance import LeasedQueueAdvance
 from airflow_shared_stream.common.leased_broker import LeasedQueueBroker
 from airflow_shared_stream.common.leases import LeaseKeeper
 from airflow_shared_stream.common.matching import RawMessage
+from airflow_shared_stream.common.off_loop import import_off_loop
 from airflow_shared_stream.common.read_ahead import ReadAhead
 
 __all__ = [  # re-exported: other modules import them from here
@@ -91,6 +92,7 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
     # -- the stream ----------------------------------------------------------------------------
 
     async def open_stream(self) -> AsyncIterator[tuple[RawMessage, InFlight[Handle]]]:
+        await import_off_loop(self.sdk_modules)
         lease_seconds = await self.connect()
         self._leases = LeaseKeeper(
             self._extend,
