@@ -112,6 +112,11 @@ class Rig:
     payload_id: Callable[[dict[str, Any]], str | None]
 
 
+def _own_match(field: str) -> str:
+    """A ``match`` of its own per watcher, always true: identical triggers would be ONE trigger."""
+    return f"match=f\"{field}.canary != 'none-{{n}}'\""
+
+
 def _sqs_rig(stack: contextlib.ExitStack, official: bool) -> Rig:
     from tests.support.brokers import SqsServer, moto_server
 
@@ -121,11 +126,13 @@ def _sqs_rig(stack: contextlib.ExitStack, official: bool) -> Rig:
     conn = json.dumps(sqs.connection())
     if official:
         imports = "from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger"
-        trigger = f"MessageQueueTrigger(scheme='sqs', sqs_queue={queue_url!r}, aws_conn_id='aws_default', waiter_delay=1 + n)"
+        trigger = (
+            f"MessageQueueTrigger(scheme='sqs', sqs_queue={queue_url!r}, aws_conn_id='aws_default', "
+            "waiter_delay=1 + n)"
+        )
     else:
         imports = "from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger"
-        # A match of its own per watcher (always true): identical triggers would be ONE trigger.
-        trigger = f"SqsSharedStreamTrigger({queue_url!r}, aws_conn_id='aws_default', match=f\"body.canary != 'none-{{n}}'\")"
+        trigger = f"SqsSharedStreamTrigger({queue_url!r}, aws_conn_id='aws_default', {_own_match('body')})"
 
     def payload_id(extra: dict[str, Any]) -> str | None:
         payload = extra.get("payload") or extra
@@ -158,7 +165,8 @@ def _kafka_rig(stack: contextlib.ExitStack, official: bool) -> Rig:
         imports = "from airflow.providers.apache.kafka.triggers.await_message import AwaitMessageTrigger"
         trigger = (
             f"AwaitMessageTrigger(topics=[{topic!r}], kafka_config_id='kafka_default', "
-            "apply_function='bench.startup_trivial.kafka_value', poll_interval=0.2 + n / 100, poll_timeout=0.2)"
+            "apply_function='bench.startup_trivial.kafka_value', "
+            "poll_interval=0.2 + n / 100, poll_timeout=0.2)"
         )
         env = {
             "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
@@ -174,7 +182,8 @@ def _kafka_rig(stack: contextlib.ExitStack, official: bool) -> Rig:
         }
     else:
         imports = "from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger"
-        trigger = f"KafkaSharedStreamTrigger([{topic!r}], kafka_config_id='kafka_default', match=f\"value.canary != 'none-{{n}}'\")"
+        own = _own_match("value")
+        trigger = f"KafkaSharedStreamTrigger([{topic!r}], kafka_config_id='kafka_default', {own})"
         env = {"AIRFLOW_CONN_KAFKA_DEFAULT": conn}
 
     def payload_id(extra: dict[str, Any]) -> str | None:

@@ -1423,8 +1423,11 @@ MUTANTS: tuple[Mutant, ...] = (
         name="lease renewed at a third of it whatever headroom a stalled loop needs",
         broker="sqs",
         path="airflow_shared_stream/common/leases.py",
-        original="        min(lease_seconds / 3, lease_seconds - LOOP_STALL_HEADROOM_SECONDS),\n",
-        mutated="        lease_seconds / 3,  # mutant: a third of the lease, whatever headroom it leaves\n",
+        original=(
+            "        lease_seconds / 3, "
+            "max(MIN_RENEW_INTERVAL_SECONDS, lease_seconds - LOOP_STALL_HEADROOM_SECONDS)\n"
+        ),
+        mutated="        lease_seconds / 3, lease_seconds  # mutant: a third, whatever headroom it leaves\n",
         caught_by=("test_a_two_second_stall_of_the_loop_never_lets_a_lease_lapse",),
     ),
 )

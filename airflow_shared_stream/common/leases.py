@@ -30,7 +30,8 @@ for seconds) plus a round trip to the broker. A renewal due later than this befo
 lets a stall of the loop lapse the lease, and the broker hands the message out again."""
 
 MIN_RENEW_INTERVAL_SECONDS = 0.25
-"""Shortest time between renewal passes (a lease too short for the headroom is renewed this often)."""
+"""Shortest time between renewal passes a lease too short for the headroom gets (never more than a
+third of the lease, though)."""
 
 
 def renew_interval(lease_seconds: float) -> float:
@@ -38,9 +39,8 @@ def renew_interval(lease_seconds: float) -> float:
     Seconds between renewals of a lease of ``lease_seconds``: a third of it (a lease survives one
     failed renewal), or sooner where a third would leave less than LOOP_STALL_HEADROOM_SECONDS of it.
     """
-    return max(
-        MIN_RENEW_INTERVAL_SECONDS,
-        min(lease_seconds / 3, lease_seconds - LOOP_STALL_HEADROOM_SECONDS),
+    return min(
+        lease_seconds / 3, max(MIN_RENEW_INTERVAL_SECONDS, lease_seconds - LOOP_STALL_HEADROOM_SECONDS)
     )
 
 
