@@ -734,7 +734,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="lock renewals planned from an assumed lock, not the broker's",
         broker="servicebus",
         path="airflow_shared_stream/servicebus/locks.py",
-        original="    keeper.renew_every = max(MIN_RENEW_INTERVAL_SECONDS, max(left) / 3)\n",
+        original="    keeper.renew_every = max(MIN_RENEW_INTERVAL_SECONDS, renew_interval(max(left)))\n",
         mutated="    return  # mutant: the keeper keeps its assumed 60 s lock\n",
         caught_by=(
             f"{SERVICEBUS_LOCKS}::test_message_locks_are_renewed_from_the_brokers_lock_not_the_default",
