@@ -1430,6 +1430,15 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="        lease_seconds / 3, lease_seconds  # mutant: a third, whatever headroom it leaves\n",
         caught_by=("test_a_two_second_stall_of_the_loop_never_lets_a_lease_lapse",),
     ),
+    Mutant(
+        name="example pipeline tasks that never retry",
+        broker="scripts",
+        path="example_dags/order_pipeline.py",
+        original='RETRIES: dict[str, Any] = {"retries": 2, "retry_delay": timedelta(seconds=10)}\n',
+        mutated="RETRIES: dict[str, Any] = {}  # mutant: a task that fails before it starts fails its run\n",
+        caught_by=("test_every_task_of_the_order_pipelines_retries",),
+        module="tests/unit/test_example_dags_settings.py",
+    ),
 )
 
 
