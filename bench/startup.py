@@ -261,10 +261,10 @@ def _trigger_starts(log_text: str) -> dict[int, float]:
     for line in log_text.splitlines():
         if "starting" not in line or "trigger" not in line:
             continue
-        found = re.search(r"\(ID (\d+)\)", line)
+        found = re.search(r"trigger (?:ID (\d+)|.*\(ID (\d+)\)) starting", line)
         stamp = re.search(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z?)", line)
         if found and stamp:
-            starts.setdefault(int(found.group(1)), _epoch(stamp.group(1)))
+            starts.setdefault(int(found.group(1) or found.group(2)), _epoch(stamp.group(1)))
     return starts
 
 
