@@ -69,6 +69,7 @@ class Cell:
     """Per watcher: its trigger's start to its first asset event, seconds."""
     supervisor_cpu: float = 0.0
     runner_cpu: float = 0.0
+    """The supervisor's children: the trigger runner, and the triggerer's idle log server."""
     longest_block: float = 0.0
     deadlocked: list[float] = field(default_factory=list)
     steady_latency: list[float] = field(default_factory=list)
@@ -108,7 +109,7 @@ class Rig:
     imports: str
     trigger: str
     env: dict[str, str]
-    publish: Callable[[dict[str, Any]], None]
+    publish: Callable[[dict[str, Any]], object]
     payload_id: Callable[[dict[str, Any]], str | None]
 
 
@@ -255,6 +256,11 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _children_cpu(pid: int) -> float:
+    """CPU seconds of the supervisor's children: the trigger runner (and the log server, idle)."""
+    return sum(_cpu_seconds(child) for child in _children(pid))
+
+
 def _trigger_starts(log_text: str) -> dict[int, float]:
     """Trigger id -> when the triggerer logged its start (epoch seconds)."""
     starts: dict[int, float] = {}
@@ -316,7 +322,6 @@ def run_cell(name: str, state: str, watchers: int, args: argparse.Namespace) -> 
         deadline = time.monotonic() + args.timeout
         first_start: float | None = None
         cpu_at_start = (0.0, 0.0)
-        runner_pid: int | None = None
         firsts: dict[str, float] = {}
         try:
             while time.monotonic() < deadline:
@@ -325,8 +330,7 @@ def run_cell(name: str, state: str, watchers: int, args: argparse.Namespace) -> 
                 starts = _trigger_starts(log_text)
                 if starts and first_start is None:
                     first_start = time.time()
-                    runner_pid = next(iter(_children(triggerer.pid)), None)
-                    cpu_at_start = (_cpu_seconds(triggerer.pid), _cpu_seconds(runner_pid or 0))
+                    cpu_at_start = (_cpu_seconds(triggerer.pid), _children_cpu(triggerer.pid))
                 events = airflow.asset_events()
                 for event in events:
                     firsts.setdefault(event.asset_name, event.timestamp.timestamp())
@@ -349,7 +353,7 @@ def run_cell(name: str, state: str, watchers: int, args: argparse.Namespace) -> 
                 while time.time() < max(first_start + args.window, steady_from + args.steady):
                     time.sleep(0.5)
                 cell.supervisor_cpu = round(_cpu_seconds(triggerer.pid) - cpu_at_start[0], 2)
-                cell.runner_cpu = round(_cpu_seconds(runner_pid or 0) - cpu_at_start[1], 2)
+                cell.runner_cpu = round(_children_cpu(triggerer.pid) - cpu_at_start[1], 2)
                 time.sleep(2 * args.period + 2)
                 for event in airflow.asset_events():
                     canary = rig.payload_id(event.payload)
