@@ -1439,6 +1439,15 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_every_task_of_the_order_pipelines_retries",),
         module="tests/unit/test_example_dags_settings.py",
     ),
+    Mutant(
+        name="broker SDK imported on the triggerer's event loop at a stream's start",
+        broker="sqs",
+        path="airflow_shared_stream/common/leased_queue.py",
+        original="        await import_off_loop(self.sdk_modules)\n",
+        mutated="        pass  # mutant: connect() imports the SDK on the loop\n",
+        caught_by=("test_a_cold_stream_imports_its_sdk_off_the_event_loop",),
+        module="tests/integration/sqs/test_sqs_cold_start.py",
+    ),
 )
 
 
