@@ -5,7 +5,7 @@ Issue 50. Per cell: a fresh Airflow deployment (SQLite; dag-processor and trigge
 scheduler or api-server, which the measurement does not need and which would load the machine),
 serving one Dag whose ``--watchers`` assets watch ONE stream through the trigger under test. A
 message (a canary with its own id) is published every ``--period`` seconds from the moment the
-Dag is parsed. Recorded:
+first trigger starts. Recorded:
 
 * ``start -> consuming``: from the triggerer logging "trigger ... starting" for the watcher to the
   first asset event of that watcher (the slowest watcher is reported). An asset event is written
@@ -306,8 +306,13 @@ def run_cell(name: str, state: str, watchers: int, args: argparse.Namespace) -> 
         triggerer = airflow.start_component("triggerer")
         published: dict[str, float] = {}
         stop = threading.Event()
+        started = threading.Event()
 
         def publish() -> None:
+            # From the first trigger's start: earlier messages would wait on a queue (SQS) as a
+            # backlog that the steady state then measures.
+            while not started.wait(0.05) and not stop.is_set():
+                pass
             while not stop.is_set():
                 canary = uuid.uuid4().hex[:12]
                 published[canary] = time.time()
@@ -330,6 +335,7 @@ def run_cell(name: str, state: str, watchers: int, args: argparse.Namespace) -> 
                 starts = _trigger_starts(log_text)
                 if starts and first_start is None:
                     first_start = time.time()
+                    started.set()
                     cpu_at_start = (_cpu_seconds(triggerer.pid), _children_cpu(triggerer.pid))
                 events = airflow.asset_events()
                 for event in events:
