@@ -306,12 +306,12 @@ def run_cell(name: str, state: str, watchers: int, args: argparse.Namespace) -> 
         triggerer = airflow.start_component("triggerer")
         published: dict[str, float] = {}
         stop = threading.Event()
-        started = threading.Event()
+        triggers_started = threading.Event()
 
         def publish() -> None:
             # From the first trigger's start: earlier messages would wait on a queue (SQS) as a
             # backlog that the steady state then measures.
-            while not started.wait(0.05) and not stop.is_set():
+            while not triggers_started.wait(0.05) and not stop.is_set():
                 pass
             while not stop.is_set():
                 canary = uuid.uuid4().hex[:12]
@@ -335,7 +335,7 @@ def run_cell(name: str, state: str, watchers: int, args: argparse.Namespace) -> 
                 starts = _trigger_starts(log_text)
                 if starts and first_start is None:
                     first_start = time.time()
-                    started.set()
+                    triggers_started.set()
                     cpu_at_start = (_cpu_seconds(triggerer.pid), _children_cpu(triggerer.pid))
                 events = airflow.asset_events()
                 for event in events:
