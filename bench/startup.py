@@ -391,8 +391,6 @@ def _p(values: list[float], q: float) -> str:
 
 def render(cells: list[Cell], header: str) -> str:
     lines = [
-        "# Stream start-up in a real triggerer (bench/startup.py)",
-        "",
         header,
         "",
         "| trigger | machine | watchers | load before/after | start -> consuming, slowest (s) "
