@@ -211,34 +211,77 @@ class PlacementMonitor(threading.Thread):
                 log.warning("Checking where shared-stream watchers run failed: %s", type(exc).__name__)
 
     def _wait_for_triggerer_job(self, timeout: float = 300.0) -> int | None:
-        """
-        The listener fires before the job has a type or an id: wait for both. Read from the
-        instance's ``__dict__``: an ORM attribute read from this thread must never lazy-load
-        through the session the job's own thread is using.
-        """
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self.stopped.is_set():
-            state = vars(self.job)
-            job_type = state.get("job_type")
-            if job_type is not None and job_type != "TriggererJob":
-                return None
-            job_id = state.get("id")
-            if job_type == "TriggererJob" and job_id is not None:
-                return int(job_id)
-            self.stopped.wait(0.5)
-        return None
+        return _triggerer_job_id(self.job, self.stopped, timeout)
+
+
+def _triggerer_job_id(job: Any, stopped: threading.Event, timeout: float = 300.0) -> int | None:
+    """
+    The listener fires before the job has a type or an id: wait for both; ``None`` if the job is
+    not a triggerer's. Read from the instance's ``__dict__``: an ORM attribute read from this
+    thread must never lazy-load through the session the job's own thread is using.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not stopped.is_set():
+        state = vars(job)
+        job_type = state.get("job_type")
+        if job_type is not None and job_type != "TriggererJob":
+            return None
+        job_id = state.get("id")
+        if job_type == "TriggererJob" and job_id is not None:
+            return int(job_id)
+        stopped.wait(0.5)
+    return None
+
+
+class ExecutionApiWarmup(threading.Thread):
+    """
+    Build Airflow's in-process Execution API once in a thread of the triggerer's supervisor.
+
+    The supervisor serves a trigger's asset state store writes (this provider's stream figures),
+    and other requests, through an in-process Execution API that it builds on first use, on its
+    main thread: its imports and FastAPI routes took 10-20 s of CPU on a loaded machine, during
+    which the supervisor answered no request of the trigger runner, sent no heartbeat and then
+    logged the runner "deadlocked" (issue 50). Built once here first, in the background, what
+    Airflow caches per process (modules, models) makes the supervisor's own build about ten
+    times cheaper.
+    """
+
+    def __init__(self, job: Any) -> None:
+        super().__init__(name="shared-stream-execution-api-warmup", daemon=True)
+        self.job = job
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        if _triggerer_job_id(self.job, self.stopped) is None:
+            return
+        started = time.monotonic()
+        try:
+            from airflow.api_fastapi.execution_api.app import InProcessExecutionAPI
+
+            built = InProcessExecutionAPI().app
+        except Exception as exc:  # never let the warm-up hurt the triggerer
+            log.debug("Warming the in-process Execution API failed: %s", type(exc).__name__)
+            return
+        log.debug(
+            "Warmed the in-process Execution API (%d routes) in %.1f s",
+            len(built.routes),
+            time.monotonic() - started,
+        )
 
 
 class PlacementListener:
-    """Starts a :class:`PlacementMonitor` for every triggerer job of this process."""
+    """Starts a :class:`PlacementMonitor` (and an :class:`ExecutionApiWarmup`) per triggerer job."""
 
     def __init__(self) -> None:
         self.monitors: list[PlacementMonitor] = []
 
     @hookimpl
     def on_starting(self, component: Any) -> None:
+        if not hasattr(component, "job_type"):
+            return
+        ExecutionApiWarmup(component).start()
         interval = check_interval()
-        if interval <= 0 or not hasattr(component, "job_type"):
+        if interval <= 0:
             return
         monitor = PlacementMonitor(component, interval)
         monitor.start()

@@ -37,6 +37,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,12 @@ def records_from_events(
     return records
 
 
+RETRIES: dict[str, Any] = {"retries": 2, "retry_delay": timedelta(seconds=10)}
+"""Every task retries, as a production Dag's would: on a loaded machine a task can fail before it
+starts (an Execution API read timeout). Each is idempotent: the inbox file is written whole under
+the run's name, and the Spark job overwrites its own partitions."""
+
+
 def build_pipeline(source: str, body_key: str, position: Any) -> None:
     """
     Add the pipeline's tasks to the Dag being defined (call inside ``with DAG(...)``).
@@ -164,7 +171,7 @@ def build_pipeline(source: str, body_key: str, position: Any) -> None:
 
     out = data_dir() / source
 
-    @task
+    @task(**RETRIES)
     def collect_events() -> str:
         context = get_current_context()
         records = records_from_events(source, body_key, position, context["triggering_asset_events"])
@@ -201,6 +208,7 @@ def build_pipeline(source: str, body_key: str, position: Any) -> None:
     classic = SparkSubmitOperator(
         task_id="spark_submit",
         conn_id=setting("SHARED_STREAM_SPARK_CONN_ID", "spark_default"),
+        **RETRIES,
         application_args=["--input", inbox_file, "--output", str(out / "spark_submit")],
         **{
             **spark_args,
@@ -219,6 +227,7 @@ def build_pipeline(source: str, body_key: str, position: Any) -> None:
         application_args=["--input", inbox_file, "--output", str(out / "spark_submit_deferrable")],
         deferrable=True,
         **spark_args,
+        **RETRIES,
     )
     # [END howto_operator_deferrable_spark_submit]
     # One after the other: on a small machine the two jobs would only compete for cores.

@@ -45,7 +45,10 @@ fi
 # uv builds it from its sdist on the first run (~30 s) and reuses the cached wheel afterwards.
 # The build needs a C compiler and the Python headers; OpenSSL and Cyrus SASL are optional (the
 # test server speaks plain AMQP with SASL ANONYMOUS), cmake is not needed.
-if ! .venv/bin/python -m uv pip install --quiet --python .venv/bin/python \
+# --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set
+# nothing ever writes them; every Airflow process then compiled each module it imported from source,
+# the triggerer's event loop included (seconds at each stream's start on a loaded machine: issue 50).
+if ! .venv/bin/python -m uv pip install --quiet --python .venv/bin/python --compile-bytecode \
   --excludes scripts/uv-excludes.txt -e ".[all]" --group test --group spark-cluster --group docs; then
   if ! command -v "${CC:-cc}" >/dev/null 2>&1; then
     echo "bootstrap: no C compiler found; python-qpid-proton (test group) builds from source." >&2

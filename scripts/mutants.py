@@ -750,7 +750,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="lock renewals planned from an assumed lock, not the broker's",
         broker="servicebus",
         path="airflow_shared_stream/servicebus/locks.py",
-        original="    keeper.renew_every = max(MIN_RENEW_INTERVAL_SECONDS, max(left) / 3)\n",
+        original="    keeper.renew_every = max(MIN_RENEW_INTERVAL_SECONDS, renew_interval(max(left)))\n",
         mutated="    return  # mutant: the keeper keeps its assumed 60 s lock\n",
         caught_by=(
             f"{SERVICEBUS_LOCKS}::test_message_locks_are_renewed_from_the_brokers_lock_not_the_default",
@@ -2216,6 +2216,36 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="        if name not in ours\n",
         caught_by=("test_a_copy_never_carries_the_dead_letter_policy_s_stamp",),
         module="tests/unit/pubsub/test_pubsub_dead_letter_copy.py",
+    ),
+    # fix/liveness: issue 50 (a stream that starts in a second and never stalls its triggerer)
+    Mutant(
+        name="lease renewed at a third of it whatever headroom a stalled loop needs",
+        broker="sqs",
+        path="airflow_shared_stream/common/leases.py",
+        original=(
+            "        lease_seconds / 3, "
+            "max(MIN_RENEW_INTERVAL_SECONDS, lease_seconds - LOOP_STALL_HEADROOM_SECONDS)\n"
+        ),
+        mutated="        lease_seconds / 3, lease_seconds  # mutant: a third, whatever headroom it leaves\n",
+        caught_by=("test_a_two_second_stall_of_the_loop_never_lets_a_lease_lapse",),
+    ),
+    Mutant(
+        name="example pipeline tasks that never retry",
+        broker="scripts",
+        path="example_dags/order_pipeline.py",
+        original='RETRIES: dict[str, Any] = {"retries": 2, "retry_delay": timedelta(seconds=10)}\n',
+        mutated="RETRIES: dict[str, Any] = {}  # mutant: a task that fails before it starts fails its run\n",
+        caught_by=("test_every_task_of_the_order_pipelines_retries",),
+        module="tests/unit/test_example_dags_settings.py",
+    ),
+    Mutant(
+        name="broker SDK imported on the triggerer's event loop at a stream's start",
+        broker="sqs",
+        path="airflow_shared_stream/common/leased_queue.py",
+        original="        await import_off_loop(self.sdk_modules)\n",
+        mutated="        pass  # mutant: connect() imports the SDK on the loop\n",
+        caught_by=("test_a_cold_stream_imports_its_sdk_off_the_event_loop",),
+        module="tests/integration/sqs/test_sqs_cold_start.py",
     ),
 )
 

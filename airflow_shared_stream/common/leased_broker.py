@@ -19,6 +19,9 @@ class LeasedQueueBroker(Generic[Handle], abc.ABC):
 
     broker: ClassVar[str] = "leased_queue"
     """Short name, used in metric names."""
+    sdk_modules: ClassVar[tuple[str, ...]] = ()
+    """The broker SDK's modules :meth:`connect` uses: imported in a worker thread before it runs,
+    so their first import does not hold the triggerer's event loop (:mod:`.off_loop`)."""
     receive_limit: ClassVar[int | None] = None
     """Most messages one ``receive`` call may ask for (SQS: 10)."""
     settle_batch_limit: ClassVar[int | None] = None

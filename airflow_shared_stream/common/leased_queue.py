@@ -50,6 +50,7 @@ from airflow_shared_stream.common.leased_advance import LeasedQueueAdvance
 from airflow_shared_stream.common.leased_broker import LeasedQueueBroker
 from airflow_shared_stream.common.leases import LeaseKeeper
 from airflow_shared_stream.common.matching import RawMessage
+from airflow_shared_stream.common.off_loop import import_off_loop
 from airflow_shared_stream.common.read_ahead import ReadAhead
 from airflow_shared_stream.common.unseen import configured_hold_seconds, hold_bound
 
@@ -94,6 +95,7 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
     # -- the stream ----------------------------------------------------------------------------
 
     async def open_stream(self) -> AsyncIterator[tuple[RawMessage, InFlight[Handle]]]:
+        await import_off_loop(self.sdk_modules)
         lease_seconds = await self.connect()
         self._leases = LeaseKeeper(
             self._extend,

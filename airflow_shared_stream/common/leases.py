@@ -24,6 +24,26 @@ log = logging.getLogger(__name__)
 RENEWALS_IN_FLIGHT = 4
 """Most lease-extension calls of one renewal pass on the wire at once (a broker may lower it)."""
 
+LOOP_STALL_HEADROOM_SECONDS = 3.0
+"""Lease a renewal leaves when it is due: a stall of the event loop (a loaded triggerer stalls it
+for seconds) plus a round trip to the broker. A renewal due later than this before the lease ends
+lets a stall of the loop lapse the lease, and the broker hands the message out again."""
+
+MIN_RENEW_INTERVAL_SECONDS = 0.25
+"""Shortest time between renewal passes a lease too short for the headroom gets (never more than a
+third of the lease, though)."""
+
+
+def renew_interval(lease_seconds: float) -> float:
+    """
+    Seconds between renewals of a lease of ``lease_seconds``: a third of it (a lease survives one
+    failed renewal), or sooner where a third would leave less than LOOP_STALL_HEADROOM_SECONDS of it.
+    """
+    return min(
+        lease_seconds / 3, max(MIN_RENEW_INTERVAL_SECONDS, lease_seconds - LOOP_STALL_HEADROOM_SECONDS)
+    )
+
+
 LeaseHandle = TypeVar("LeaseHandle", bound=Hashable)
 
 ExtendLeases = Callable[[list[LeaseHandle], float], Awaitable[Collection[LeaseHandle] | None]]
@@ -54,8 +74,8 @@ class LeaseKeeper(Generic[LeaseHandle]):
     :param lease_seconds: the lease each extension grants.
     :param max_hold_seconds: stop extending a message held this long (normally the triggerer's
         ``shared_stream_ack_timeout``): Airflow fails it then, and the broker must redeliver it.
-    :param renew_every: seconds between renewal passes; a third of the lease by default, so a
-        lease survives one failed renewal.
+    :param renew_every: seconds between renewal passes; by default :func:`renew_interval`: a
+        third of the lease, or sooner when that would leave too little headroom for a stalled loop.
     :param batch_size: most leases per extension call (the broker's batch limit).
     :param calls_in_flight: most extension calls of one pass on the wire at once.
     :param on_extended: called with the number of leases each successful call extended.
@@ -81,7 +101,7 @@ class LeaseKeeper(Generic[LeaseHandle]):
         self._extend = extend
         self.lease_seconds = lease_seconds
         self.max_hold_seconds = max_hold_seconds
-        self.renew_every = renew_every if renew_every is not None else lease_seconds / 3
+        self.renew_every = renew_every if renew_every is not None else renew_interval(lease_seconds)
         self.batch_size = batch_size
         if calls_in_flight < 1:
             raise ValueError(f"calls_in_flight must be at least 1, got {calls_in_flight}")

@@ -110,6 +110,13 @@ class PubSubSharedStreamProducer(LeasedQueueProducer[PubSubMessageHandle]):
     """
 
     broker = "pubsub"
+    sdk_modules = (
+        "google.pubsub_v1",
+        "google.pubsub_v1.services.subscriber.transports",
+        "google.api_core.retry_async",
+        "google.oauth2.service_account",
+        "grpc.aio",
+    )
     client_class: ClassVar[type[PubSubClient]] = PubSubClient
     """The client the stream talks through (tests swap in one that records what the broker accepted)."""
     receive_limit = PULL_LIMIT

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from airflow_shared_stream.common.leased_queue import Delivery
-from airflow_shared_stream.common.leases import LeaseKeeper
+from airflow_shared_stream.common.leases import LeaseKeeper, renew_interval
 from airflow_shared_stream.servicebus.errors import is_lock_lost
 from airflow_shared_stream.servicebus.parts import StreamOwner
 
@@ -62,14 +62,15 @@ def renew_in_time(keeper: LeaseKeeper[Any] | None, seconds_left: Iterable[float 
     Plan the keeper's renewals for locks whose expiry was just read (received, or renewed).
 
     The longest of them is a lock just taken or renewed: the entity's lock duration, and the
-    keeper renews every third of it. The shortest (a message that waited in a prefetch buffer, a
-    renewal that came late) is renewed within a third of what it has left.
+    keeper renews at :func:`~airflow_shared_stream.common.leases.renew_interval` of it (a third,
+    or sooner to leave headroom for a stalled loop). The shortest (a message that waited in a
+    prefetch buffer, a renewal that came late) is renewed within that share of what it has left.
     """
     left = [seconds for seconds in seconds_left if seconds is not None]
     if not left or keeper is None:
         return
-    keeper.renew_every = max(MIN_RENEW_INTERVAL_SECONDS, max(left) / 3)
-    keeper.renew_within(min(keeper.renew_every, min(left) / 3))
+    keeper.renew_every = max(MIN_RENEW_INTERVAL_SECONDS, renew_interval(max(left)))
+    keeper.renew_within(min(keeper.renew_every, renew_interval(min(left))))
 
 
 def delivery_lock_left(delivery: Delivery[Any]) -> float | None:

@@ -106,6 +106,12 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
     """
 
     broker = "servicebus"
+    sdk_modules = (
+        "azure.servicebus",
+        "azure.servicebus.aio",
+        "azure.servicebus.amqp",
+        "azure.servicebus.exceptions",
+    )
     settle_batch_limit = SETTLE_BATCH_LIMIT
     dead_letter_batch_limit = SETTLE_BATCH_LIMIT
     ack_sends_in_flight = ACK_SENDS_IN_FLIGHT

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from airflow_shared_stream.common.off_loop import run_off_loop
 from airflow_shared_stream.sqs.errors import SqsAccessError, SqsConfigurationError, SqsEndpointError
 
 if TYPE_CHECKING:
@@ -212,6 +213,24 @@ def _session(config: SqsClientConfig) -> AioSession:
     return session
 
 
+def load_sqs_data(session: AioSession) -> None:
+    """
+    Read the botocore data files an SQS client is built from, into the session's loader cache.
+
+    ``create_client`` reads them on first use (the endpoint table alone is over a megabyte of
+    JSON): called in a worker thread first, the client is then built from the cache.
+    """
+    loader = session.get_component("data_loader")
+    for name in ("endpoints", "partitions", "sdk-default-configuration", "_retry"):
+        with contextlib.suppress(Exception):  # a botocore without the file builds without it
+            loader.load_data(name)
+    with contextlib.suppress(Exception):
+        for model in ("service-2", "endpoint-rule-set-1", "paginators-1"):
+            loader.load_service_model("sqs", model)
+    with contextlib.suppress(Exception):
+        session._get_internal_component("endpoint_resolver")
+
+
 async def _source_credentials(config: SqsClientConfig, session: AioSession) -> Any:
     """The credentials that call STS: the connection's keys, else its profile or the default chain."""
     from aiobotocore.credentials import AioCredentials
@@ -338,6 +357,7 @@ async def open_sqs_client(
     else:
         session = _session(config)
         kwargs = config.client_kwargs()
+    await run_off_loop(lambda: load_sqs_data(session))
     async with session.create_client("sqs", config=botocore_config, **kwargs) as client:
         yield client
 

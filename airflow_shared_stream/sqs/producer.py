@@ -72,6 +72,7 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
     """
 
     broker = "sqs"
+    sdk_modules = ("aiobotocore.session", "aiobotocore.config", "aiobotocore.credentials")
     receive_limit = SQS_BATCH_LIMIT
     settle_batch_limit = SQS_BATCH_LIMIT
     dead_letter_batch_limit = SQS_BATCH_LIMIT

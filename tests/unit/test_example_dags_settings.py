@@ -99,3 +99,16 @@ def test_the_example_dags_parse_with_their_defaults(
     assert {"kafka_orders_pipeline", "sqs_orders_pipeline", "servicebus_orders_pipeline"} <= bag.dags.keys()
     for _, kwargs in _watchers(bag, "kafka_orders_pipeline").values():
         assert '"orders"' in kwargs
+
+
+def test_every_task_of_the_order_pipelines_retries(parse_example_dags) -> None:
+    """
+    Issue 50: on a loaded machine a task failed before it started (an Execution API read
+    timeout) and, with no retries, failed its run. The example Dags retry as a production Dag would.
+    """
+    bag = parse_example_dags()
+    pipelines = [dag for dag_id, dag in bag.dags.items() if dag_id.endswith("_pipeline")]
+    assert pipelines
+    for dag in pipelines:
+        for task in dag.tasks:
+            assert task.retries >= 1, f"{dag.dag_id}.{task.task_id} does not retry"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 from typing import Any
 
 import pytest
@@ -12,6 +14,11 @@ from tests.integration.contract.broker import ids
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
+
+LOOP_STALL_SECONDS = 2.0
+"""The stall of the triggerer's event loop a lease must survive (issue 50: a loaded machine)."""
+ROUND_TRIP_ALLOWANCE_SECONDS = 0.25
+"""Lease a renewal must leave for its own round trip to the broker."""
 
 
 class LeasedQueueContract:
@@ -80,3 +87,50 @@ class LeasedQueueContract:
             )
             await asyncio.sleep(lease * 1.5)
         assert sorted(ids(broker, watcher)) == sorted(sent), "a message was redelivered while still held"
+
+    async def test_a_two_second_stall_of_the_loop_never_lets_a_lease_lapse(
+        self, contract_broker, monkeypatch
+    ):
+        """
+        A loaded triggerer stalls its event loop for seconds (an import, a busy neighbour): the
+        lease keeper must renew early enough that a 2 s stall right before a renewal leaves the
+        lease alive (issue 50). The stall blocks the loop itself (``time.sleep`` in a coroutine),
+        at several points just before the next renewal a keeper renewing at a third of the lease
+        would make; a lapsed lease shows as the message handed out again while still held.
+        """
+        broker = contract_broker
+        lease = max(broker.lease_seconds_min, 3)
+        stream = broker.create_stream(lease_seconds=lease)
+        trigger = broker.trigger(stream)
+        producer_class = trigger.producer_class
+        sent: list[float] = []
+        extend = producer_class.extend_leases
+
+        async def recorded(self: Any, deliveries: Any, seconds: float) -> Any:
+            sent.append(time.monotonic())
+            return await extend(self, deliveries, seconds)
+
+        monkeypatch.setattr(producer_class, "extend_leases", recorded)
+        broker.publish(stream, [{"n": 1}])
+        async with SharedStreamHarness(confirm_after=None) as harness:
+            watcher = harness.add(trigger)
+            await watcher.wait_for_events(1)
+            for fraction in (0.9, 0.99, 0.995, *[0.999] * 8):
+                renewals = len(sent)
+                await eventually(
+                    lambda: len(sent), lambda n, r=renewals: n > r, timeout=lease * 4, what="a renewal"
+                )
+                await asyncio.sleep(max(0.0, sent[-1] + fraction * lease / 3 - time.monotonic()))
+                time.sleep(LOOP_STALL_SECONDS)  # noqa: ASYNC251 - the loop itself stalls: nothing else runs
+            for _ in range(int(lease * 1.5 / 0.25)):  # sampled: a lapsed lease shows up as a redelivery
+                await asyncio.sleep(0.25)
+                assert len(watcher.events) == 1, "the lease lapsed during a 2 s stall of the loop"
+            # A lapse the broker happened not to hand out is still a lapse: across every stall the
+            # lease went un-renewed for less than its term minus a round trip's allowance.
+            longest = max(later - earlier for earlier, later in itertools.pairwise(sent))
+            assert longest < lease - ROUND_TRIP_ALLOWANCE_SECONDS, (
+                f"a renewal came {longest:.2f} s after the one before, on a {lease} s lease: the lease "
+                "lapses during a 2 s stall of the loop"
+            )
+            harness.confirm()
+            await eventually(lambda: broker.remaining(stream), lambda r: r == 0, timeout=60, what="acked")
