@@ -71,12 +71,9 @@ SETTLE_BATCH_LIMIT = 100
 """Most messages per ACK, abandon, dead-letter or lock-renewal batch (the ACK batcher's batch)."""
 
 RECEIVER_SOCKET_TIMEOUT_SECONDS = 0.02
-"""Socket timeout of the receivers (the SDK's ``socket_timeout``; its default is 0.2 s).
-
-While a receive waits on an idle link, the SDK reads in rounds of this length, holding the socket
-lock every settlement and management request needs to write its frame: it is the longest a
-settlement waits behind a pending receive. Shorter rounds cost CPU (frames read in parts), never
-data; an idle stream pays one wake-up per round (docs/benchmarks.rst has the measurements)."""
+"""Socket timeout of the receivers (the SDK's ``socket_timeout``): the longest a settlement waits
+behind a pending receive, which holds the socket lock for that long per read round (shorter rounds
+cost CPU, never data; docs/benchmarks.rst)."""
 
 ACK_SENDS_IN_FLIGHT = 1
 """ACK batches sent in the background at once on a stream: one. A second batch of outcome
@@ -106,12 +103,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
     """
 
     broker = "servicebus"
-    sdk_modules = (
-        "azure.servicebus",
-        "azure.servicebus.aio",
-        "azure.servicebus.amqp",
-        "azure.servicebus.exceptions",
-    )
+    sdk_modules = tuple(f"azure.servicebus{part}" for part in ("", ".aio", ".amqp", ".exceptions"))
     settle_batch_limit = SETTLE_BATCH_LIMIT
     dead_letter_batch_limit = SETTLE_BATCH_LIMIT
     ack_sends_in_flight = ACK_SENDS_IN_FLIGHT
