@@ -1769,17 +1769,7 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_every_json_answer_says_no_store",),
         module=CONSOLE_TEAMS_E2E,
     ),
-    # fix/spark-stranded: the refresh and uncommitted events (issue 46 item 10), orphaned drivers (item 9)
-    Mutant(
-        name="stranded-event refresh moves the row past an uncommitted event",
-        broker="scheduling",
-        path="airflow_shared_stream/scheduling.py",
-        original="    if not _no_other_event_in_flight(session):\n        return 0\n",
-        mutated="",
-        caught_by=(
-            f"{TWO_SCHEDULERS}::test_an_outlet_event_committed_after_a_refreshed_run_is_in_a_later_run",
-        ),
-    ),
+    # fix/spark-stranded: orphaned drivers (issue 46 item 9)
     Mutant(
         name="orphaned Spark driver never killed",
         broker="spark",
@@ -2009,6 +1999,41 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         caught_by=("test_a_slow_worker_ui_never_holds_up_the_watches",),
         module="tests/integration/spark/test_orphan_attacks.py",
+    ),
+    # fix/spark-breaks: no queue row moved past an event stamped but not written (issue 46 item 10)
+    Mutant(
+        name="stranded-event queue row moved forward by each watcher event",
+        broker="scheduling",
+        path="airflow_shared_stream/scheduling.py",
+        original="    listeners = [StrandedAssetEventsListener(), PlacementListener()]\n",
+        mutated=(
+            "    class _Refresh:\n"
+            "        @hookimpl\n"
+            "        def on_asset_event_emitted(self, asset_event: Any) -> None:\n"
+            "            from airflow import settings\n"
+            "            from airflow._shared.timezones import timezone\n"
+            "            from airflow.models.asset import AssetDagRunQueue, AssetModel\n"
+            "            from sqlalchemy import select, update\n"
+            "\n"
+            "            if not (asset_event.extra or {}).get('from_trigger') or not is_enabled():\n"
+            "                return\n"
+            "            asset = select(AssetModel.id).where(AssetModel.name == asset_event.asset.name)\n"
+            "            settings.Session().execute(\n"
+            "                update(AssetDagRunQueue)\n"
+            "                .where(AssetDagRunQueue.asset_id.in_(asset))\n"
+            "                .values(created_at=timezone.utcnow())\n"
+            "                .execution_options(synchronize_session=False)\n"
+            "            )\n"
+            "\n"
+            "    listeners = [_Refresh(), StrandedAssetEventsListener(), PlacementListener()]\n"
+        ),
+        caught_by=(
+            f"{TWO_SCHEDULERS}::"
+            "test_an_outlet_event_stamped_before_the_refresh_and_written_after_its_check_is_in_a_later_run",
+            f"{TWO_SCHEDULERS}::test_an_outlet_event_committed_after_a_refreshed_run_is_in_a_later_run",
+            "tests/integration/scheduling/test_stranded_asset_events.py::"
+            "test_with_the_setting_a_watcher_event_leaves_the_queue_time_to_core",
+        ),
     ),
 )
 
