@@ -1786,7 +1786,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="orphan check kills drivers whose task has not ended",
         broker="spark",
         path="airflow_shared_stream/spark/orphans.py",
-        original="                if state in ENDED_STATES:\n",
+        original="                if state in ENDED_STATES or (state == GONE and self._ours(ref)):\n",
         mutated="                if state is not None:\n",
         caught_by=("test_a_poller_kills_another_driver_only_once_its_task_has_ended",),
         module=SPARK_RECORDING,
@@ -2034,6 +2034,43 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/integration/scheduling/test_stranded_asset_events.py::"
             "test_with_the_setting_a_watcher_event_leaves_the_queue_time_to_core",
         ),
+    ),
+    # fix/spark-breaks: drivers of a deleted task instance, this deployment's only (issue 46 item 9)
+    Mutant(
+        name="orphan check keeps the driver of a deleted task instance",
+        broker="spark",
+        path="airflow_shared_stream/spark/orphans.py",
+        original="                if state in ENDED_STATES or (state == GONE and self._ours(ref)):\n",
+        mutated="                if state in ENDED_STATES:\n",
+        caught_by=("test_a_driver_whose_run_was_deleted_while_its_triggerer_was_dead_is_killed",),
+        module="tests/integration/spark/test_orphan_attacks.py",
+    ),
+    Mutant(
+        name="orphan check reads a deleted task instance as cleared",
+        broker="spark",
+        path="airflow_shared_stream/spark/task_states.py",
+        original="    if key not in states:\n        return GONE\n",
+        mutated="",
+        caught_by=("test_a_driver_whose_run_was_deleted_while_its_triggerer_was_dead_is_killed",),
+        module="tests/integration/spark/test_orphan_attacks.py",
+    ),
+    Mutant(
+        name="orphan check kills another deployment's driver whose task is gone here",
+        broker="spark",
+        path="airflow_shared_stream/spark/orphans.py",
+        original="        return ref.deployment is not None and ref.deployment == deployment_identity()\n",
+        mutated="        return True\n",
+        caught_by=("test_a_driver_whose_run_was_deleted_while_its_triggerer_was_dead_is_killed",),
+        module="tests/integration/spark/test_orphan_attacks.py",
+    ),
+    Mutant(
+        name="orphan check: the operator's drivers carry no deployment identity",
+        broker="spark",
+        path="airflow_shared_stream/spark/operators.py",
+        original="                ti, deployment_identity()\n",
+        mutated="                ti\n",
+        caught_by=("test_the_operator_names_this_deployment_in_its_drivers_launch_command",),
+        module="tests/integration/spark/test_orphan_attacks.py",
     ),
 )
 
