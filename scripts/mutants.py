@@ -2055,12 +2055,21 @@ MUTANTS: tuple[Mutant, ...] = (
         module="tests/integration/spark/test_orphan_attacks.py",
     ),
     Mutant(
-        name="orphan check kills another deployment's driver whose task is gone here",
+        name="orphan check kills a driver of unknown deployment whose task is gone",
         broker="spark",
         path="airflow_shared_stream/spark/orphans.py",
         original="        return ref.deployment is not None and ref.deployment == deployment_identity()\n",
         mutated="        return True\n",
         caught_by=("test_a_driver_whose_run_was_deleted_while_its_triggerer_was_dead_is_killed",),
+        module="tests/integration/spark/test_orphan_attacks.py",
+    ),
+    Mutant(
+        name="orphan check kills another deployment's driver whose task ended here",
+        broker="spark",
+        path="airflow_shared_stream/spark/orphans.py",
+        original="                if ref is None or self._another_deployments(ref):\n",
+        mutated="                if ref is None:\n",
+        caught_by=("test_a_driver_of_another_deployment_is_never_killed",),
         module="tests/integration/spark/test_orphan_attacks.py",
     ),
     Mutant(

@@ -13,7 +13,8 @@ wait on: it reads each one's task instance from its launch command once
 (:mod:`.task_states`), asks for that task instance's state, and kills a driver whose task has
 ended (:data:`~.task_states.ENDED_STATES`), or whose task instance no longer exists (its Dag run
 was deleted) when the driver was started by this deployment (:func:`~.task_states.deployment_identity`
-in its property): another Airflow sharing the master may run a task of the same ids. A task
+in its property): another Airflow sharing the master may run a task of the same ids, and its
+drivers are never touched. A task
 that is deferred (its trigger runs on another triggerer, or moves), running, queued, up for
 retry or cleared keeps its driver, as does a driver of unknown deployment whose task is gone.
 """
@@ -88,7 +89,7 @@ class OrphanReaper:
                     assert owner is None or isinstance(owner, TaskInstanceRef)
                     self._owners[driver.driver_id] = owner
                 ref = self._owners[driver.driver_id]
-                if ref is None:
+                if ref is None or self._another_deployments(ref):
                     return
                 state = await task_instance_state(ref)
                 if state in ENDED_STATES or (state == GONE and self._ours(ref)):
@@ -96,6 +97,11 @@ class OrphanReaper:
 
         await asyncio.gather(*(one(d) for d in foreign))
         self.checks += 1
+
+    @staticmethod
+    def _another_deployments(ref: TaskInstanceRef) -> bool:
+        """Started by another Airflow sharing the master: its task instance is not ours to ask about."""
+        return ref.deployment is not None and ref.deployment != deployment_identity()
 
     @staticmethod
     def _ours(ref: TaskInstanceRef) -> bool:

@@ -229,6 +229,43 @@ async def test_the_orphan_check_never_sends_the_token_to_a_web_ui(
             assert request.authorization is None, f"the JWS token was sent to {request.path}"
 
 
+async def test_a_driver_of_another_deployment_is_never_killed(
+    master: FakeSparkMaster, monkeypatch: pytest.MonkeyPatch
+):
+    """
+    Two Airflow deployments share the master, with a task of the same Dag, run and task ids: the
+    task ended here, the other deployment's driver must run on (its own task may be running).
+    """
+    from airflow.sdk.execution_time import task_runner
+
+    comms = _Comms("failed")
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", comms, raising=False)
+    master.drivers["driver-watched"] = FakeDriver(state="RUNNING")
+    master.drivers["driver-ours"] = _started_for_task()
+    master.drivers["driver-of-another-deployment"] = _started_for_task(deployment="0123456789abcdef")
+    waiting = asyncio.ensure_future(
+        _first_event(
+            SparkApplicationTrigger(submission_id="driver-watched", conn_id="spark_orph", poll_interval=0.2)
+        )
+    )
+    try:
+        from airflow_shared_stream.spark import poller
+
+        await eventually(lambda: list(poller._POLLERS.values()), bool, timeout=30, what="the poller")
+        (master_poller,) = poller._POLLERS.values()
+        await eventually(
+            lambda: master_poller.orphans.checks, lambda n: n >= 1, timeout=30, what="the orphan check"
+        )
+        assert master.drivers["driver-ours"].state == "KILLED"
+        assert master.drivers["driver-of-another-deployment"].state == "RUNNING", (
+            "a driver another Airflow sharing the master started was killed"
+        )
+        assert len(comms.asked) == 1, "asked about another deployment's task instance"
+    finally:
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+
+
 def test_the_operator_names_this_deployment_in_its_drivers_launch_command(master: FakeSparkMaster) -> None:
     """
     Issue 46 item 9: what the orphan check reads back from a driver the operator started is its
