@@ -84,9 +84,9 @@ def deployment_identity() -> str | None:
 
     Two deployments may share a Spark master and name drivers of equal Dag, run and task ids: a
     task instance that does not exist here may be running in the other. ``[api] secret_key``
-    is shared by every component of one deployment (they sign each other's JWTs with it); an
-    HMAC of a fixed label under it tells deployments apart without revealing it. ``None`` when
-    the key is not set.
+    is shared by the workers and triggerers of one deployment (the api-server signs its
+    requests for their logs with it); an HMAC of a fixed label under it tells deployments apart
+    without revealing it. ``None`` when the key is not set.
     """
     from airflow.configuration import conf
 
