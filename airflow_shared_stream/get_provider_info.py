@@ -146,7 +146,7 @@ def get_provider_info() -> dict[str, Any]:
                 "description": "Settings of the airflow-shared-stream provider.",
                 "options": {
                     "requeue_stranded_asset_events": {
-                        "description": "Stop Airflow 3.3 from leaving the last asset events of a burst in no Dag run until the\nnext event (apache/airflow#56050). When True, two listeners of this provider keep an\nasset's run-queue row at its newest watcher event (triggerer) and re-queue asset\nevents newer than a Dag's last asset-triggered run (scheduler). Set it for the\ntriggerer and the scheduler. Does nothing on an Airflow whose run queue references\nits asset events (apache/airflow#70972). See docs/pipelines.rst.\n",
+                        "description": "Stop Airflow 3.3 from leaving the last asset events of a burst in no Dag run until the\nnext event (apache/airflow#56050). When True, a listener of this provider re-queues\nasset events newer than a Dag's last asset-triggered run that no run consumed, when a\nrun of the Dag starts or ends. Set it for the scheduler. Does nothing on an Airflow\nwhose run queue references its asset events (apache/airflow#70972). See docs/pipelines.rst.\n",
                         "version_added": "0.1.0",
                         "type": "boolean",
                         "example": "True",

@@ -12,31 +12,28 @@ created are in no run and leave no row behind: they wait for the *next* event of
 which at the end of a burst may come the next morning (apache/airflow#56050; fixed on main by
 #70972, where each ADRQ row references its asset event; not in any 3.x release).
 
-Why listeners, not an asset manager: ``[core] asset_manager_class`` does not reach the events
+Why a listener, not an asset manager: ``[core] asset_manager_class`` does not reach the events
 this provider creates. ``Trigger.submit_event`` calls the base
 ``AssetManager.register_asset_change`` directly, so a subclass would only see task outlets and
 REST API events. Listeners are Airflow's documented extension point (an ``airflow.plugins``
-entry point of this distribution), and two of them close the gap:
+entry point of this distribution).
 
-1. **Refresh, in the event's own transaction** (``on_asset_event_emitted``, triggerer): core
-   calls it inline in ``register_asset_change`` after flushing the event and before queueing the
-   Dags, in the thread-scoped session ``Trigger.submit_event`` opened. The listener moves the
-   ``created_at`` of the asset's existing ADRQ rows to now, so the queue row's time stays at the
-   newest event (what core does for the first event of an asset, done for every one): the next
-   run consumes every event of the burst that arrived while the Dag was busy. On PostgreSQL the
-   ``UPDATE`` waits for a scheduler that holds the row (``FOR UPDATE``) to commit the run and
-   delete it; core's insert that follows then queues the event afresh. It leaves the row alone
-   while another transaction holds an asset event written but not committed (a task outlet's):
-   moving the row past that event's timestamp would put it below every later run's window.
-2. **Sweep, in the scheduler's transaction** (``on_dag_run_running`` / ``_success`` /
-   ``_failed`` of an asset-triggered run): a backstop for events the refresh cannot see (task
-   outlets, the REST API, another writer's transaction that committed late): it re-creates the
-   ADRQ row core would have created had a stranded event been the first of its asset. It first
-   takes the lock core's run creation takes for the Dag (the ``dag`` row, ``FOR NO KEY UPDATE
-   SKIP LOCKED`` in ``DagModel.dags_needing_dagruns``) and keeps it until the scheduler commits:
-   with several schedulers, no run of the Dag is created between the sweep's reads and the
-   commit of its rows, so what it reads as unconsumed is not being consumed by another scheduler
-   at the same time, and every run created after it sees its rows.
+The **sweep**, in the scheduler's transaction (``on_dag_run_running`` / ``_success`` /
+``_failed`` of an asset-triggered run), re-creates the ADRQ row core would have created had a
+stranded event been the first of its asset. It first takes the lock core's run creation takes
+for the Dag (the ``dag`` row, ``FOR NO KEY UPDATE SKIP LOCKED`` in
+``DagModel.dags_needing_dagruns``) and keeps it until the scheduler commits: with several
+schedulers, no run of the Dag is created between the sweep's reads and the commit of its rows,
+so what it reads as unconsumed is not being consumed by another scheduler at the same time, and
+every run created after it sees its rows.
+
+Why no queue row is ever moved forward: an asset event's timestamp is taken in its writer's
+process at flush, before its ``INSERT`` reaches the database. A row moved to "now" by another
+event's transaction can pass an event that is stamped but not yet written (nothing in the
+database shows it, not even a lock); the run created from that row then has a ``run_after``
+above the event, which, once committed, is below every later run's window and the sweep's
+floor: in no run ever, where core would have consumed it with its next run. The sweep only
+inserts rows where core has none, for events already committed.
 
 From there the scheduler does everything as usual: it evaluates the Dag's asset condition,
 honours ``max_active_runs``, locks the rows (``FOR UPDATE SKIP LOCKED`` on PostgreSQL), picks the
@@ -44,8 +41,8 @@ event window and consumes the events.
 
 Guarantees:
 
-* it only ever inserts ADRQ rows or moves their ``created_at`` forward, never creates runs nor
-  links events: no duplicate run and no event consumed twice can come from it (the next run's
+* it only ever inserts ADRQ rows where the Dag has none for the asset, never moves one, creates
+  runs nor links events: no duplicate run and no event consumed twice can come from it (the next run's
   window starts at the newest ``run_after`` of the Dag's asset-triggered runs, above every
   consumed event; with several schedulers, because of the lock below);
 * several schedulers: the sweep and the creation of a run of the same Dag exclude each other
@@ -260,70 +257,6 @@ def _insert_ignoring_conflicts(session: Session, values: list[dict[str, Any]]) -
     session.execute(stmt, values)
 
 
-def refresh_queued_asset(asset_name: str, asset_uri: str, *, session: Session) -> int:
-    """
-    Move the ``created_at`` of ``asset``'s ADRQ rows forward to now; return how many moved.
-
-    Called in the transaction that has just flushed a new event of the asset (``created_at``
-    is therefore later than the event's timestamp, as for a row core inserts). Never moves a
-    row backwards: another writer's clock may be ahead.
-    """
-    from airflow._shared.timezones import timezone
-    from airflow.models.asset import AssetDagRunQueue, AssetModel
-    from sqlalchemy import select, update
-
-    now = timezone.utcnow()  # before the check: an event stamped later is above the row's time
-    if not _no_other_event_in_flight(session):
-        return 0
-    result: Any = session.execute(
-        update(AssetDagRunQueue)
-        .where(
-            AssetDagRunQueue.asset_id.in_(
-                select(AssetModel.id).where(AssetModel.name == asset_name, AssetModel.uri == asset_uri)
-            ),
-            AssetDagRunQueue.created_at < now,
-        )
-        .values(created_at=now)
-        .execution_options(synchronize_session=False)
-    )
-    return int(result.rowcount or 0)
-
-
-def _no_other_event_in_flight(session: Session) -> bool:
-    """
-    Whether no other transaction can hold an asset event that is written but not committed.
-
-    Such an event was stamped before it became visible: a queue row moved past its timestamp
-    would give the run created from the row a ``run_after`` above it, and the event would fall
-    below every later run's window (and the sweep's floor) once it commits. Core leaves the row
-    where it was, so its next run consumes that event: in doubt the refresh does not move it.
-
-    PostgreSQL: a transaction that inserted into ``asset_event`` holds ``RowExclusiveLock`` on
-    the table until it ends (``pg_locks``, readable by every role). SQLite has one writer at a
-    time: the caller's own write excludes every other. MySQL is not looked at: no refresh.
-    """
-    from airflow.models.asset import AssetEvent
-    from airflow.utils.sqlalchemy import get_dialect_name
-    from sqlalchemy import text
-
-    dialect = get_dialect_name(session)
-    if dialect == "sqlite":
-        return True
-    if dialect != "postgresql":
-        return False
-    table = AssetEvent.__table__
-    name = f"{table.schema}.{table.name}" if table.schema else table.name
-    in_flight = session.scalar(
-        text(
-            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'relation'"
-            " AND relation = CAST(:table AS regclass) AND mode = 'RowExclusiveLock'"
-            " AND pid IS DISTINCT FROM pg_backend_pid())"
-        ),
-        {"table": name},
-    )
-    return not in_flight
-
-
 @contextlib.contextmanager
 def _savepoint(session: Session) -> Iterator[None]:
     """
@@ -338,35 +271,6 @@ def _savepoint(session: Session) -> Iterator[None]:
     session.flush()
     with session.connection().begin_nested():
         yield
-
-
-class QueuedAssetRefreshListener:
-    """
-    Triggerer listener: keep the ADRQ row's time at the newest event of a watcher's asset.
-
-    Acts only on events a trigger created (``extra["from_trigger"]``): ``Trigger.submit_event``
-    registers them inline, so ``settings.Session()`` (thread-scoped) is the session that holds
-    the event, and the ``UPDATE`` commits or rolls back with it. If that session has no open
-    transaction, the listener does nothing rather than write outside the event's transaction.
-    """
-
-    @hookimpl
-    def on_asset_event_emitted(self, asset_event: Any) -> None:
-        extra = asset_event.extra if isinstance(asset_event.extra, dict) else {}
-        if not extra.get("from_trigger") or not is_enabled():
-            return
-        from airflow import settings
-
-        if settings.Session is None:  # no ORM configured in this process: nothing to refresh
-            return
-        session = settings.Session()
-        if not session.in_transaction():
-            return
-        try:
-            with _savepoint(session):
-                refresh_queued_asset(asset_event.asset.name, asset_event.asset.uri, session=session)
-        except Exception:
-            log.exception("Could not refresh the run queue of asset %s", asset_event.asset.name)
 
 
 class StrandedAssetEventsListener:
@@ -418,9 +322,9 @@ class StrandedAssetEventsListener:
 
 class SharedStreamSchedulingPlugin(AirflowPlugin):
     """
-    Registers this provider's listeners (entry point ``airflow.plugins``): the two above, off
+    Registers this provider's listeners (entry point ``airflow.plugins``): the sweep above, off
     unless enabled, and the triggerer placement check (:mod:`airflow_shared_stream.placement`).
     """
 
     name = "shared_stream_scheduling"
-    listeners = [QueuedAssetRefreshListener(), StrandedAssetEventsListener(), PlacementListener()]
+    listeners = [StrandedAssetEventsListener(), PlacementListener()]

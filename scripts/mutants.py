@@ -1777,17 +1777,7 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_every_json_answer_says_no_store",),
         module=CONSOLE_TEAMS_E2E,
     ),
-    # fix/spark-stranded: the refresh and uncommitted events (issue 46 item 10), orphaned drivers (item 9)
-    Mutant(
-        name="stranded-event refresh moves the row past an uncommitted event",
-        broker="scheduling",
-        path="airflow_shared_stream/scheduling.py",
-        original="    if not _no_other_event_in_flight(session):\n        return 0\n",
-        mutated="",
-        caught_by=(
-            f"{TWO_SCHEDULERS}::test_an_outlet_event_committed_after_a_refreshed_run_is_in_a_later_run",
-        ),
-    ),
+    # fix/spark-stranded: orphaned drivers (issue 46 item 9)
     Mutant(
         name="orphaned Spark driver never killed",
         broker="spark",
@@ -1804,7 +1794,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="orphan check kills drivers whose task has not ended",
         broker="spark",
         path="airflow_shared_stream/spark/orphans.py",
-        original="                if state in ENDED_STATES:\n",
+        original="                if state in ENDED_STATES or (state == GONE and self._ours(ref)):\n",
         mutated="                if state is not None:\n",
         caught_by=("test_a_poller_kills_another_driver_only_once_its_task_has_ended",),
         module=SPARK_RECORDING,
@@ -2246,6 +2236,87 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="        pass  # mutant: connect() imports the SDK on the loop\n",
         caught_by=("test_a_cold_stream_imports_its_sdk_off_the_event_loop",),
         module="tests/integration/sqs/test_sqs_cold_start.py",
+    ),
+    # fix/spark-breaks: no queue row moved past an event stamped but not written (issue 46 item 10)
+    Mutant(
+        name="stranded-event queue row moved forward by each watcher event",
+        broker="scheduling",
+        path="airflow_shared_stream/scheduling.py",
+        original="    listeners = [StrandedAssetEventsListener(), PlacementListener()]\n",
+        mutated=(
+            "    class _Refresh:\n"
+            "        @hookimpl\n"
+            "        def on_asset_event_emitted(self, asset_event: Any) -> None:\n"
+            "            from airflow import settings\n"
+            "            from airflow._shared.timezones import timezone\n"
+            "            from airflow.models.asset import AssetDagRunQueue, AssetModel\n"
+            "            from sqlalchemy import select, update\n"
+            "\n"
+            "            if not (asset_event.extra or {}).get('from_trigger') or not is_enabled():\n"
+            "                return\n"
+            "            asset = select(AssetModel.id).where(AssetModel.name == asset_event.asset.name)\n"
+            "            settings.Session().execute(\n"
+            "                update(AssetDagRunQueue)\n"
+            "                .where(AssetDagRunQueue.asset_id.in_(asset))\n"
+            "                .values(created_at=timezone.utcnow())\n"
+            "                .execution_options(synchronize_session=False)\n"
+            "            )\n"
+            "\n"
+            "    listeners = [_Refresh(), StrandedAssetEventsListener(), PlacementListener()]\n"
+        ),
+        caught_by=(
+            f"{TWO_SCHEDULERS}::"
+            "test_an_outlet_event_stamped_before_the_refresh_and_written_after_its_check_is_in_a_later_run",
+            f"{TWO_SCHEDULERS}::test_an_outlet_event_committed_after_a_refreshed_run_is_in_a_later_run",
+            "tests/integration/scheduling/test_stranded_asset_events.py::"
+            "test_with_the_setting_a_watcher_event_leaves_the_queue_time_to_core",
+        ),
+    ),
+    # fix/spark-breaks: drivers of a deleted task instance, this deployment's only (issue 46 item 9)
+    Mutant(
+        name="orphan check keeps the driver of a deleted task instance",
+        broker="spark",
+        path="airflow_shared_stream/spark/orphans.py",
+        original="                if state in ENDED_STATES or (state == GONE and self._ours(ref)):\n",
+        mutated="                if state in ENDED_STATES:\n",
+        caught_by=("test_a_driver_whose_run_was_deleted_while_its_triggerer_was_dead_is_killed",),
+        module="tests/integration/spark/test_orphan_attacks.py",
+    ),
+    Mutant(
+        name="orphan check reads a deleted task instance as cleared",
+        broker="spark",
+        path="airflow_shared_stream/spark/task_states.py",
+        original="    if key not in states:\n        return GONE\n",
+        mutated="",
+        caught_by=("test_a_driver_whose_run_was_deleted_while_its_triggerer_was_dead_is_killed",),
+        module="tests/integration/spark/test_orphan_attacks.py",
+    ),
+    Mutant(
+        name="orphan check kills a driver of unknown deployment whose task is gone",
+        broker="spark",
+        path="airflow_shared_stream/spark/orphans.py",
+        original="        return ref.deployment is not None and ref.deployment == deployment_identity()\n",
+        mutated="        return True\n",
+        caught_by=("test_a_driver_whose_run_was_deleted_while_its_triggerer_was_dead_is_killed",),
+        module="tests/integration/spark/test_orphan_attacks.py",
+    ),
+    Mutant(
+        name="orphan check kills another deployment's driver whose task ended here",
+        broker="spark",
+        path="airflow_shared_stream/spark/orphans.py",
+        original="                if ref is None or self._another_deployments(ref):\n",
+        mutated="                if ref is None:\n",
+        caught_by=("test_a_driver_of_another_deployment_is_never_killed",),
+        module="tests/integration/spark/test_orphan_attacks.py",
+    ),
+    Mutant(
+        name="orphan check: the operator's drivers carry no deployment identity",
+        broker="spark",
+        path="airflow_shared_stream/spark/operators.py",
+        original="                ti, deployment_identity()\n",
+        mutated="                ti\n",
+        caught_by=("test_the_operator_names_this_deployment_in_its_drivers_launch_command",),
+        module="tests/integration/spark/test_orphan_attacks.py",
     ),
 )
 

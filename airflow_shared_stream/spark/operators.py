@@ -52,7 +52,11 @@ from airflow_shared_stream.spark.errors import (  # noqa: E402
 from airflow_shared_stream.spark.hook import SparkRestHook  # noqa: E402
 from airflow_shared_stream.spark.master_ui import SUBMISSION_TAG_PROPERTY, find_driver_by_tag  # noqa: E402
 from airflow_shared_stream.spark.rest import build_create_request, check_python_files_local  # noqa: E402
-from airflow_shared_stream.spark.task_states import TASK_INSTANCE_PROPERTY, TaskInstanceRef  # noqa: E402
+from airflow_shared_stream.spark.task_states import (  # noqa: E402
+    TASK_INSTANCE_PROPERTY,
+    TaskInstanceRef,
+    deployment_identity,
+)
 from airflow_shared_stream.spark.triggers import (  # noqa: E402
     DEFAULT_MAX_TRANSIENT_ERRORS,
     SparkApplicationTrigger,
@@ -328,7 +332,9 @@ class DeferrableSparkSubmitOperator(SparkSubmitOperator):
         body["sparkProperties"][SUBMISSION_TAG_PROPERTY] = tag
         ti = context.get("ti")
         if ti is not None:  # lets a triggerer that did not run its trigger kill an orphan
-            body["sparkProperties"][TASK_INSTANCE_PROPERTY] = TaskInstanceRef.of(ti).encode()
+            body["sparkProperties"][TASK_INSTANCE_PROPERTY] = TaskInstanceRef.of(
+                ti, deployment_identity()
+            ).encode()
         store = self._store(context)
         if store is not None:
             store.set(self._pending_key, {"tag": tag, "since": time.time()})

@@ -11,8 +11,12 @@ So every master poller (:mod:`.poller`) also looks, at most every
 :data:`ORPHAN_CHECK_SECONDS`, at the master's active drivers that none of its own watches
 wait on: it reads each one's task instance from its launch command once
 (:mod:`.task_states`), asks for that task instance's state, and kills a driver whose task has
-ended (:data:`~.task_states.ENDED_STATES`). A task that is deferred (its trigger runs on another
-triggerer, or moves), running, queued, up for retry or cleared keeps its driver.
+ended (:data:`~.task_states.ENDED_STATES`), or whose task instance no longer exists (its Dag run
+was deleted) when the driver was started by this deployment (:func:`~.task_states.deployment_identity`
+in its property): another Airflow sharing the master may run a task of the same ids, and its
+drivers are never touched. A task
+that is deferred (its trigger runs on another triggerer, or moves), running, queued, up for
+retry or cleared keeps its driver, as does a driver of unknown deployment whose task is gone.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from airflow_shared_stream.spark.master_ui import ListedDriver, MasterState
 from airflow_shared_stream.spark.rest import ACTIVE_STATES
 from airflow_shared_stream.spark.task_states import (
     ENDED_STATES,
+    GONE,
     TaskInstanceRef,
+    deployment_identity,
     task_instance_in_launch_command,
     task_instance_state,
 )
@@ -83,14 +89,24 @@ class OrphanReaper:
                     assert owner is None or isinstance(owner, TaskInstanceRef)
                     self._owners[driver.driver_id] = owner
                 ref = self._owners[driver.driver_id]
-                if ref is None:
+                if ref is None or self._another_deployments(ref):
                     return
                 state = await task_instance_state(ref)
-                if state in ENDED_STATES:
+                if state in ENDED_STATES or (state == GONE and self._ours(ref)):
                     await self._kill(rest, driver.driver_id, ref, state)
 
         await asyncio.gather(*(one(d) for d in foreign))
         self.checks += 1
+
+    @staticmethod
+    def _another_deployments(ref: TaskInstanceRef) -> bool:
+        """Started by another Airflow sharing the master: its task instance is not ours to ask about."""
+        return ref.deployment is not None and ref.deployment != deployment_identity()
+
+    @staticmethod
+    def _ours(ref: TaskInstanceRef) -> bool:
+        """Whether this deployment started the driver (a task gone here may run in another)."""
+        return ref.deployment is not None and ref.deployment == deployment_identity()
 
     async def _kill(
         self, rest: AsyncSparkRestClient, driver_id: str, ref: TaskInstanceRef, state: str

@@ -271,7 +271,7 @@ def test_a_stranded_event_stamped_ahead_of_the_schedulers_clock_is_in_the_next_r
 
 
 def _trigger_event(dag: TwoAssetDag, which: str) -> int:
-    """A watcher's event: ``from_trigger``, in the thread-scoped session (where the refresh runs)."""
+    """A watcher's event: ``from_trigger``, in the thread-scoped session (where core registers it)."""
     from airflow import settings
     from airflow.assets.manager import AssetManager
     from airflow.serialization.definitions.assets import SerializedAssetUniqueKey
@@ -324,11 +324,6 @@ def test_an_outlet_event_committed_after_a_refreshed_run_is_in_a_later_run(
     _assert_every_event_consumed_once_and_no_empty_run(dag)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the refresh's pg_locks check cannot see an event stamped before its check but written "
-    "after it: the row is moved past the event, which then falls below every later run's window",
-)
 def test_an_outlet_event_stamped_before_the_refresh_and_written_after_its_check_is_in_a_later_run(
     dag: TwoAssetDag, scheduler: Any
 ) -> None:

@@ -51,10 +51,20 @@ class _Comms:
         return TaskStatesResult(task_states=states)
 
 
-def _started_for_task(state: str = "RUNNING") -> FakeDriver:
-    from airflow_shared_stream.spark.task_states import TASK_INSTANCE_PROPERTY, TaskInstanceRef
+_THIS_DEPLOYMENT = object()
 
-    ref = TaskInstanceRef(dag_id="d", run_id="run-1", task_id="spark")
+
+def _started_for_task(state: str = "RUNNING", deployment: object = _THIS_DEPLOYMENT) -> FakeDriver:
+    """A driver started by the operator; by default by this deployment (its identity in the property)."""
+    from airflow_shared_stream.spark.task_states import (
+        TASK_INSTANCE_PROPERTY,
+        TaskInstanceRef,
+        deployment_identity,
+    )
+
+    owner = deployment_identity() if deployment is _THIS_DEPLOYMENT else deployment
+    assert owner is None or isinstance(owner, str)
+    ref = TaskInstanceRef(dag_id="d", run_id="run-1", task_id="spark", deployment=owner)
     body = json.dumps({"sparkProperties": {TASK_INSTANCE_PROPERTY: ref.encode()}}).encode()
     return FakeDriver(state=state, stderr=launch_command(body))
 
@@ -127,11 +137,6 @@ class _RunGone(_Comms):
         return TaskStatesResult(task_states={})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a driver whose Dag run was deleted while its triggerer was dead runs forever: the orphan "
-    "check reads 'gone' as 'cleared' (both None) and keeps it",
-)
 async def test_a_driver_whose_run_was_deleted_while_its_triggerer_was_dead_is_killed(
     master: FakeSparkMaster, monkeypatch: pytest.MonkeyPatch
 ):
@@ -145,6 +150,8 @@ async def test_a_driver_whose_run_was_deleted_while_its_triggerer_was_dead_is_ki
     instance" into ``None``, the cleared task's state, and the check keeps the driver for a next
     try that will never come; it runs until someone kills it by hand. The execution API tells
     the two apart (a cleared task instance is in the answer with no state; a deleted one is not).
+    A driver of another deployment sharing the master (same Dag, run and task ids), or of
+    unknown deployment (started before drivers carried one), is kept: its task may exist there.
     """
     from airflow.sdk.execution_time import task_runner
 
@@ -152,6 +159,8 @@ async def test_a_driver_whose_run_was_deleted_while_its_triggerer_was_dead_is_ki
     monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", comms, raising=False)
     master.drivers["driver-watched"] = _started_for_task()
     master.drivers["driver-of-deleted-run"] = _started_for_task()
+    master.drivers["driver-of-another-deployment"] = _started_for_task(deployment="0123456789abcdef")
+    master.drivers["driver-of-unknown-deployment"] = _started_for_task(deployment=None)
     waiting = asyncio.ensure_future(
         _first_event(
             SparkApplicationTrigger(submission_id="driver-watched", conn_id="spark_orph", poll_interval=0.2)
@@ -170,6 +179,10 @@ async def test_a_driver_whose_run_was_deleted_while_its_triggerer_was_dead_is_ki
             "the driver of a deleted Dag run's task runs on"
         )
         assert master.drivers["driver-watched"].state == "RUNNING"
+        assert master.drivers["driver-of-another-deployment"].state == "RUNNING", (
+            "a driver another Airflow sharing the master started was killed"
+        )
+        assert master.drivers["driver-of-unknown-deployment"].state == "RUNNING"
     finally:
         waiting.cancel()
         await asyncio.gather(waiting, return_exceptions=True)
@@ -214,3 +227,72 @@ async def test_the_orphan_check_never_sends_the_token_to_a_web_ui(
             assert request.authorization == f"Bearer {TOKEN}", request
         else:
             assert request.authorization is None, f"the JWS token was sent to {request.path}"
+
+
+async def test_a_driver_of_another_deployment_is_never_killed(
+    master: FakeSparkMaster, monkeypatch: pytest.MonkeyPatch
+):
+    """
+    Two Airflow deployments share the master, with a task of the same Dag, run and task ids: the
+    task ended here, the other deployment's driver must run on (its own task may be running).
+    """
+    from airflow.sdk.execution_time import task_runner
+
+    comms = _Comms("failed")
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", comms, raising=False)
+    master.drivers["driver-watched"] = FakeDriver(state="RUNNING")
+    master.drivers["driver-ours"] = _started_for_task()
+    master.drivers["driver-of-another-deployment"] = _started_for_task(deployment="0123456789abcdef")
+    waiting = asyncio.ensure_future(
+        _first_event(
+            SparkApplicationTrigger(submission_id="driver-watched", conn_id="spark_orph", poll_interval=0.2)
+        )
+    )
+    try:
+        from airflow_shared_stream.spark import poller
+
+        await eventually(lambda: list(poller._POLLERS.values()), bool, timeout=30, what="the poller")
+        (master_poller,) = poller._POLLERS.values()
+        await eventually(
+            lambda: master_poller.orphans.checks, lambda n: n >= 1, timeout=30, what="the orphan check"
+        )
+        assert master.drivers["driver-ours"].state == "KILLED"
+        assert master.drivers["driver-of-another-deployment"].state == "RUNNING", (
+            "a driver another Airflow sharing the master started was killed"
+        )
+        assert len(comms.asked) == 1, "asked about another deployment's task instance"
+    finally:
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+
+
+def test_the_operator_names_this_deployment_in_its_drivers_launch_command(master: FakeSparkMaster) -> None:
+    """
+    Issue 46 item 9: what the orphan check reads back from a driver the operator started is its
+    task instance and this deployment's identity (a digest of ``[api] secret_key``, never the key).
+    """
+    from types import SimpleNamespace
+
+    from airflow.configuration import conf
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from airflow_shared_stream.spark.operators import DeferrableSparkSubmitOperator
+    from airflow_shared_stream.spark.task_states import (
+        TaskInstanceRef,
+        deployment_identity,
+        task_instance_in_launch_command,
+    )
+    from tests.support.spark import MemoryTaskStateStore
+
+    ti = SimpleNamespace(dag_id="d", run_id="run-1", task_id="spark", map_index=-1)
+    op = DeferrableSparkSubmitOperator(
+        task_id="spark", conn_id="spark_orph", application="/jobs/app.py", deferrable=True
+    )
+    with pytest.raises(TaskDeferred):
+        op.execute({"task_state_store": MemoryTaskStateStore(), "ti": ti})
+    (driver,) = master.drivers.values()
+    assert deployment_identity()
+    assert task_instance_in_launch_command(driver.stderr) == TaskInstanceRef(
+        dag_id="d", run_id="run-1", task_id="spark", deployment=deployment_identity()
+    )
+    assert conf.get("api", "secret_key") not in driver.stderr
