@@ -152,3 +152,22 @@ async def test_the_harness_gives_producers_the_ack_timeout_it_gives_the_manager(
     async with SharedStreamHarness(ack_timeout=2.5):
         assert ack_timeout_seconds() == 2.5
     assert ack_timeout_seconds() == before
+
+
+@__import__("pytest").mark.xfail(strict=True, reason="unseen_hold_seconds = nan is accepted: held for ever")
+def test_a_hold_bound_of_nan_is_refused_not_held_forever(monkeypatch):
+    """
+    FAULT_MODEL class 4. ``float()`` reads "nan" as a number; held for ``nan`` seconds, a message
+    nobody saw is never given back (``elapsed >= nan`` is never true), so on Service Bus (no
+    broker cap) a stream whose watchers are all stuck keeps its messages from every other
+    triggerer for ever, and on SQS and Pub/Sub the cap warns "nans". Refused, naming the option.
+    """
+    import pytest
+
+    from airflow_shared_stream.common.errors import SharedStreamConfigurationError
+    from airflow_shared_stream.common.unseen import configured_hold_seconds
+
+    for bad in ("nan", "NaN", "-nan"):
+        monkeypatch.setenv("AIRFLOW__SHARED_STREAM__UNSEEN_HOLD_SECONDS", bad)
+        with pytest.raises(SharedStreamConfigurationError, match="unseen_hold_seconds"):
+            configured_hold_seconds()
