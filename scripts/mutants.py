@@ -2217,6 +2217,15 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_a_copy_never_carries_the_dead_letter_policy_s_stamp",),
         module="tests/unit/pubsub/test_pubsub_dead_letter_copy.py",
     ),
+    Mutant(
+        name="unseen_hold_seconds = nan accepted (held for ever)",
+        broker="servicebus",
+        path="airflow_shared_stream/common/unseen.py",
+        original="    if math.isnan(seconds):\n",
+        mutated="    if False:\n",
+        caught_by=("test_a_hold_bound_of_nan_is_refused_not_held_forever",),
+        module="tests/unit/common/test_unseen.py",
+    ),
 )
 
 

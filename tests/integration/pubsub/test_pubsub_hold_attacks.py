@@ -73,7 +73,8 @@ async def test_two_interleaved_keys_given_back_keep_their_order_and_spend_one_at
             continue
         seen_ids.add(p["message_id"])
         first_seen[p["body"]["k"]].append(p["body"]["n"])
-    assert first_seen["a"] == [0, 1, 2] and first_seen["b"] == [0, 1, 2], first_seen
+    assert first_seen["a"] == [0, 1, 2], first_seen
+    assert first_seen["b"] == [0, 1, 2], first_seen
     spent = {}
     for p in back.payloads:
         spent.setdefault(p["message_id"], broker.attempts_spent(p))
