@@ -82,3 +82,42 @@ async def test_two_interleaved_keys_given_back_keep_their_order_and_spend_one_at
     for key, counts in by_key.items():
         assert max(counts) <= counts[0], f"key {key}: a later message spent more than its head: {by_key}"
     assert all(c < DELIVERY_LIMIT for counts in by_key.values() for c in counts), by_key
+
+
+async def test_an_ordering_key_held_when_its_stream_closes_comes_back_in_order_to_the_next_stream(
+    pubsub_service, monkeypatch
+):
+    """
+    FAULT_MODEL classes 4 and 9: a restart while a key is held. The only watcher, stuck, leaves
+    while its key's later messages are held unseen; the closing stream nacks what it holds, and
+    the next stream gets the key in its publish order, each unseen message having spent at most
+    the one attempt of the close.
+    """
+    from tests.integration.contract.broker import ids
+    from tests.integration.contract.delivery_budget import (
+        HOLD_OPTION_ENV,
+        LONG_HOLD,
+        DeliveryBudgetContract,
+    )
+
+    monkeypatch.setenv(HOLD_OPTION_ENV, LONG_HOLD)
+    broker = PubSubContractBroker(pubsub_service)
+    stream = broker.create_stream(max_deliveries=DELIVERY_LIMIT, ordered=True)
+    unstick = asyncio.Event()
+    async with SharedStreamHarness(confirm_after=0.0, ack_timeout=2.0) as harness:
+        try:
+            hold = DeliveryBudgetContract()._hold_unseen_behind_a_stuck_watcher
+            stuck, unseen = await hold(broker, stream, harness, unstick, lane="g")
+            await harness.remove(stuck)
+        finally:
+            unstick.set()
+    async with SharedStreamHarness(confirm_after=0.0) as harness:
+        later = harness.add(broker.trigger(stream))
+        await later.wait_for_events(3, timeout=90)
+        await eventually(lambda: broker.remaining(stream), lambda r: r == 0, timeout=60, what="acked")
+    assert set(unseen) <= set(ids(broker, later))
+    order = [p["body"]["n"] for p in later.payloads]
+    assert order[:3] == [0, 1, 2], f"the key came back out of order: {order}"
+    spent = {broker.message_id(p): broker.attempts_spent(p) for p in later.payloads}
+    assert all(spent[i] <= 1 for i in unseen), f"attempts spent past the close's one: {spent}"
+    assert broker.dead_letters(stream) == []
