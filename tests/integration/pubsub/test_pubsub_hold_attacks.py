@@ -121,3 +121,31 @@ async def test_an_ordering_key_held_when_its_stream_closes_comes_back_in_order_t
     spent = {broker.message_id(p): broker.attempts_spent(p) for p in later.payloads}
     assert all(spent[i] <= 1 for i in unseen), f"attempts spent past the close's one: {spent}"
     assert broker.dead_letters(stream) == []
+
+
+async def test_a_key_held_on_the_shortest_ack_deadline_spends_no_attempt(pubsub_service, monkeypatch):
+    """
+    FAULT_MODEL classes 4 and 5: a subscription with the shortest ack deadline Pub/Sub allows
+    (10 s). The held key's leases (renewed without the ack-timeout limit while nobody saw them)
+    must outlive many deadlines (offered to nobody 18 times, paced up to 5 s: over a minute):
+    when a watcher is back, the unseen messages spent no attempt.
+    """
+    from tests.integration.contract.delivery_budget import HOLD_OPTION_ENV, LONG_HOLD, DeliveryBudgetContract
+
+    monkeypatch.setenv(HOLD_OPTION_ENV, LONG_HOLD)
+    broker = PubSubContractBroker(pubsub_service)
+    stream = broker.create_stream(max_deliveries=DELIVERY_LIMIT, ordered=True, lease_seconds=10)
+    unstick = asyncio.Event()
+    async with SharedStreamHarness(confirm_after=0.0, ack_timeout=2.0) as harness:
+        try:
+            hold = DeliveryBudgetContract()._hold_unseen_behind_a_stuck_watcher
+            _, unseen = await hold(broker, stream, harness, unstick, lane="g")
+            back = harness.add(broker.trigger(stream))
+            await back.wait_for_events(3, timeout=60)
+            await eventually(lambda: broker.remaining(stream), lambda r: r == 0, timeout=60, what="acked")
+        finally:
+            unstick.set()
+    order = [p["body"]["n"] for p in back.payloads]
+    assert order[:3] == [0, 1, 2], order
+    spent = {broker.message_id(p): broker.attempts_spent(p) for p in back.payloads}
+    assert [spent[i] for i in unseen] == [0, 0], f"attempts spent while nobody saw them: {spent}"
