@@ -2317,6 +2317,14 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="                ti\n",
         caught_by=("test_the_operator_names_this_deployment_in_its_drivers_launch_command",),
         module="tests/integration/spark/test_orphan_attacks.py",
+    Mutant(
+        name="unseen_hold_seconds = nan accepted (held for ever)",
+        broker="servicebus",
+        path="airflow_shared_stream/common/unseen.py",
+        original="    if math.isnan(seconds):\n",
+        mutated="    if False:\n",
+        caught_by=("test_a_hold_bound_of_nan_is_refused_not_held_forever",),
+        module="tests/unit/common/test_unseen.py",
     ),
 )
 

@@ -22,6 +22,7 @@ This class is the bookkeeping; :mod:`.leased_queue` does the I/O.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Generic, Protocol, TypeVar
@@ -54,6 +55,11 @@ def configured_hold_seconds() -> float:
         raise SharedStreamConfigurationError(
             f"[{CONFIG_SECTION}] {CONFIG_KEY} must be a number of seconds, got {raw!r}"
         ) from None
+    # float() reads "nan": held for nan seconds, nothing would ever be given back.
+    if math.isnan(seconds):
+        raise SharedStreamConfigurationError(
+            f"[{CONFIG_SECTION}] {CONFIG_KEY} must be a number of seconds, got {raw!r}"
+        )
     if seconds < 0:
         raise SharedStreamConfigurationError(
             f"[{CONFIG_SECTION}] {CONFIG_KEY} must be 0 or more, got {raw!r}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+import pytest
+
 from airflow_shared_stream.common.leases import LeaseKeeper
 from airflow_shared_stream.common.unseen import UnseenMessages
 from tests.unit.common.test_leased_queue import ACKED, NOBODY, RecordedBroker, acks_sent, items, take
@@ -152,3 +154,50 @@ async def test_the_harness_gives_producers_the_ack_timeout_it_gives_the_manager(
     async with SharedStreamHarness(ack_timeout=2.5):
         assert ack_timeout_seconds() == 2.5
     assert ack_timeout_seconds() == before
+
+
+def test_a_hold_bound_of_nan_is_refused_not_held_forever(monkeypatch):
+    """
+    FAULT_MODEL class 4. ``float()`` reads "nan" as a number; held for ``nan`` seconds, a message
+    nobody saw is never given back (``elapsed >= nan`` is never true), so on Service Bus (no
+    broker cap) a stream whose watchers are all stuck keeps its messages from every other
+    triggerer for ever, and on SQS and Pub/Sub the cap warns "nans". Refused, naming the option.
+    """
+    import pytest
+
+    from airflow_shared_stream.common.errors import SharedStreamConfigurationError
+    from airflow_shared_stream.common.unseen import configured_hold_seconds
+
+    for bad in ("nan", "NaN", "-nan"):
+        monkeypatch.setenv("AIRFLOW__SHARED_STREAM__UNSEEN_HOLD_SECONDS", bad)
+        with pytest.raises(SharedStreamConfigurationError, match="unseen_hold_seconds"):
+            configured_hold_seconds()
+
+
+@pytest.mark.xfail(
+    strict=True, reason="unseen_hold_seconds = 0 taken silently: unseen messages dead-lettered in seconds"
+)
+def test_a_hold_bound_of_zero_is_said_loudly(monkeypatch, caplog):
+    """
+    FAULT_MODEL class 4. ``0`` holds a message nobody saw for no time: it goes back on the first
+    no-subscriber round, comes straight back, reaches nobody again, and on SQS and Pub/Sub each
+    round spends an attempt, so a dead-letter limit of 5 goes in seconds: the behaviour issue 47
+    item 4 removed, brought back by a value the option's description does not warn about. It is
+    refused, or at least warned about by name, as the broker cap is.
+    """
+    import logging
+
+    from airflow_shared_stream.common.errors import SharedStreamConfigurationError
+    from airflow_shared_stream.common.unseen import configured_hold_seconds
+
+    monkeypatch.setenv("AIRFLOW__SHARED_STREAM__UNSEEN_HOLD_SECONDS", "0")
+    caplog.set_level(logging.WARNING, logger="airflow_shared_stream")
+    refused = None
+    try:
+        configured_hold_seconds()
+    except SharedStreamConfigurationError as exc:
+        refused = str(exc)
+    if refused is not None:
+        assert "unseen_hold_seconds" in refused
+        return
+    assert any("unseen_hold_seconds" in r.getMessage() for r in caplog.records), "0 taken silently"
