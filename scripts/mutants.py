@@ -2317,6 +2317,8 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="                ti\n",
         caught_by=("test_the_operator_names_this_deployment_in_its_drivers_launch_command",),
         module="tests/integration/spark/test_orphan_attacks.py",
+    ),
+    # fix/attack-pubsub: the hold bound's option refuses what would hold for ever or not at all
     Mutant(
         name="unseen_hold_seconds = nan accepted (held for ever)",
         broker="servicebus",
@@ -2324,6 +2326,15 @@ MUTANTS: tuple[Mutant, ...] = (
         original="    if math.isnan(seconds):\n",
         mutated="    if False:\n",
         caught_by=("test_a_hold_bound_of_nan_is_refused_not_held_forever",),
+        module="tests/unit/common/test_unseen.py",
+    ),
+    Mutant(
+        name="unseen_hold_seconds = 0 accepted (unseen messages given back every round)",
+        broker="servicebus",
+        path="airflow_shared_stream/common/unseen.py",
+        original="    if seconds <= 0:\n",
+        mutated="    if seconds < 0:\n",
+        caught_by=("test_a_hold_bound_of_zero_is_said_loudly",),
         module="tests/unit/common/test_unseen.py",
     ),
 )

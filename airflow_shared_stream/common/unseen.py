@@ -60,9 +60,11 @@ def configured_hold_seconds() -> float:
         raise SharedStreamConfigurationError(
             f"[{CONFIG_SECTION}] {CONFIG_KEY} must be a number of seconds, got {raw!r}"
         )
-    if seconds < 0:
+    # 0 would give a message back on the first no-subscriber round, where it comes straight back
+    # and, on SQS and Pub/Sub, spends a delivery attempt each round: dead-lettered in seconds.
+    if seconds <= 0:
         raise SharedStreamConfigurationError(
-            f"[{CONFIG_SECTION}] {CONFIG_KEY} must be 0 or more, got {raw!r}"
+            f"[{CONFIG_SECTION}] {CONFIG_KEY} must be more than 0 seconds, got {raw!r}"
         )
     return seconds
 

@@ -125,7 +125,6 @@ def test_the_hold_bound_is_the_option_else_the_ack_timeout_the_manager_is_given(
 
 
 def test_a_hold_bound_that_is_not_a_number_of_seconds_is_refused(monkeypatch):
-    import pytest
 
     from airflow_shared_stream.common.errors import SharedStreamConfigurationError
     from airflow_shared_stream.common.unseen import configured_hold_seconds
@@ -163,7 +162,6 @@ def test_a_hold_bound_of_nan_is_refused_not_held_forever(monkeypatch):
     broker cap) a stream whose watchers are all stuck keeps its messages from every other
     triggerer for ever, and on SQS and Pub/Sub the cap warns "nans". Refused, naming the option.
     """
-    import pytest
 
     from airflow_shared_stream.common.errors import SharedStreamConfigurationError
     from airflow_shared_stream.common.unseen import configured_hold_seconds
@@ -174,9 +172,6 @@ def test_a_hold_bound_of_nan_is_refused_not_held_forever(monkeypatch):
             configured_hold_seconds()
 
 
-@pytest.mark.xfail(
-    strict=True, reason="unseen_hold_seconds = 0 taken silently: unseen messages dead-lettered in seconds"
-)
 def test_a_hold_bound_of_zero_is_said_loudly(monkeypatch, caplog):
     """
     FAULT_MODEL class 4. ``0`` holds a message nobody saw for no time: it goes back on the first
