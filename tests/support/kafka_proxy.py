@@ -12,7 +12,6 @@ so answers keep their order on the connection.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import struct
 from typing import Any
 
@@ -30,6 +29,8 @@ from aiokafka.protocol.metadata import (
     MetadataResponse_v5,
 )
 
+from tests.support.loopback_forwarder import LoopbackForwarder
+
 METADATA, OFFSET_FETCH, FIND_COORDINATOR = 3, 9, 10
 COORDINATOR_LOAD_IN_PROGRESS = 14
 METADATA_ANSWERS: dict[int, Any] = {
@@ -46,7 +47,7 @@ METADATA_ANSWERS: dict[int, Any] = {
 COORDINATOR_ANSWERS: dict[int, Any] = {0: FindCoordinatorResponse_v0, 1: FindCoordinatorResponse_v1}
 
 
-class KafkaProtocolProxy:
+class KafkaProtocolProxy(LoopbackForwarder):
     """
     Forward ``127.0.0.1:port`` to the broker at ``127.0.0.1:target_port`` (one broker).
 
@@ -55,47 +56,25 @@ class KafkaProtocolProxy:
     """
 
     def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
+        super().__init__(target_port)
         self.loading: dict[str, int] = {}
         self.loading_answered = 0
-        self.port = 0
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    async def __aenter__(self) -> KafkaProtocolProxy:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(BaseException):
-                await task
-
-    async def _serve(self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        broker_in, broker_out = await asyncio.open_connection("127.0.0.1", self.target_port)
+    async def forward(
+        self,
+        client_in: asyncio.StreamReader,
+        client_out: asyncio.StreamWriter,
+        upstream_in: asyncio.StreamReader,
+        upstream_out: asyncio.StreamWriter,
+    ) -> None:
         asked: dict[int, tuple[int, int, str | None]] = {}
-        try:
-            await asyncio.gather(
-                self._requests(client_in, broker_out, asked), self._answers(broker_in, client_out, asked)
-            )
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            self._tasks.discard(task)
-            for writer in (client_out, broker_out):
-                writer.close()
+        await asyncio.gather(
+            self._requests(client_in, upstream_out, asked), self._answers(upstream_in, client_out, asked)
+        )
 
     async def _requests(
         self,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+
+from tests.support.loopback_forwarder import LoopbackForwarder
 
 
-class RecordingTcpProxy:
+class RecordingTcpProxy(LoopbackForwarder):
     """
     Forward connections to ``127.0.0.1:target_port`` and keep every byte clients sent.
 
@@ -16,39 +17,21 @@ class RecordingTcpProxy:
     """
 
     def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
+        super().__init__(target_port)
         self.sent = bytearray()
-        self.port = 0
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
 
-    async def __aenter__(self) -> RecordingTcpProxy:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(BaseException):
-                await task
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        try:
-            await asyncio.gather(
-                self._pipe(reader, upstream_writer, record=True),
-                self._pipe(upstream_reader, writer, record=False),
-                return_exceptions=True,
-            )
-        finally:
-            self._tasks.discard(task)
+    async def forward(
+        self,
+        client_in: asyncio.StreamReader,
+        client_out: asyncio.StreamWriter,
+        upstream_in: asyncio.StreamReader,
+        upstream_out: asyncio.StreamWriter,
+    ) -> None:
+        await asyncio.gather(
+            self._pipe(client_in, upstream_out, record=True),
+            self._pipe(upstream_in, client_out, record=False),
+            return_exceptions=True,
+        )
 
     async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, *, record: bool) -> None:
         try:
