@@ -30,10 +30,12 @@ import itertools
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.support.pubsub_grpc import abort_not_found, pubsub_handlers
 
 PUBSUB_PULL_LIMIT = 1000
 """The most messages Pub/Sub returns for one ``Pull`` (its ``max_messages`` limit)."""
@@ -75,13 +77,13 @@ class FakePubSub:
     async def get_topic(self, request: Any, context: Any) -> Any:
         topic = self.topics.get(request.topic)
         if topic is None:
-            await self._not_found(context, request.topic)
+            await abort_not_found(context, request.topic)
         return topic
 
     async def publish(self, request: Any, context: Any) -> Any:
         types = self.types
         if request.topic not in self.topics:
-            await self._not_found(context, request.topic)
+            await abort_not_found(context, request.topic)
         seconds = int(time.time())
         ids = []
         for message in request.messages:
@@ -99,7 +101,7 @@ class FakePubSub:
 
     async def create_subscription(self, subscription: Any, context: Any) -> Any:
         if subscription.topic not in self.topics:
-            await self._not_found(context, subscription.topic)
+            await abort_not_found(context, subscription.topic)
         if not subscription.ack_deadline_seconds:
             subscription.ack_deadline_seconds = 10
         state = Subscription(subscription)
@@ -149,15 +151,9 @@ class FakePubSub:
     async def _subscription(self, name: str, context: Any) -> Subscription:
         subscription = self.subscriptions.get(name)
         if subscription is None:
-            await self._not_found(context, name)
+            await abort_not_found(context, name)
         assert subscription is not None
         return subscription
-
-    @staticmethod
-    async def _not_found(context: Any, resource: str) -> None:
-        import grpc
-
-        await context.abort(grpc.StatusCode.NOT_FOUND, f"Resource not found (resource={resource}).")
 
     @staticmethod
     def _empty() -> Any:
@@ -166,37 +162,7 @@ class FakePubSub:
         return empty_pb2.Empty()
 
     def handlers(self) -> list[Any]:
-        import grpc
-        from google.protobuf import empty_pb2
-
-        types = self.types
-
-        def unary(handler: Callable[..., Any], request: Any, response: Any) -> Any:
-            response_class = response if response is empty_pb2.Empty else response.pb()
-            return grpc.unary_unary_rpc_method_handler(
-                handler,
-                request_deserializer=request.pb().FromString,
-                response_serializer=response_class.SerializeToString,
-            )
-
-        publisher = {
-            "CreateTopic": unary(self.create_topic, types.Topic, types.Topic),
-            "GetTopic": unary(self.get_topic, types.GetTopicRequest, types.Topic),
-            "Publish": unary(self.publish, types.PublishRequest, types.PublishResponse),
-        }
-        subscriber = {
-            "CreateSubscription": unary(self.create_subscription, types.Subscription, types.Subscription),
-            "GetSubscription": unary(self.get_subscription, types.GetSubscriptionRequest, types.Subscription),
-            "Pull": unary(self.pull, types.PullRequest, types.PullResponse),
-            "Acknowledge": unary(self.acknowledge, types.AcknowledgeRequest, empty_pb2.Empty),
-            "ModifyAckDeadline": unary(
-                self.modify_ack_deadline, types.ModifyAckDeadlineRequest, empty_pb2.Empty
-            ),
-        }
-        return [
-            grpc.method_handlers_generic_handler("google.pubsub.v1.Publisher", publisher),
-            grpc.method_handlers_generic_handler("google.pubsub.v1.Subscriber", subscriber),
-        ]
+        return pubsub_handlers(self)
 
 
 async def serve(port: int, pull_cap: int) -> None:

@@ -33,10 +33,12 @@ import itertools
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.support.pubsub_grpc import abort_not_found, pubsub_handlers
 
 LONG_POLL_MARGIN = 0.2
 """An empty pull answers this long before the caller's deadline (an empty response, not an error)."""
@@ -251,45 +253,10 @@ class PubSubService:
     @staticmethod
     async def _exists(table: dict[str, Any], name: str, context: Any) -> None:
         if name not in table:
-            import grpc
-
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"Resource not found (resource={name}).")
+            await abort_not_found(context, name)
 
     def handlers(self) -> list[Any]:
-        import grpc
-        from google.protobuf import empty_pb2
-
-        types = self.types
-
-        def unary(handler: Callable[..., Any], request: Any, response: Any) -> Any:
-            response_class = response if response is empty_pb2.Empty else response.pb()
-            return grpc.unary_unary_rpc_method_handler(
-                handler,
-                request_deserializer=request.pb().FromString,
-                response_serializer=response_class.SerializeToString,
-            )
-
-        publisher = {
-            "CreateTopic": unary(self.create_topic, types.Topic, types.Topic),
-            "GetTopic": unary(self.get_topic, types.GetTopicRequest, types.Topic),
-            "DeleteTopic": unary(self.delete_topic, types.DeleteTopicRequest, empty_pb2.Empty),
-            "Publish": unary(self.publish, types.PublishRequest, types.PublishResponse),
-        }
-        subscriber = {
-            "CreateSubscription": unary(self.create_subscription, types.Subscription, types.Subscription),
-            "GetSubscription": unary(self.get_subscription, types.GetSubscriptionRequest, types.Subscription),
-            "Pull": unary(self.pull, types.PullRequest, types.PullResponse),
-            "Acknowledge": unary(self.acknowledge, types.AcknowledgeRequest, empty_pb2.Empty),
-            "ModifyAckDeadline": unary(
-                self.modify_ack_deadline, types.ModifyAckDeadlineRequest, empty_pb2.Empty
-            ),
-        }
-        control = {"ExpireLeases": grpc.unary_unary_rpc_method_handler(self.expire_leases)}
-        return [
-            grpc.method_handlers_generic_handler("google.pubsub.v1.Publisher", publisher),
-            grpc.method_handlers_generic_handler("google.pubsub.v1.Subscriber", subscriber),
-            grpc.method_handlers_generic_handler("standin.Control", control),
-        ]
+        return pubsub_handlers(self, extra={"standin.Control": {"ExpireLeases": self.expire_leases}})
 
 
 def _empty() -> Any:
