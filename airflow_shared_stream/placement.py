@@ -260,10 +260,13 @@ class ExecutionApiWarmup(threading.Thread):
 
             built = InProcessExecutionAPI().app
         except Exception as exc:  # never let the warm-up hurt the triggerer
-            log.debug("Warming the in-process Execution API failed: %s", type(exc).__name__)
+            log.info(
+                "Could not warm the in-process Execution API up (%s); the first figures build it",
+                type(exc).__name__,
+            )
             return
-        log.debug(
-            "Warmed the in-process Execution API (%d routes) in %.1f s",
+        log.info(
+            "Warmed the in-process Execution API up for the streams' figures (%d routes) in %.1f s",
             len(built.routes),
             time.monotonic() - started,
         )

@@ -2337,6 +2337,16 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_a_hold_bound_of_zero_is_said_loudly",),
         module="tests/unit/common/test_unseen.py",
     ),
+    # main (issue 50): the triggerer builds the in-process Execution API before the first figures
+    Mutant(
+        name="the triggerer's Execution API warm-up never starts",
+        broker="scheduling",
+        path="airflow_shared_stream/placement.py",
+        original="        ExecutionApiWarmup(component).start()\n",
+        mutated="        pass\n",
+        caught_by=("test_the_triggerer_builds_the_execution_api_before_the_first_figures",),
+        module="tests/e2e/test_kafka_pipeline.py",
+    ),
 )
 
 

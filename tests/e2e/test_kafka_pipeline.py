@@ -52,6 +52,20 @@ def test_the_kafka_dag_parses_and_its_watchers_run(stack: Stack) -> None:
     airflow.wait_for_watchers(KAFKA_WATCHERS)
 
 
+def test_the_triggerer_builds_the_execution_api_before_the_first_figures(stack: Stack) -> None:
+    """
+    Issue 50: the supervisor builds its in-process Execution API on the first state store write
+    it serves, on its main thread, and stops answering the runner meanwhile; the placement
+    listener builds it first in the background (placement.ExecutionApiWarmup).
+    """
+    triggerer_log = stack.airflow.log_path("triggerer")
+    wait_until(
+        lambda: "Warmed the in-process Execution API up" in triggerer_log.read_text(errors="replace"),
+        120,
+        "the triggerer's Execution API warm-up",
+    )
+
+
 def test_kafka_pipeline_end_to_end(stack: Stack, latency_log: dict[str, Any]) -> None:
     airflow = stack.airflow
     airflow.wait_for_watchers(KAFKA_WATCHERS)
