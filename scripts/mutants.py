@@ -84,29 +84,33 @@ REQUIRED = tuple(field.name for field in fields(Mutant) if field.name not in ("m
 """The fields every entry states; ``module`` and ``short`` have defaults."""
 
 
-def _mutant(entry: dict[str, Any]) -> Mutant:
-    """An entry as a ``Mutant``, refusing one with a field missing, unknown or of the wrong type."""
+def mutant(entry: dict[str, Any]) -> Mutant:
+    """An entry as a ``Mutant``; ``ValueError`` for one with a field missing, unknown or of the wrong type."""
     label = f"mutant {entry.get('name', entry)!r} in {DATA.name}"
     known = {field.name for field in fields(Mutant)}
     missing = [key for key in REQUIRED if key not in entry]
     unknown = sorted(set(entry) - known)
     if missing or unknown:
-        raise SystemExit(f"{label}: fields missing {missing}, unknown {unknown}")
+        raise ValueError(f"{label}: fields missing {missing}, unknown {unknown}")
     tests = entry["tests"]
     if not isinstance(tests, list) or not all(isinstance(test, str) for test in tests):
-        raise SystemExit(f"{label}: tests must be a list of test names or node ids")
+        raise ValueError(f"{label}: tests must be a list of test names or node ids")
     if not isinstance(entry.get("short", False), bool):
-        raise SystemExit(f"{label}: short must be true or false")
+        raise ValueError(f"{label}: short must be true or false")
     texts = [key for key in known - {"tests", "short"} if key in entry and not isinstance(entry[key], str)]
     if texts:
-        raise SystemExit(f"{label}: {sorted(texts)} must be strings")
+        raise ValueError(f"{label}: {sorted(texts)} must be strings")
     return Mutant(**{**entry, "tests": tuple(tests)})
 
 
 def load(path: Path = DATA) -> tuple[Mutant, ...]:
-    """Every mutant of the data file, in its order."""
+    """Every mutant of the data file, in its order; an entry that is not whole stops the run."""
     with path.open("rb") as data:
-        return tuple(_mutant(entry) for entry in tomllib.load(data)["mutant"])
+        entries = tomllib.load(data)["mutant"]
+    try:
+        return tuple(mutant(entry) for entry in entries)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
 
 
 def apply(mutant: Mutant, copy: Path) -> None:
