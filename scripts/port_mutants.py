@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         changed = sorted(key for key in fields if held_entry[key] != entry[key])
         if changed:
             print(f"changed, port by hand: [{entry['broker']}] {entry['name']}: {changed}", file=sys.stderr)
-    print("\n".join(blocks), end="")
+    print("".join(f"\n{block}" for block in blocks), end="")  # a blank line before each, as in the file
     return 0
 
 
