@@ -1,5 +1,5 @@
 """
-Every mutant of scripts/mutants.py still applies to the current code and names real tests.
+Every mutant of scripts/mutants.toml is a whole entry, still applies to the current code and names real tests.
 
 CI runs only the short list of mutants (tests/integration/contract/test_mutants_short.py); the
 long form is a script. A refactor that changes a mutated line leaves its mutant stale, and only
@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import sys
+from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
@@ -30,7 +31,20 @@ def _load_mutants() -> ModuleType:
     return module
 
 
-MUTANTS = _load_mutants().MUTANTS
+RUNNER = _load_mutants()
+with RUNNER.DATA.open("rb") as data:
+    ENTRIES = RUNNER.tomllib.load(data)["mutant"]
+
+
+def _whole(entry):
+    """The entry as the runner's ``Mutant``, or None: the test of its fields names what it lacks."""
+    try:
+        return RUNNER.mutant(entry)
+    except ValueError:
+        return None
+
+
+MUTANTS = [mutant for mutant in map(_whole, ENTRIES) if mutant is not None]
 
 
 def _test_names(path: Path) -> set[str]:
@@ -43,13 +57,54 @@ def _test_names(path: Path) -> set[str]:
     }
 
 
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: f"{e.get('broker')}: {e.get('name')}")
+def test_each_entry_states_every_field_and_no_other(entry):
+    # The runner refuses such an entry too, but only when it runs: this names it without a broker.
+    fields = {"name", "broker", "guarantee", "file", "snippet", "replacement", "tests", "module", "short"}
+    required = fields - {"module", "short"}
+    assert required <= set(entry), f"fields missing: {sorted(required - set(entry))}"
+    assert set(entry) <= fields, f"unknown fields: {sorted(set(entry) - fields)}"
+    texts = ("name", "broker", "guarantee", "file", "snippet", "replacement", "module")
+    assert all(isinstance(entry.get(key, ""), str) for key in texts)
+    assert all(entry[key].strip() for key in ("name", "broker", "guarantee", "file", "snippet"))
+    assert "\n" not in entry["guarantee"], "the guarantee a mutant breaks is one line"
+    assert isinstance(entry.get("short", False), bool)
+    assert isinstance(entry["tests"], list)
+    assert entry["tests"], "it names no test that must catch it"
+    assert all(isinstance(test, str) and test for test in entry["tests"])
+
+
+def test_names_are_unique_within_a_broker():
+    # ``--name`` and the parametrized ids here tell mutants apart by broker and name; one bug may
+    # have a mutant in each broker under one name (``--name "no credit window"`` runs them all).
+    repeated = [
+        key for key, count in Counter((e.get("broker"), e.get("name")) for e in ENTRIES).items() if count > 1
+    ]
+    assert not repeated, f"mutants named twice: {repeated}"
+
+
+def test_the_runner_loads_every_entry():
+    assert RUNNER.load() == tuple(MUTANTS)
+    assert len(MUTANTS) == len(ENTRIES)
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: f"{m.broker}: {m.name}")
+def test_the_files_it_names_exist(mutant):
+    assert (ROOT / mutant.file).is_file(), f"mutant {mutant.name!r} mutates no such file: {mutant.file}"
+    if mutant.module:
+        assert (ROOT / mutant.module).is_file(), f"mutant {mutant.name!r}: no such module {mutant.module}"
+    paths = {test_id.split("::")[0] for test_id in mutant.test_ids()}
+    missing = sorted(path for path in paths if not (ROOT / path).is_file())
+    assert not missing, f"mutant {mutant.name!r} runs tests of no such file: {missing}"
+
+
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: f"{m.broker}: {m.name}")
 def test_the_mutated_snippet_occurs_exactly_once(mutant):
-    source = (ROOT / mutant.path).read_text()
-    assert source.count(mutant.original) == 1, (
-        f"mutant {mutant.name!r} no longer applies to {mutant.path}: update it to the current code"
+    source = (ROOT / mutant.file).read_text()
+    assert source.count(mutant.snippet) == 1, (
+        f"mutant {mutant.name!r} no longer applies to {mutant.file}: update it to the current code"
     )
-    assert mutant.mutated != mutant.original
+    assert mutant.replacement != mutant.snippet
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: f"{m.broker}: {m.name}")
@@ -65,13 +120,13 @@ def test_the_tests_that_must_catch_it_exist(mutant):
         if contract.exists():
             defined |= _test_names(contract)
     inherited = set().union(*map(_test_names, (ROOT / "tests" / "integration" / "contract").glob("*.py")))
-    for test_id in mutant.caught_by:
+    for test_id in mutant.tests:
         if "::" in test_id:
             path, *_, name = test_id.split("::")
             if name.split("[")[0] in _test_names(ROOT / path) | inherited:
                 defined.add(test_id)
-    missing = [name for name in mutant.caught_by if name not in defined]
-    assert mutant.caught_by, f"mutant {mutant.name!r} names no test that must catch it"
+    missing = [name for name in mutant.tests if name not in defined]
+    assert mutant.tests, f"mutant {mutant.name!r} names no test that must catch it"
     assert not missing, f"mutant {mutant.name!r} names no such test: {missing}"
 
 
