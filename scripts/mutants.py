@@ -2337,6 +2337,25 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_a_hold_bound_of_zero_is_said_loudly",),
         module="tests/unit/common/test_unseen.py",
     ),
+    # fix/kafka-topic-recreated: a watcher paused across a re-creation reads the new log from its start
+    Mutant(
+        name="kafka re-created topic: a returning watcher without a position joins at the read position",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/watcher_positions.py",
+        original="            if tp in self.lanes and tp not in found:\n",
+        mutated="            if False:\n",
+        caught_by=("test_a_watcher_paused_across_a_re_creation_resumes_at_the_new_topics_start",),
+        module="tests/integration/kafka/test_kafka_cluster_changes_attack.py",
+    ),
+    Mutant(
+        name="kafka re-created topic: the stream forgets which lanes are new logs",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/watcher_positions.py",
+        original="        self.new_logs.update(starts)\n",
+        mutated="",
+        caught_by=("test_a_watcher_paused_across_a_re_creation_resumes_at_the_new_topics_start",),
+        module="tests/integration/kafka/test_kafka_cluster_changes_attack.py",
+    ),
 )
 
 
