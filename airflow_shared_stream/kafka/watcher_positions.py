@@ -60,9 +60,11 @@ class WatcherPositions:
         """Set when the stream stops: its last marks say its watchers no longer run here."""
         self.end_shows_new_topics = True
         """Whether a log ending below a position means a new topic (a broker without topic ids)."""
-        self.new_logs: dict[TopicPartition, int] = {}
-        """Lanes this stream saw added or created again, and the start of each new log: a joiner
-        with no position there reads it from that start (see :meth:`admit`)."""
+        self.served: set[str] = set()
+        """The position groups of every watcher this stream admitted."""
+        self.new_logs: dict[TopicPartition, tuple[int, frozenset[str]]] = {}
+        """Lanes this stream saw added or created again: the start of each new log, and the
+        watchers it had served that were away then (see :meth:`_with_new_logs`)."""
         self._marking = True
 
     def bind(self, store: PositionStore, stream_group: str, lanes: list[TopicPartition]) -> None:
@@ -130,6 +132,7 @@ class WatcherPositions:
         for cursor, group, found in loaded:
             anchors: dict[TopicPartition, int] = dict(moved[group])
             anchors.update({tp: found[tp] for tp in self.new_logs if tp in found and tp not in anchors})
+            self.served.add(group)
             for tp in self.lanes:
                 if tp in found:
                     cursor.next[tp] = found[tp]
@@ -164,11 +167,11 @@ class WatcherPositions:
         Kafka deletes a deleted topic's committed offsets, so a watcher paused while its topic was
         created again (or a partition added) comes back with no position there, like a new one.
         Anchored at the read position, it would skip what the new log received while it was away:
-        it reads the new log from its start instead (a watcher new to the stream too: it cannot be
-        told apart, and records it did not wait for are better than records lost).
+        a watcher this stream served before and that was away then reads the new log from its
+        start instead. A watcher new to the stream starts at the read position, as anywhere.
         """
-        for tp, start in self.new_logs.items():
-            if tp in self.lanes and tp not in found:
+        for tp, (start, away) in self.new_logs.items():
+            if cursor.group in away and tp in self.lanes and tp not in found:
                 found[tp] = start
                 log.warning(
                     "Kafka %s/%d is a new log since watcher %s last had a position there (the "
@@ -182,7 +185,10 @@ class WatcherPositions:
 
     def restart_lanes(self, starts: dict[TopicPartition, int]) -> None:
         """Every admitted watcher reads these lanes from these offsets (new partitions, new logs)."""
-        self.new_logs.update(starts)
+        here = {cursor.group for cursor in self.watchers.admitted()}
+        for tp, start in starts.items():
+            _, away_before = self.new_logs.get(tp, (start, frozenset()))
+            self.new_logs[tp] = (start, away_before | (self.served - here))
         for cursor in self.watchers.admitted():
             for tp, start in starts.items():
                 cursor.next[tp] = start

@@ -366,7 +366,8 @@ async def test_a_watcher_paused_across_a_re_creation_resumes_at_the_new_topics_s
     offsets on it: noida-db in its Kafka mode), and created again with 25 records while the other
     runs and reads them all from the new topic's start. The paused watcher resumes with no
     position: it must get the new topic's 25 records, which it never saw, said at WARNING.
-    Broke: it joined at the stream's read position and got none of them.
+    Broke: it joined at the stream's read position and got none of them. A watcher new to the
+    stream, added then, starts at the read position (it was never away).
     """
     caplog.set_level(logging.INFO, logger=POSITIONS_LOG)
     monkeypatch.setattr(cluster_watch, "CLUSTER_CHECK_INTERVAL", 0.2)
@@ -418,6 +419,13 @@ async def test_a_watcher_paused_across_a_re_creation_resumes_at_the_new_topics_s
             await _until(lambda: set(second(resumed)) >= set(range(26)), "0-25", timeout=30)
         assert set(second(resumed)) >= set(range(26)), f"the paused watcher skipped: {second(resumed)}"
         assert await kafka.wait_committed(paused_group, topic, {0: 26}) == {0: 26}
+        # A watcher new to the stream is no returning one: it starts at the read position.
+        late = watcher("late")
+        added = triggerer.add(late)
+        await kafka.produce(topic, [{"round": 2, "i": 26}])
+        late_group = watcher_group_id(group, late.watcher_digest())
+        assert await kafka.wait_committed(late_group, topic, {0: 27}) == {0: 27}
+        assert set(second(added)) <= {25, 26}, f"a new watcher got the new log's past: {second(added)}"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("since watcher" in message and "from its start 0" in message for message in warnings), warnings
 
