@@ -83,15 +83,16 @@ async def test_retention_passing_a_running_streams_read_position_moves_it_to_the
         ),
     ],
 )
-@pytest.mark.parametrize("kafka_broker", ["tansu"], indirect=True)  # the broker with topic ids
+@pytest.mark.parametrize("kafka_broker", ["tansu", "noida-db"], indirect=True)
 async def test_a_topic_created_again_while_no_stream_runs_is_read_from_its_start(kafka, reset):
     """
     Class 11 / 14 (the authors' known gap). The stream read 20 records and stopped; the topic was
     deleted, created again and given 25 records (offsets 0-24) while no stream ran. Kafka deletes
-    a deleted topic's committed offsets (Tansu too; noida-db keeps them, a stand-in difference),
-    so the stream and its watcher start without a position: with ``auto.offset.reset=earliest``
-    every new record is read (held), with ``latest`` all 25 are skipped with no WARNING (broke).
-    They must be read from the new topic's start, or the skip said loudly.
+    a deleted topic's committed offsets (Tansu too; noida-db keeps them, so the test deletes them
+    there, its Kafka mode), so the stream and its watcher start without a position: with
+    ``auto.offset.reset=earliest`` every new record is read (held), with ``latest`` all 25 are
+    skipped with no WARNING (broke). They must be read from the new topic's start, or the skip
+    said loudly.
     """
     topic = kafka.name("t")
     await kafka.create_topics(topic)
@@ -105,7 +106,7 @@ async def test_a_topic_created_again_while_no_stream_runs_is_read_from_its_start
         await kafka.produce(topic, [{"round": 1, "i": i} for i in range(20)])
         await w.wait_for_events(20)
         assert await kafka.wait_committed(own_group, topic, {0: 20}) == {0: 20}
-    await _admin(kafka, lambda admin: admin.delete_topics([topic]))
+    await kafka.delete_topic(topic, groups=(group, own_group))
     await kafka.create_topics(topic)
     await kafka.produce(topic, [{"round": 2, "i": i} for i in range(25)])
     async with SharedStreamHarness(confirm_after=0.0) as restarted:
