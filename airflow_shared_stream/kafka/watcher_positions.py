@@ -60,6 +60,11 @@ class WatcherPositions:
         """Set when the stream stops: its last marks say its watchers no longer run here."""
         self.end_shows_new_topics = True
         """Whether a log ending below a position means a new topic (a broker without topic ids)."""
+        self.served: set[str] = set()
+        """The position groups of every watcher this stream admitted."""
+        self.new_logs: dict[TopicPartition, tuple[int, frozenset[str]]] = {}
+        """Lanes this stream saw added or created again: the start of each new log, and the
+        watchers it had served that were away then (see :meth:`_with_new_logs`)."""
         self._marking = True
 
     def bind(self, store: PositionStore, stream_group: str, lanes: list[TopicPartition]) -> None:
@@ -99,7 +104,7 @@ class WatcherPositions:
                 self.watchers.pending[:0] = pending
                 raise self._error(f"reading the position of watcher {cursor.label}", exc) from None
             if not self._refused(cursor, committed):
-                loaded.append((cursor, group, committed.offsets))
+                loaded.append((cursor, group, self._with_new_logs(cursor, committed.offsets)))
         # A position the log no longer holds (retention, a new topic) reads from the log start.
         try:
             bounds = await read_log_bounds(consumer, self.lanes) if loaded else {}
@@ -126,6 +131,8 @@ class WatcherPositions:
                 log.info("Kafka %s/%d: reading from %d, its watchers' lowest", tp.topic, tp.partition, lowest)
         for cursor, group, found in loaded:
             anchors: dict[TopicPartition, int] = dict(moved[group])
+            anchors.update({tp: found[tp] for tp in self.new_logs if tp in found and tp not in anchors})
+            self.served.add(group)
             for tp in self.lanes:
                 if tp in found:
                     cursor.next[tp] = found[tp]
@@ -151,8 +158,37 @@ class WatcherPositions:
                 cursor.group,
             )
 
+    def _with_new_logs(
+        self, cursor: WatcherCursor, found: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        """
+        ``found`` with the start of every new log this stream saw where the joiner has no position.
+
+        Kafka deletes a deleted topic's committed offsets, so a watcher paused while its topic was
+        created again (or a partition added) comes back with no position there, like a new one.
+        Anchored at the read position, it would skip what the new log received while it was away:
+        a watcher this stream served before and that was away then reads the new log from its
+        start instead. A watcher new to the stream starts at the read position, as anywhere.
+        """
+        for tp, (start, away) in self.new_logs.items():
+            if cursor.group in away and tp in self.lanes and tp not in found:
+                found[tp] = start
+                log.warning(
+                    "Kafka %s/%d is a new log since watcher %s last had a position there (the "
+                    "topic was created again or the partition added): it reads it from its start %d",
+                    tp.topic,
+                    tp.partition,
+                    cursor.label,
+                    start,
+                )
+        return found
+
     def restart_lanes(self, starts: dict[TopicPartition, int]) -> None:
         """Every admitted watcher reads these lanes from these offsets (new partitions, new logs)."""
+        here = {cursor.group for cursor in self.watchers.admitted()}
+        for tp, start in starts.items():
+            _, away_before = self.new_logs.get(tp, (start, frozenset()))
+            self.new_logs[tp] = (start, away_before | (self.served - here))
         for cursor in self.watchers.admitted():
             for tp, start in starts.items():
                 cursor.next[tp] = start

@@ -9,6 +9,7 @@ consumer groups, so tests never see each other's offsets.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import uuid
@@ -139,6 +140,26 @@ class KafkaSandbox:
                 assert all(error == 0 for _, error in response.results), response
         finally:
             await consumer.stop()
+
+    async def delete_topic(self, topic: str, *, groups: tuple[str, ...]) -> None:
+        """
+        Delete ``topic`` as Apache Kafka does: with the committed offsets every group had on it.
+
+        Kafka's group coordinator removes a deleted topic's offsets from every group, and a group
+        left with no offsets and no members goes with them (KAFKA-2000, ``handleDeletedPartitions``;
+        KRaft's ``onPartitionsDeleted``). Tansu does the same; noida-db keeps them (FIDELITY), so
+        there ``groups``, each with offsets on ``topic`` alone, are deleted too: the Kafka mode.
+        """
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await admin.start()
+        try:
+            await admin.delete_topics([topic])
+        finally:
+            await admin.close()
+        if self.broker.name == "noida-db":
+            for group in groups:
+                with contextlib.suppress(AssertionError):  # a group that had no offsets yet
+                    await self.delete_groups(group)
 
     async def committed_metadata(self, group_id: str, topic: str) -> str | None:
         """The metadata string the group's offset of partition 0 was committed with."""
