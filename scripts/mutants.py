@@ -1539,10 +1539,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="Kafka redrive reads past the end offsets of its snapshot",
         broker="kafka",
         path="airflow_shared_stream/kafka/redrive.py",
-        original=(
-            "                    if record.offset >= self._ends[tp] and "
-            "record.timestamp > self._started_ms:\n"
-        ),
+        original="                    if record.offset >= self._ends[tp]:\n",
         mutated="                    if False:\n",
         caught_by=("test_a_redrive_stops_at_the_end_offsets_it_started_with",),
         module="tests/integration/kafka/test_kafka_redrive_bounds.py",
@@ -2336,6 +2333,39 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="    if seconds < 0:\n",
         caught_by=("test_a_hold_bound_of_zero_is_said_loudly",),
         module="tests/unit/common/test_unseen.py",
+    ),
+    # fix/kafka-redrive-snapshot: the Kafka redrive's snapshot is the log end a fetch reports, offsets only
+    Mutant(
+        name="Kafka redrive snapshot: ListOffsets taken as the log end (Tansu answers per batch)",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/redrive.py",
+        original="            self._ends = await fetched_log_ends(kwargs, partitions)\n",
+        mutated="            self._ends = await consumer.end_offsets(partitions)\n",
+        caught_by=("test_the_snapshot_is_the_log_end_however_the_records_were_batched",),
+        module="tests/integration/kafka/test_kafka_redrive_bounds.py",
+    ),
+    Mutant(
+        name="Kafka redrive snapshot: past the end offsets only records newer than the clock stop it",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/redrive.py",
+        original="                    if record.offset >= self._ends[tp]:\n",
+        mutated=(
+            "                    if record.offset >= self._ends[tp] and "
+            "record.timestamp > __import__('time').time() * 1000 - 30_000:\n"
+        ),
+        caught_by=("test_a_redrive_stops_at_its_end_offsets_whatever_the_dead_letterers_clock",),
+        module="tests/integration/kafka/test_kafka_redrive_attacks.py",
+    ),
+    Mutant(
+        name="Kafka redrive snapshot: the high watermark under read_committed (past an open transaction)",
+        broker="kafka",
+        path="airflow_shared_stream/kafka/log_bounds.py",
+        original=(
+            "                    ends[tp] = stable if committed_only and stable is not None else highwater\n"
+        ),
+        mutated="                    ends[tp] = highwater\n",
+        caught_by=("test_a_redrive_ends_at_the_last_stable_offset_while_a_transaction_is_open",),
+        module="tests/integration/kafka/test_kafka_redrive_bounds.py",
     ),
 )
 

@@ -20,6 +20,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from airflow_shared_stream.common.redrive import RedriveItem, redrive
+from airflow_shared_stream.kafka.dead_letter import ORIGIN_HEADERS, REASON_HEADER
 from airflow_shared_stream.kafka.redrive import default_group_id
 from tests.integration.kafka.conftest import KafkaSandbox
 from tests.integration.kafka.test_kafka_redrive import dead_letters, source, topics
@@ -71,6 +72,34 @@ async def test_the_snapshot_is_the_log_end_however_the_records_were_batched(kafk
 
     assert snapshot.bound == f"end offsets {{0: 9}} of {dlq!r}"
     assert snapshot.depth is None
+
+
+@pytest.mark.parametrize("kafka_broker", ["noida-db"], indirect=True)  # Tansu has no transactions
+async def test_a_redrive_ends_at_the_last_stable_offset_while_a_transaction_is_open(
+    kafka: KafkaSandbox,
+) -> None:
+    """
+    Under ``read_committed`` (the default) a consumer reads no further than the last stable
+    offset; a snapshot at the high watermark, past an open transaction's records, would wait for
+    records it cannot read until that transaction ends.
+    """
+    dlq, origin = await topics(kafka)
+    await dead_letters(kafka, dlq, origin, 6)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, transactional_id=kafka.name("tx"))
+    await producer.start()
+    try:
+        await producer.begin_transaction()
+        for n in (6, 7):
+            headers = [(ORIGIN_HEADERS[0], origin.encode()), (REASON_HEADER, b"why")]
+            await producer.send_and_wait(dlq, value=json.dumps({"n": n}).encode(), headers=headers)
+
+        summary = await asyncio.wait_for(redrive(source(kafka, dlq)), timeout=60)  # a hang fails
+
+        await producer.abort_transaction()
+    finally:
+        await producer.stop()
+    assert (summary.examined, summary.moved) == (6, 6)
+    assert await kafka.committed(default_group_id(dlq), dlq) == {0: 6}
 
 
 async def test_a_filtered_redrive_leaves_the_skipped_records_to_the_next_one(kafka: KafkaSandbox) -> None:
