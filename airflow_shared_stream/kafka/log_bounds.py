@@ -52,6 +52,7 @@ FETCHED_END_ROUNDS = 30
 """Fetches tried for a partition's end before giving up (each waits for the broker's answer)."""
 FETCHED_END_WAIT_MS = 1000
 
+
 async def fetched_log_ends(
     consumer_kwargs: Mapping[str, Any], lanes: Sequence[TopicPartition]
 ) -> dict[TopicPartition, int]:
