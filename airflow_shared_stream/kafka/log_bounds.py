@@ -48,9 +48,9 @@ async def read_log_bounds(
     return {tp: LogBounds(starts[tp], ends[tp]) for tp in lanes if tp in starts and tp in ends}
 
 
-FETCHED_END_ROUNDS = 30
-"""Fetches tried for a partition's end before giving up (each waits for the broker's answer)."""
-FETCHED_END_WAIT_MS = 1000
+FETCHED_END_ROUNDS = 50
+"""Reads tried for a partition's end before giving up (an empty partition's fetch waits on the broker)."""
+FETCHED_END_WAIT_MS = 200
 
 
 async def fetched_log_ends(
@@ -62,7 +62,7 @@ async def fetched_log_ends(
 
     ListOffsets is not asked: Tansu 0.6.0 answers it with the first offset of the partition's last
     batch plus one (its fetches carry the right high watermark). A throwaway consumer of no group
-    fetches from the reported end and reads the marks off the answer; its records are dropped.
+    fetches from there and reads the marks off the answer; its records are dropped.
     """
     if not lanes:
         return {}
@@ -72,8 +72,9 @@ async def fetched_log_ends(
     await probe.start()
     try:
         probe.assign(list(lanes))
-        for tp, offset in (await probe.end_offsets(list(lanes))).items():
-            probe.seek(tp, offset)
+        # From the last record it reports (still in the log), so the answer comes at once with it.
+        for tp, bounds in (await read_log_bounds(probe, lanes)).items():
+            probe.seek(tp, max(bounds.start, bounds.end - 1))
         ends: dict[TopicPartition, int] = {}
         for _ in range(FETCHED_END_ROUNDS):
             missing = [tp for tp in lanes if tp not in ends]

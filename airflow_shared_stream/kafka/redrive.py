@@ -191,7 +191,7 @@ class KafkaDeadLetterSource:
     async def snapshot(self) -> RedriveSnapshot:
         """
         The end offsets taken when opened (before any copy): a record at or past its partition's
-        end offset is the next redrive's. No count: what the group passed below them is unknown.
+        end offset is the next redrive's. No count (``depth`` is ``None``): it reads to those ends.
         """
         ends = {tp.partition: end for tp, end in sorted(self._ends.items())}
         return RedriveSnapshot(depth=None, bound=f"end offsets {ends} of {self._topic!r}")
