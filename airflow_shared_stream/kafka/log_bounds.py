@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
+from aiokafka.errors import KafkaError, NoOffsetForPartitionError, OffsetOutOfRangeError
 
 if TYPE_CHECKING:
     from airflow_shared_stream.kafka.producer import KafkaSharedStreamProducer
@@ -46,6 +46,49 @@ async def read_log_bounds(
     starts = await consumer.beginning_offsets(list(lanes))
     ends = await consumer.end_offsets(list(lanes))
     return {tp: LogBounds(starts[tp], ends[tp]) for tp in lanes if tp in starts and tp in ends}
+
+
+FETCHED_END_ROUNDS = 50
+"""Reads tried for a partition's end before giving up (an empty partition's fetch waits on the broker)."""
+FETCHED_END_WAIT_MS = 200
+
+
+async def fetched_log_ends(
+    consumer_kwargs: Mapping[str, Any], lanes: Sequence[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """
+    Each lane's end as a fetch answers it now: the high watermark, or under ``read_committed``
+    the last stable offset (what ListOffsets' latest means in Kafka, and what a consumer may read).
+
+    ListOffsets is not asked: Tansu 0.6.0 answers it with the first offset of the partition's last
+    batch plus one (its fetches carry the right high watermark). A throwaway consumer of no group
+    fetches from there and reads the marks off the answer; its records are dropped.
+    """
+    if not lanes:
+        return {}
+    kwargs = {**consumer_kwargs, "group_id": None, "enable_auto_commit": False}
+    committed_only = kwargs.get("isolation_level") == "read_committed"
+    probe = AIOKafkaConsumer(**kwargs)
+    await probe.start()
+    try:
+        probe.assign(list(lanes))
+        # From the last record it reports (still in the log), so the answer comes at once with it.
+        for tp, bounds in (await read_log_bounds(probe, lanes)).items():
+            probe.seek(tp, max(bounds.start, bounds.end - 1))
+        ends: dict[TopicPartition, int] = {}
+        for _ in range(FETCHED_END_ROUNDS):
+            missing = [tp for tp in lanes if tp not in ends]
+            if not missing:
+                return ends
+            await probe.getmany(*missing, timeout_ms=FETCHED_END_WAIT_MS, max_records=1)
+            for tp in missing:
+                highwater = probe.highwater(tp)  # None until a fetch of the lane was answered
+                if highwater is not None:
+                    stable = probe.last_stable_offset(tp)  # None from brokers older than Fetch v4
+                    ends[tp] = stable if committed_only and stable is not None else highwater
+        raise KafkaError(f"no fetch answered with the end of {sorted(set(lanes) - set(ends))}")
+    finally:
+        await probe.stop()
 
 
 def place(

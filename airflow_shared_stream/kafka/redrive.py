@@ -22,10 +22,11 @@ original and is never produced as one: it is refused, named in the log with wher
 is, and nothing in its partition is committed past it.
 
 The consumer is assigned the partitions (no group membership, so no rebalance and no session
-to time out). Its snapshot is each partition's end offset when the redrive started (and the
-time, for brokers that report end offsets per batch): it never reads past it, so copies that come
-back to the dead-letter topic while it runs (a watcher rejected them again) wait for the next
-redrive.
+to time out). Its snapshot is each partition's end offset when the redrive started, before its
+first copy: the high watermark (the last stable offset under ``read_committed``) a fetch answers
+with. It never reads at or past it, so copies that come back to the dead-letter topic while it runs
+(a watcher rejected them again) wait for the next redrive. Offsets only: no clock is compared, so
+neither the worker's nor the dead-letterer's clock moves the bound.
 
 Records the ``filter`` leaves are appended again to the end of their partition of the
 dead-letter topic (acknowledged) before the group commits past them: they stay in the topic,
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,6 +59,7 @@ from airflow_shared_stream.kafka.errors import (
     KafkaTopicNotFoundError,
 )
 from airflow_shared_stream.kafka.hook import KafkaSharedStreamHook
+from airflow_shared_stream.kafka.log_bounds import fetched_log_ends
 from airflow_shared_stream.kafka.producer import build_raw_message
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,6 @@ class KafkaDeadLetterSource:
         self._stopped: set[TopicPartition] = set()
         self._done: set[TopicPartition] = set()
         """Partitions read up to the snapshot."""
-        self._started_ms = 0
         self._unsettled: dict[TopicPartition, list[int]] = {}
         """Offsets read and not yet moved or passed, per partition, in order."""
         self._handled: dict[TopicPartition, set[int]] = {}
@@ -170,7 +170,7 @@ class KafkaDeadLetterSource:
         ]
         consumer.assign(partitions)
         try:
-            self._ends = await consumer.end_offsets(partitions)
+            self._ends = await fetched_log_ends(kwargs, partitions)
             for tp in partitions:
                 committed = await consumer.committed(tp)
                 if committed is None:
@@ -190,12 +190,9 @@ class KafkaDeadLetterSource:
 
     async def snapshot(self) -> RedriveSnapshot:
         """
-        The end offsets taken when opened, and now: a record at or past its partition's end offset
-        and written after now is the next redrive's. The time covers brokers that report end
-        offsets per batch (a record past the end offset was there before the redrive started);
-        no count, since such an end offset cannot give one.
+        The end offsets taken when opened (before any copy): a record at or past its partition's
+        end offset is the next redrive's. No count (``depth`` is ``None``): it reads to those ends.
         """
-        self._started_ms = int(time.time() * 1000)
         ends = {tp.partition: end for tp, end in sorted(self._ends.items())}
         return RedriveSnapshot(depth=None, bound=f"end offsets {ends} of {self._topic!r}")
 
@@ -215,7 +212,7 @@ class KafkaDeadLetterSource:
                 for record in records:
                     if tp in self._stopped or tp in self._done:
                         break
-                    if record.offset >= self._ends[tp] and record.timestamp > self._started_ms:
+                    if record.offset >= self._ends[tp]:
                         self._done.add(tp)  # past the snapshot: this and what follows wait
                         break
                     items.append(self._item(record))

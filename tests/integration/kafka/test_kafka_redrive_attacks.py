@@ -163,11 +163,6 @@ async def test_a_filtered_redrive_on_a_topic_with_a_small_limit_moves_each_recor
     assert sorted(moved) == [4, 5]  # each once, however many redrives
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="past the end offsets the snapshot also requires a record newer than the worker's clock: "
-    "a copy dead-lettered again by a triggerer whose clock is behind is chased",
-)
 async def test_a_redrive_stops_at_its_end_offsets_whatever_the_dead_letterers_clock(
     kafka: KafkaSandbox,
 ) -> None:
