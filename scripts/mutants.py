@@ -1839,15 +1839,6 @@ MUTANTS: tuple[Mutant, ...] = (
         module=SQS_REDRIVE_ROUTES,
     ),
     Mutant(
-        name="redrive routes: unstamped SQS dead letters moved from a queue two sources redrive to",
-        broker="sqs",
-        path="airflow_shared_stream/sqs/redrive.py",
-        original="            and len(urls) == 1\n",
-        mutated="            and len(urls) >= 1\n",
-        caught_by=("test_unstamped_dead_letters_go_home_only_from_a_queue_that_one_source_redrives_to",),
-        module=SQS_REDRIVE_ROUTES,
-    ),
-    Mutant(
         name="redrive routes: a truncated SQS dead letter put back as the original",
         broker="sqs",
         path="airflow_shared_stream/sqs/redrive.py",
@@ -2336,6 +2327,53 @@ MUTANTS: tuple[Mutant, ...] = (
         mutated="    if seconds < 0:\n",
         caught_by=("test_a_hold_bound_of_zero_is_said_loudly",),
         module="tests/unit/common/test_unseen.py",
+    ),
+    # fix/sqs-dlq-source: what SQS moved goes by DeadLetterQueueSourceArn; nothing else unstamped moves
+    Mutant(
+        name="sqs dlq source: DeadLetterQueueSourceArn not read (the sender's dead_letter_* attributes rule)",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/redrive.py",
+        original="        if moved_from is not None:  # SQS moved it: its own origin, whatever"
+        " attributes it carries\n",
+        mutated="        if False:\n",
+        caught_by=(
+            "test_a_message_sqs_moved_itself_goes_by_sqs_s_origin_not_the_one_it_names",
+            "test_a_message_sqs_moved_goes_home_whatever_dead_letter_attributes_it_carries",
+        ),
+        module="tests/integration/sqs/test_sqs_redrive_attacks.py",
+    ),
+    Mutant(
+        name="sqs dlq source: a message SQS moved from another queue is moved anyway",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/redrive.py",
+        original="            if moved_from == self._source_arn:\n",
+        mutated="            if moved_from:\n",
+        caught_by=("test_a_message_sqs_moved_itself_goes_by_sqs_s_origin_not_the_one_it_names",),
+        module="tests/integration/sqs/test_sqs_redrive_attacks.py",
+    ),
+    Mutant(
+        name="sqs dlq source: a dead letter with no origin at all is moved",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/redrive.py",
+        original='        return (\n            "no origin recorded: SQS did not move it here',
+        mutated='        return None\n        return (\n            "no origin recorded: SQS'
+        " did not move it here",
+        caught_by=(
+            "tests/integration/sqs/test_sqs_redrive_attacks.py::"
+            "test_a_dead_letter_our_stream_could_not_stamp_never_goes_where_sqs_redrives_from",
+            f"{SQS_REDRIVE_ROUTES}::"
+            "test_what_sqs_moved_goes_home_by_the_source_sqs_names_and_nothing_else_unstamped_does",
+        ),
+    ),
+    Mutant(
+        name="sqs dlq source: a sender's dead_letter_truncated_from kept on our dead letter",
+        broker="sqs",
+        path="airflow_shared_stream/sqs/dead_letter.py",
+        original="    for marker in (DEAD_LETTER_TRUNCATED_FROM, DEAD_LETTER_REASON,"
+        " DEAD_LETTER_DESCRIPTION):\n",
+        mutated="    for marker in (DEAD_LETTER_REASON, DEAD_LETTER_DESCRIPTION):\n",
+        caught_by=("test_a_truncation_marker_its_sender_wrote_does_not_keep_our_dead_letter_from_home",),
+        module="tests/integration/sqs/test_sqs_redrive_attacks.py",
     ),
 )
 

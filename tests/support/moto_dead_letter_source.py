@@ -70,6 +70,6 @@ def record_dead_letter_source() -> None:
         return result
 
     setattr(add_noting_the_source, _PATCHED, True)
-    Queue.add_message = add_noting_the_source  # type: ignore[method-assign]
-    SQSBackend.receive_message = receive_keeping_the_messages  # type: ignore[method-assign]
-    SQSResponse.receive_message = respond_with_the_source  # type: ignore[method-assign]
+    Queue.add_message = add_noting_the_source  # type: ignore[method-assign,assignment]
+    SQSBackend.receive_message = receive_keeping_the_messages  # type: ignore[method-assign,assignment]
+    SQSResponse.receive_message = respond_with_the_source  # type: ignore[method-assign,assignment]
