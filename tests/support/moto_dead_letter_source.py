@@ -6,7 +6,7 @@ Real SQS returns the system attribute ``DeadLetterQueueSourceArn`` (the ARN of t
 message was moved from by that queue's ``RedrivePolicy``) to a ``ReceiveMessage`` that asks for
 it by name or with ``All`` (API reference, ReceiveMessage, ``MessageSystemAttributeNames``). No
 sender can write it: ``SendMessage`` takes ``AWSTraceHeader`` as its only system attribute. moto
-5.2 moves the message without writing it, and neither does its main branch (read 2026-11-28), so
+5.2.5 moves the message without writing it, nor does its main branch (a snapshot of 2026-08-22), so
 a redrive tested on moto could only trust message attributes a sender may forge.
 
 Here the move is recognised where it happens: moto hands the same ``Message`` object from the
