@@ -54,9 +54,12 @@ def dead_letter_entry(
     """
     handle = letter.delivery.handle
     attributes = sendable_attributes(handle.message_attributes)
-    # Only our stamp names an origin: one the message carries itself (its sender wrote it, or a
-    # copy kept it) would route a redrive into whatever queue it names.
+    # Only our dead-lettering writes these on a copy: an origin the message carries itself (its
+    # sender wrote it, or a copy kept it) would route a redrive into whatever queue it names, and
+    # a truncation marker would keep the whole message from going home.
     attributes.pop(DEAD_LETTER_ORIGIN_QUEUE, None)
+    for marker in (DEAD_LETTER_TRUNCATED_FROM, DEAD_LETTER_REASON, DEAD_LETTER_DESCRIPTION):
+        attributes.pop(marker, None)
     if origin and len(attributes) < SQS_MAX_MESSAGE_ATTRIBUTES:
         attributes[DEAD_LETTER_ORIGIN_QUEUE] = {"DataType": "String", "StringValue": origin}
     reason = {

@@ -7,13 +7,16 @@ the copy keeps the original's ``MessageGroupId``, and its ``MessageDeduplication
 dead-letter message's id: a copy sent again after a redrive was killed before its delete is
 dropped by SQS's deduplication window instead of being delivered twice.
 
-Where a message goes (the origin rule, docs/redrive.rst): our dead-lettering stamps each copy
-with its source queue's ARN (``dead_letter_origin_queue``); a message stamped with another queue
-is left untouched. A message without the stamp (SQS moved it itself after ``maxReceiveCount``,
-or an older version wrote it) goes to ``source`` only when the dead-letter queue is the
-``RedrivePolicy`` target of ``source`` and of no other queue (``ListDeadLetterSourceQueues``);
-otherwise it is left. A truncated copy (``dead_letter_truncated_from``) is never sent as if it
-were the original: it is left, and the log says so.
+Where a message goes (the origin rule, docs/redrive.rst): a message SQS moved itself (its
+``RedrivePolicy``, after ``maxReceiveCount``) carries the system attribute
+``DeadLetterQueueSourceArn``, which SQS writes and no sender can: that is its origin, and its
+``dead_letter_*`` message attributes are its sender's, never ours. Any other message was sent to
+the dead-letter queue: our dead-lettering stamps each copy with its source queue's ARN
+(``dead_letter_origin_queue``, the message's own dropped). A message whose origin is another
+queue is left untouched, and so is one with no origin at all (ours without room for the stamp,
+or anyone else's: that one queue redrives to the dead-letter queue says nothing about who sent
+it). A truncated copy of ours (``dead_letter_truncated_from``) is never sent as if it were the
+original: it is left, and the log says so.
 
 The copies are sent in batches of at most ten entries and :data:`SQS_MAX_MESSAGE_BYTES` (what SQS
 accepts in one ``SendMessageBatch`` on every queue): a batch SQS refuses whole for its size would
@@ -57,6 +60,9 @@ from airflow_shared_stream.sqs.producer import simplify_attributes
 
 log = logging.getLogger(__name__)
 
+DEAD_LETTER_QUEUE_SOURCE_ARN = "DeadLetterQueueSourceArn"
+"""What SQS writes on a message its ``RedrivePolicy`` moved: the source queue's ARN (unforgeable)."""
+
 ORIGIN_ATTRIBUTES = (
     DEAD_LETTER_REASON,
     DEAD_LETTER_DESCRIPTION,
@@ -98,8 +104,6 @@ class SqsDeadLetterSource:
         self._wait_seconds = wait_seconds
         self._client: Any = None
         self._source_arn: str | None = None
-        self._sole_redrive_source = False
-        """The dead-letter queue is the ``RedrivePolicy`` target of the source queue alone."""
         self._exit_stack = contextlib.AsyncExitStack()
         self._scrubber = SecretScrubber()
         self.label = self._dead_letter.name
@@ -123,23 +127,6 @@ class SqsDeadLetterSource:
                 "GetQueueAttributes", queue, QueueUrl=queue.url, AttributeNames=["QueueArn"]
             )
         self._source_arn = attributes.get("Attributes", {}).get("QueueArn")
-        self._sole_redrive_source = await self._is_sole_redrive_source()
-
-    async def _is_sole_redrive_source(self) -> bool:
-        """Whether unstamped messages can only be the source queue's: it alone redrives to the DLQ."""
-        try:
-            response = await self._call(
-                "ListDeadLetterSourceQueues", self._dead_letter, QueueUrl=self._dead_letter.url
-            )
-        except SqsSharedStreamError as exc:  # not allowed to ask: unstamped messages are left
-            log.warning("Cannot list the queues that redrive to %s: %s", self._dead_letter.name, exc)
-            return False
-        urls = response.get("queueUrls", ())
-        return (
-            not response.get("NextToken")
-            and len(urls) == 1
-            and QueueUrl.parse(urls[0]).identity == self._source.identity
-        )
 
     async def close(self) -> None:
         await self._exit_stack.aclose()
@@ -187,6 +174,11 @@ class SqsDeadLetterSource:
 
     def _leave(self, message: dict[str, Any]) -> str | None:
         """Why this message must not go to the source queue (the module docstring's rule), or None."""
+        moved_from = message.get("Attributes", {}).get(DEAD_LETTER_QUEUE_SOURCE_ARN)
+        if moved_from is not None:  # SQS moved it: its own origin, whatever attributes it carries
+            if moved_from == self._source_arn:
+                return None
+            return f"moved here by SQS from another queue ({moved_from}): redrive it to that queue"
         attributes = message.get("MessageAttributes", {})
         truncated = attributes.get(DEAD_LETTER_TRUNCATED_FROM, {}).get("StringValue")
         if truncated is not None:
@@ -200,11 +192,10 @@ class SqsDeadLetterSource:
             if origin == self._source_arn:
                 return None
             return f"dead-lettered from another queue ({origin}): redrive it to that queue"
-        if self._sole_redrive_source:
-            return None
         return (
-            "no origin recorded, and the dead-letter queue is not the RedrivePolicy target of "
-            f"{self._source.name} alone: which queue it came from is not known"
+            "no origin recorded: SQS did not move it here (no DeadLetterQueueSourceArn) and our "
+            "dead-lettering had no room to stamp it (or did not send it), so which queue it came "
+            "from is not known; move it by hand"
         )
 
     async def copy(self, items: Sequence[RedriveItem]) -> Sequence[RedriveItem]:

@@ -337,7 +337,8 @@ class SqsServer:
 
 class MotoServer:
     """
-    moto's server (its SQS guarded by :func:`~tests.support.moto_sqs.serialize_queue_mutations`) on
+    moto's server (its SQS guarded by :func:`~tests.support.moto_sqs.serialize_queue_mutations`, and
+    writing SQS's ``DeadLetterQueueSourceArn``: tests/support/moto_dead_letter_source.py) on
     127.0.0.1, which can be stopped and started again on its port with its queues and messages, as
     a restarted SQS endpoint comes back.
 
@@ -359,9 +360,11 @@ class MotoServer:
                 return
             from moto.server import ThreadedMotoServer
 
+            from tests.support.moto_dead_letter_source import record_dead_letter_source
             from tests.support.moto_sqs import serialize_queue_mutations
 
             serialize_queue_mutations()
+            record_dead_letter_source()
             self._threaded = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
             self._threaded.start()
         elif self._child is None:

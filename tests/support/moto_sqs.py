@@ -78,5 +78,8 @@ if __name__ == "__main__":
 
     from moto.server import main
 
+    from tests.support.moto_dead_letter_source import record_dead_letter_source
+
     serialize_queue_mutations()
+    record_dead_letter_source()
     main(sys.argv[1:])

@@ -126,3 +126,29 @@ def test_concurrent_requests_on_one_queue(
 ) -> None:
     counts = [race(sqs) for _ in range(ROUNDS)]
     assert counts == [0] * ROUNDS, f"{what}, per round: {counts} (of {MESSAGES})"
+
+
+def test_what_sqs_moves_to_a_dead_letter_queue_names_its_source_queue(sqs: SqsServer) -> None:
+    """
+    SQS writes ``DeadLetterQueueSourceArn`` on a message its ``RedrivePolicy`` moved, returned when
+    asked for by name or with ``All`` (tests/support/moto_dead_letter_source.py); a message sent to
+    the dead-letter queue has none, and a sender's system attribute of that name is not it.
+    """
+    dlq = sqs.create_queue()
+    source = sqs.create_queue(visibility_timeout=1, dead_letter_queue_url=dlq, max_receives=1)
+    forged = {"DeadLetterQueueSourceArn": {"DataType": "String", "StringValue": "arn:aws:sqs:x:1:other"}}
+    sqs.client.send_message(QueueUrl=source, MessageBody="moved")
+    sqs.client.send_message(QueueUrl=dlq, MessageBody="sent", MessageSystemAttributes=forged)
+    sqs.client.receive_message(QueueUrl=source, VisibilityTimeout=0)
+    while sqs.depth(dlq).visible < 2:  # the next receive past maxReceiveCount moves it
+        assert sqs.client.receive_message(QueueUrl=source, VisibilityTimeout=0).get("Messages") is None
+
+    def sources(names: list[str]) -> dict[str, str | None]:
+        messages = sqs.client.receive_message(
+            QueueUrl=dlq, MaxNumberOfMessages=10, VisibilityTimeout=0, MessageSystemAttributeNames=names
+        )["Messages"]
+        return {m["Body"]: m.get("Attributes", {}).get("DeadLetterQueueSourceArn") for m in messages}
+
+    assert sources(["DeadLetterQueueSourceArn"]) == {"moved": sqs.arn(source), "sent": None}
+    assert sources(["All"]) == {"moved": sqs.arn(source), "sent": None}
+    assert sources(["SentTimestamp"]) == {"moved": None, "sent": None}

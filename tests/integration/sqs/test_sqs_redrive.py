@@ -22,18 +22,19 @@ OURS = {
 }
 
 
+def ours(sqs: SqsServer, origin: str) -> dict[str, Any]:
+    """The attributes our dead-lettering writes on a copy of ``origin``'s message: reason and origin."""
+    return {**OURS, "dead_letter_origin_queue": {"DataType": "String", "StringValue": sqs.arn(origin)}}
+
+
 def dead_letters(sqs: SqsServer, dlq: str, origin: str, count: int, **extra: Any) -> list[str]:
     """``count`` messages on ``dlq`` as our dead-lettering writes them (theirs, our reason, the origin)."""
     bodies = [json.dumps({"n": i, "type": "a" if i % 2 else "b"}) for i in range(count)]
-    home = {"dead_letter_origin_queue": {"DataType": "String", "StringValue": sqs.arn(origin)}}
+    stamp = ours(sqs, origin)
     sqs.send(
         dlq,
         bodies,
-        MessageAttributes=lambda i: {
-            "tenant": {"DataType": "String", "StringValue": f"t{i}"},
-            **OURS,
-            **home,
-        },
+        MessageAttributes=lambda i: {"tenant": {"DataType": "String", "StringValue": f"t{i}"}, **stamp},
         **extra,
     )
     return bodies
@@ -200,10 +201,10 @@ async def test_a_copy_sqs_refuses_stays_in_the_dead_letter_queue(sqs: SqsServer,
     SQS reports such an entry in ``Failed``; moto refuses the whole batch instead: either way the
     message must still be in the dead-letter queue, and nowhere else.
     """
-    dlq = sqs.create_queue()  # the origin's own RedrivePolicy target: unstamped letters are its
+    dlq = sqs.create_queue()
     origin = sqs.create_queue(MaximumMessageSize="1024", dead_letter_queue_url=dlq)
     big = json.dumps({"n": 0, "pad": "x" * 2000})
-    sqs.send(dlq, [big])
+    sqs.send(dlq, [big], MessageAttributes=ours(sqs, origin))
 
     try:
         summary = await redrive(source(aws_connection, dlq, origin, lease_seconds=1))

@@ -1,8 +1,8 @@
 """
 SQS redrive, attacked after issue 45 (FAULT_MODEL classes 1 and 15), against moto's server.
 
-Each test is a break found by an attacker who did not write the change; each is marked
-``xfail(strict=True)`` until it is fixed (the fixer removes the mark).
+Each test is a break found by an attacker who did not write the change, or by its fixer while
+fixing one (the last three); a break not yet fixed is marked ``xfail(strict=True)``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from airflow_shared_stream.common.redrive import redrive
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
-from tests.integration.sqs.test_sqs_redrive_routes import source, stream_queue
+from tests.integration.sqs.test_sqs_redrive_routes import collect, numbers, source, stream_queue
 from tests.support.brokers import SqsServer
 from tests.support.waiting import eventually
 
@@ -49,12 +49,6 @@ async def test_a_message_that_names_its_own_origin_is_never_redriven_into_anothe
     assert (summary.moved, summary.left_untouched) == (0, 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a message SQS moved by its RedrivePolicy keeps a dead_letter_origin_queue its sender "
-    "wrote, which the redrive takes for ours (SQS's own DeadLetterQueueSourceArn is not read; moto "
-    "does not write it: a fix needs the service's attribute in the test server too)",
-)
 async def test_a_message_sqs_moved_itself_goes_by_sqs_s_origin_not_the_one_it_names(
     sqs: SqsServer, aws_connection: str
 ) -> None:
@@ -71,15 +65,97 @@ async def test_a_message_sqs_moved_itself_goes_by_sqs_s_origin_not_the_one_it_na
     queue_a = sqs.create_queue(visibility_timeout=1, dead_letter_queue_url=dlq, max_receives=1)
     queue_b = sqs.create_queue(visibility_timeout=1, dead_letter_queue_url=dlq, max_receives=1)
     forged = {"dead_letter_origin_queue": {"DataType": "String", "StringValue": sqs.arn(queue_b)}}
-    sqs.send(queue_a, [json.dumps({"n": 1})], MessageAttributes=forged)
-
-    def receive_until_moved() -> tuple[int, int]:
-        sqs.client.receive_message(QueueUrl=queue_a, VisibilityTimeout=0, WaitTimeSeconds=0)
-        return tuple(sqs.depth(dlq))
-
-    await eventually(receive_until_moved, lambda d: d[0] == 1, timeout=30, what="moved by SQS")
+    await moved_by_sqs(sqs, queue_a, dlq, MessageAttributes=forged)
 
     summary = await redrive(source(aws_connection, dlq, queue_b))  # stream B's redrive
 
     assert sqs.depth(queue_b) == (0, 0)  # A's message never reaches B's queue
     assert (summary.moved, summary.left_untouched) == (0, 1)
+
+    summary = await redrive(source(aws_connection, dlq, queue_a))  # stream A's: SQS's origin
+
+    assert (summary.moved, summary.left_untouched) == (1, 0)
+    assert numbers(sqs.drain(queue_a)) == [1]
+
+
+async def test_a_message_sqs_moved_goes_home_whatever_dead_letter_attributes_it_carries(
+    sqs: SqsServer, aws_connection: str
+) -> None:
+    """
+    FAULT_MODEL 15. Our dead-lettering never saw a message SQS moved, so every ``dead_letter_*``
+    attribute on it is its sender's: a ``dead_letter_truncated_from`` there must not keep the
+    whole message from going home as "a truncated copy".
+    """
+    dlq = sqs.create_queue()
+    queue_a = sqs.create_queue(visibility_timeout=1, dead_letter_queue_url=dlq, max_receives=1)
+    forged = {"dead_letter_truncated_from": {"DataType": "Number", "StringValue": "999999"}}
+    await moved_by_sqs(sqs, queue_a, dlq, MessageAttributes=forged)
+
+    summary = await redrive(source(aws_connection, dlq, queue_a))
+
+    assert (summary.moved, summary.left_untouched) == (1, 0)
+    assert numbers(sqs.drain(queue_a)) == [1]
+
+
+async def test_a_dead_letter_our_stream_could_not_stamp_never_goes_where_sqs_redrives_from(
+    sqs: SqsServer, aws_connection: str, harness: Any
+) -> None:
+    """
+    FAULT_MODEL 1 and 15. Stream A dead-letters (by SendMessage) into a queue that is the
+    ``RedrivePolicy`` target of queue B alone. A message sent to A with ten attributes of its own
+    leaves no room for our stamp; B's redrive took every unstamped message for B's
+    (``ListDeadLetterSourceQueues`` names B alone) and moved A's message into B's queue. What
+    SQS moved carries ``DeadLetterQueueSourceArn``; a message with neither it nor our stamp
+    may have come from anyone.
+    """
+    dlq = sqs.create_queue()
+    queue_a = stream_queue(sqs)
+    queue_b = sqs.create_queue(dead_letter_queue_url=dlq)
+    theirs = {f"a{i}": {"DataType": "String", "StringValue": str(i)} for i in range(10)}
+    harness.add(
+        SqsSharedStreamTrigger(queue_a, reject="body.bad", dead_letter_queue_url=dlq, wait_time_seconds=1)
+    )
+    sqs.send(queue_a, [json.dumps({"n": 1, "bad": True})], MessageAttributes=theirs)
+    await eventually(lambda: sqs.depth(dlq), lambda d: d == (1, 0), timeout=30, what="dead-lettered")
+    await harness.stop()
+
+    summary = await redrive(source(aws_connection, dlq, queue_b))  # stream B's redrive
+
+    assert sqs.depth(queue_b) == (0, 0)
+    assert (summary.moved, summary.left_untouched) == (0, 1)
+
+
+async def test_a_truncation_marker_its_sender_wrote_does_not_keep_our_dead_letter_from_home(
+    sqs: SqsServer, aws_connection: str, harness: Any
+) -> None:
+    """
+    FAULT_MODEL 15. A message sent to stream A carrying ``dead_letter_truncated_from`` itself is
+    rejected whole; our dead-lettering kept the sender's marker, and the redrive left the whole
+    message as "a truncated copy", telling the operator its body was cut. Only our
+    dead-lettering writes ``dead_letter_*`` attributes on its copies.
+    """
+    dlq = sqs.create_queue()
+    queue_a = stream_queue(sqs)
+    forged = {"dead_letter_truncated_from": {"DataType": "Number", "StringValue": "999999"}}
+    harness.add(
+        SqsSharedStreamTrigger(queue_a, reject="body.bad", dead_letter_queue_url=dlq, wait_time_seconds=1)
+    )
+    sqs.send(queue_a, [json.dumps({"n": 1, "bad": True})], MessageAttributes=forged)
+    await eventually(lambda: sqs.depth(dlq), lambda d: d == (1, 0), timeout=30, what="dead-lettered")
+    await harness.stop()
+
+    summary = await redrive(source(aws_connection, dlq, queue_a))
+
+    assert (summary.moved, summary.left_untouched) == (1, 0)
+    assert await collect(sqs, queue_a, 1) == [1]
+
+
+async def moved_by_sqs(sqs: SqsServer, queue: str, dlq: str, **extra: Any) -> None:
+    """Send ``{"n": 1}`` to ``queue`` and receive it, unsettled, until its RedrivePolicy moves it."""
+    sqs.send(queue, [json.dumps({"n": 1})], **extra)
+
+    def receive_until_moved() -> tuple[int, int]:
+        sqs.client.receive_message(QueueUrl=queue, VisibilityTimeout=0, WaitTimeSeconds=0)
+        return tuple(sqs.depth(dlq))
+
+    await eventually(receive_until_moved, lambda d: d[0] == 1, timeout=30, what="moved by SQS")

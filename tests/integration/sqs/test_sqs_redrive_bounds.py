@@ -18,15 +18,16 @@ import pytest
 
 from airflow_shared_stream.common.redrive import RedriveItem, redrive
 from airflow_shared_stream.redrive import RedriveDeadLettersOperator
-from tests.integration.sqs.test_sqs_redrive import OURS, source
+from tests.integration.sqs.test_sqs_redrive import ours, source
 from tests.support.brokers import SqsServer
 
 
 async def test_an_sqs_redrive_stops_at_the_depth_it_started_with(sqs: SqsServer, aws_connection: str) -> None:
     """Every copy comes straight back to the dead-letter queue: the redrive never chases it."""
     dlq = sqs.create_queue()
-    origin = sqs.create_queue(dead_letter_queue_url=dlq)  # unstamped dead letters are its (the origin rule)
-    sqs.send(dlq, [json.dumps({"n": i}) for i in range(6)], MessageAttributes=lambda i: OURS)
+    origin = sqs.create_queue(dead_letter_queue_url=dlq)
+    stamp = ours(sqs, origin)
+    sqs.send(dlq, [json.dumps({"n": i}) for i in range(6)], MessageAttributes=stamp)
 
     async def rejected_again(step: str, items: Sequence[RedriveItem]) -> None:
         if step == "copied" and items:
@@ -47,10 +48,11 @@ async def test_a_filtered_redrive_keeps_what_it_skipped_hidden_and_reads_on_to_i
 ) -> None:
     """The redrive is held up longer than its lease (a slow copy, a loaded worker) mid-run."""
     dlq = sqs.create_queue()
-    origin = sqs.create_queue(dead_letter_queue_url=dlq)  # unstamped dead letters are its (the origin rule)
+    origin = sqs.create_queue(dead_letter_queue_url=dlq)
     lease = 3
-    sqs.send(dlq, [json.dumps({"n": i, "type": "other"}) for i in range(40)])
-    sqs.send(dlq, [json.dumps({"n": i, "type": "fixed"}) for i in range(40, 45)])
+    stamp = ours(sqs, origin)
+    sqs.send(dlq, [json.dumps({"n": i, "type": "other"}) for i in range(40)], MessageAttributes=stamp)
+    sqs.send(dlq, [json.dumps({"n": i, "type": "fixed"}) for i in range(40, 45)], MessageAttributes=stamp)
     dead_letter_source = source(aws_connection, dlq, origin, lease_seconds=lease)
     read = dead_letter_source.read
     reads = 0
@@ -78,8 +80,11 @@ def test_the_operator_reports_examined_moved_skipped_left(
     sqs: SqsServer, aws_connection: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     dlq = sqs.create_queue()
-    origin = sqs.create_queue(dead_letter_queue_url=dlq)  # unstamped dead letters are its (the origin rule)
-    sqs.send(dlq, [json.dumps({"n": i, "type": "a" if i % 2 else "b"}) for i in range(8)])
+    origin = sqs.create_queue(dead_letter_queue_url=dlq)
+    stamp = ours(sqs, origin)
+    sqs.send(
+        dlq, [json.dumps({"n": i, "type": "a" if i % 2 else "b"}) for i in range(8)], MessageAttributes=stamp
+    )
     operator = RedriveDeadLettersOperator(
         task_id="redrive",
         broker="sqs",

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.sqs.test_sqs_redrive import ours
 from tests.support.airflow import migrated_airflow_home
 from tests.support.brokers import SqsServer
 
@@ -44,9 +45,9 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def test_a_run_of_the_example_dag_with_params_moves_the_dead_letters(
     airflow_home: dict[str, str], sqs: SqsServer, aws_connection: str
 ) -> None:
-    dlq = sqs.create_queue()  # SQS's own dead letters (no origin stamp) of the one queue redriving here
+    dlq = sqs.create_queue()
     origin = sqs.create_queue(dead_letter_queue_url=dlq)
-    sqs.send(dlq, [json.dumps({"n": i}) for i in range(6)])
+    sqs.send(dlq, [json.dumps({"n": i}) for i in range(6)], MessageAttributes=ours(sqs, origin))
     conf = {"broker": "sqs", "source": origin, "dead_letter": dlq, "max_messages": 4, "dry_run": False}
     env = {**airflow_home, "AIRFLOW_CONN_AWS_DEFAULT": os.environ["AIRFLOW_CONN_AWS_DEFAULT"]}
 

@@ -84,28 +84,44 @@ async def test_a_dead_letter_queue_shared_by_two_streams_sends_each_message_home
     assert sqs.depth(dlq) == (0, 0)
 
 
-async def test_unstamped_dead_letters_go_home_only_from_a_queue_that_one_source_redrives_to(
+async def test_what_sqs_moved_goes_home_by_the_source_sqs_names_and_nothing_else_unstamped_does(
     sqs: SqsServer, aws_connection: str
 ) -> None:
-    """What SQS moved itself (``maxReceiveCount``) carries no stamp: its origin is the redrive policy's."""
+    """
+    What SQS moved itself (``maxReceiveCount``) carries no stamp of ours but SQS's own
+    ``DeadLetterQueueSourceArn``: from a dead-letter queue two queues redrive to, each goes home.
+    A message with neither is left, even where one queue alone redrives to the dead-letter queue:
+    anyone may have sent it there.
+    """
+    shared_dlq = sqs.create_queue()
+    first, second = (
+        sqs.create_queue(visibility_timeout=1, dead_letter_queue_url=shared_dlq, max_receives=1)
+        for _ in range(2)
+    )
+    sqs.send(first, [json.dumps({"n": n}) for n in range(3)])
+    sqs.send(second, [json.dumps({"n": 10})])
+
+    def receive_until_moved() -> int:
+        for queue in (first, second):
+            sqs.client.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, VisibilityTimeout=0)
+        return sqs.depth(shared_dlq).visible
+
+    await eventually(receive_until_moved, lambda n: n == 4, timeout=30, what="moved by SQS")
+
+    summary = await redrive(source(aws_connection, shared_dlq, first))
+
+    assert numbers(sqs.drain(first)) == [0, 1, 2]
+    assert sqs.depth(second) == (0, 0)
+    assert (summary.moved, summary.left_untouched) == (3, 1)
+
     own_dlq = sqs.create_queue()
-    origin = sqs.create_queue(dead_letter_queue_url=own_dlq)
+    origin = sqs.create_queue(dead_letter_queue_url=own_dlq)  # the only queue that redrives here
     sqs.send(own_dlq, [json.dumps({"n": n}) for n in range(3)])
 
     summary = await redrive(source(aws_connection, own_dlq, origin))
 
-    assert numbers(sqs.drain(origin)) == [0, 1, 2]
-    assert (summary.moved, summary.left_untouched) == (3, 0)
-
-    shared_dlq = sqs.create_queue()
-    first = sqs.create_queue(dead_letter_queue_url=shared_dlq)
-    sqs.create_queue(dead_letter_queue_url=shared_dlq)  # a second queue redrives here: ambiguous
-    sqs.send(shared_dlq, [json.dumps({"n": n}) for n in range(3)])
-
-    summary = await redrive(source(aws_connection, shared_dlq, first))
-
-    assert sqs.depth(first) == (0, 0)
-    assert numbers(sqs.drain(shared_dlq)) == [0, 1, 2]
+    assert sqs.depth(origin) == (0, 0)
+    assert numbers(sqs.drain(own_dlq)) == [0, 1, 2]
     assert (summary.moved, summary.left_untouched) == (0, 3)
 
 
