@@ -59,7 +59,7 @@ SPARK_CLUSTER = "tests/integration/spark/test_deferrable_operator.py"
 SPARK_MOVES = "tests/integration/spark/test_trigger_moves.py"
 SPARK_FORGOTTEN = "tests/integration/spark/test_forgotten_driver.py"
 CONSOLE_E2E = "tests/e2e/test_streams_page.py"
-CONSOLE_FIGURES = "tests/unit/console/test_figures.py"
+CONSOLE_FIGURES = "tests/unit/common/test_figures.py"
 CONSOLE_STREAMS = "tests/unit/console/test_streams.py"
 CONSOLE_REDRIVE_FORM = "tests/unit/console/test_redrive_form.py"
 CONSOLE_ACCESS = "tests/unit/console/test_access.py"
@@ -580,9 +580,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="a scheme the official Amazon provider claims",
         broker="queues",
-        path="airflow_shared_stream/queues.py",
-        original='    scheme = "shared+sqs"\n',
-        mutated='    scheme = "sqs"\n',
+        path="airflow_shared_stream/brokers.py",
+        original='        return f"shared+{self.name}"\n',
+        mutated="        return self.name\n",
         caught_by=(QUEUES_TESTS + "test_no_scheme_of_the_official_providers_or_a_near_miss_is_ours",),
     ),
     Mutant(
@@ -880,7 +880,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="Kafka lag kept by the triggerer but not written with the figures",
         broker="console",
-        path="airflow_shared_stream/console/figures.py",
+        path="airflow_shared_stream/common/figures.py",
         original='            "lag": self.lag,\n',
         mutated='            "lag": {},\n',
         caught_by=("test_the_lag_a_producer_notes_is_written_with_the_next_flush",),
@@ -898,7 +898,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="Kafka dead-letter depth counts what a redrive already took",
         broker="console",
-        path="airflow_shared_stream/console/backlog.py",
+        path="airflow_shared_stream/kafka/operations.py",
         original="ends[tp] - max(starts[tp], taken or 0)",
         mutated="ends[tp] - starts[tp]",
         caught_by=("test_dead_letter_depth_is_what_the_redrive_group_has_not_taken",),
@@ -907,7 +907,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="Service Bus dead-letter depth peeks the queue, not its dead letters",
         broker="console",
-        path="airflow_shared_stream/console/backlog.py",
+        path="airflow_shared_stream/servicebus/operations.py",
         original="client.get_queue_receiver(entity.queue_name, sub_queue=ServiceBusSubQueue.DEAD_LETTER)",
         mutated="client.get_queue_receiver(entity.queue_name)",
         caught_by=("test_a_queues_dead_letters_are_counted_and_left_as_they_were",),
@@ -916,7 +916,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="Service Bus dead-letter depth counted by receiving (locks the dead letters)",
         broker="console",
-        path="airflow_shared_stream/console/backlog.py",
+        path="airflow_shared_stream/servicebus/operations.py",
         original="await receiver.peek_messages(max_message_count=want, sequence_number=next_sequence)",
         mutated="await receiver.receive_messages(max_message_count=want, max_wait_time=1)",
         caught_by=("test_a_queues_dead_letters_are_counted_and_left_as_they_were",),
@@ -925,7 +925,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="Service Bus dead-letter depth counts one peek only",
         broker="console",
-        path="airflow_shared_stream/console/backlog.py",
+        path="airflow_shared_stream/servicebus/operations.py",
         original="                count += len(batch)\n",
         mutated="                count += len(batch)\n                break\n",
         caught_by=("test_a_subscriptions_dead_letters_are_its_own_and_counted_up_to_the_limit",),
@@ -934,7 +934,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="SQS dead-letter depth leaves out the messages in flight",
         broker="console",
-        path="airflow_shared_stream/console/backlog.py",
+        path="airflow_shared_stream/sqs/operations.py",
         original='"depth": visible + in_flight}',
         mutated='"depth": visible}',
         caught_by=("test_the_queue_and_its_dead_letter_queue_are_counted",),
@@ -943,9 +943,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="the page sends the source as a list the redrive Dag refuses",
         broker="console",
-        path="airflow_shared_stream/console/streams.py",
-        original='        source, dead_letter = upstream.get("queue_url"), stream.dead_letter\n',
-        mutated='        source, dead_letter = [upstream.get("queue_url")], stream.dead_letter\n',
+        path="airflow_shared_stream/sqs/operations.py",
+        original='        return upstream.get("queue_url"), dead_letter\n',
+        mutated='        return [upstream.get("queue_url")], dead_letter\n',
         caught_by=("test_each_brokers_run_conf_is_valid_for_the_dag",),
         module=CONSOLE_REDRIVE_FORM,
     ),
@@ -997,7 +997,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="stream figures written on every flush",
         broker="console",
-        path="airflow_shared_stream/console/figures.py",
+        path="airflow_shared_stream/common/figures.py",
         original="and now - self.published_at >= self.interval",
         mutated="and now >= 0",
         caught_by=("test_writes_are_bounded_and_the_last_change_still_lands",),
@@ -1006,7 +1006,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="a stream's last figures never written",
         broker="console",
-        path="airflow_shared_stream/console/figures.py",
+        path="airflow_shared_stream/common/figures.py",
         original="                figures.pending = loop.call_later(wait, self._publish_pending, figures)\n",
         mutated="                pass\n",
         caught_by=("test_writes_are_bounded_and_the_last_change_still_lands",),
@@ -1964,7 +1964,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="figures not written when a watcher joins a running stream",
         broker="console",
-        path="airflow_shared_stream/console/figures.py",
+        path="airflow_shared_stream/common/figures.py",
         original="                figures.published_at = 0.0\n",
         mutated="                figures.published_at = figures.published_at\n",
         caught_by=(
@@ -1975,22 +1975,22 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="figures keyed by the stream's display label",
         broker="console",
-        path="airflow_shared_stream/console/figures.py",
+        path="airflow_shared_stream/common/figures.py",
         original="    return hashlib.sha256(repr(shared_stream_key).encode()).hexdigest()[:16]\n",
         mutated="    return str(shared_stream_key[-1])  # type: ignore[index]\n",
         caught_by=(
-            "tests/unit/console/test_figures.py::test_two_streams_with_one_label_keep_and_write_their_own_figures",
+            "tests/unit/common/test_figures.py::test_two_streams_with_one_label_keep_and_write_their_own_figures",
             "tests/unit/console/test_streams.py::test_two_streams_with_one_label_each_show_their_own_figures",
         ),
     ),
     Mutant(
         name="a trigger of two assets writes through accessors that refuse to choose",
         broker="console",
-        path="airflow_shared_stream/console/figures.py",
+        path="airflow_shared_stream/common/figures.py",
         original="                figures.carriers[trigger_id] = one_asset_writer(store)\n",
         mutated="                figures.carriers[trigger_id] = store\n",
         caught_by=(
-            "tests/unit/console/test_figures.py::test_a_watcher_of_two_assets_carries_its_streams_figures",
+            "tests/unit/common/test_figures.py::test_a_watcher_of_two_assets_carries_its_streams_figures",
             f"{CONSOLE_FIGURES_E2E}::test_a_trigger_of_two_assets_publishes_its_streams_figures",
         ),
     ),
@@ -2181,10 +2181,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="redrive attack: the page's Kafka redrive names no source (every stream's dead letters move)",
         broker="kafka",
-        path="airflow_shared_stream/console/streams.py",
-        original="        source, dead_letter = "
-        'stream_source(upstream.get("topics")) or None, stream.dead_letter\n',
-        mutated="        source, dead_letter = None, stream.dead_letter\n",
+        path="airflow_shared_stream/kafka/operations.py",
+        original='        return stream_source(upstream.get("topics")) or None, dead_letter\n',
+        mutated="        return None, dead_letter\n",
         caught_by=("test_the_pages_redrive_of_one_stream_never_moves_another_streams_dead_letters",),
         module="tests/integration/kafka/test_kafka_redrive_attacks.py",
     ),
