@@ -87,7 +87,7 @@ class MemoryDeadLetterSource:
                     metadata={"message_id": m.message_id, "queue": self._dead_letter},
                     label=m.message_id,
                     max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES,
-                ),
+                ).envelope,
                 handle=Received(m.lease, m.body),
                 past_snapshot=m.message_id not in self._snapshot,
             )

@@ -79,6 +79,7 @@ def _imports_in(tree: ast.AST, importer: str, type_only: bool = False) -> Iterat
                 yield from _imports_in(ast.Module(body=[child], type_ignores=[]), importer, type_only)
             continue
         names: list[str] = []
+        line = getattr(node, "lineno", 0)
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -89,12 +90,12 @@ def _imports_in(tree: ast.AST, importer: str, type_only: bool = False) -> Iterat
             ]
         for name in names:
             if name == PACKAGE or name.startswith(PACKAGE + "."):
-                yield Import(importer, name, node.lineno, type_only)
+                yield Import(importer, name, line, type_only)
         yield from _imports_in(node, importer, type_only)
 
 
 def _all_imports() -> list[Import]:
-    found = []
+    found: list[Import] = []
     for name, path in sorted(MODULES.items()):
         tree = ast.parse(path.read_text(), filename=str(path))
         found.extend(i for i in _imports_in(tree, name) if i.imported != name)

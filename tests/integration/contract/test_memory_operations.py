@@ -58,7 +58,7 @@ def test_a_redrive_moves_the_example_brokers_dead_letters_home(memory_broker: di
         broker="memory",
         source="orders",
         dead_letter="orders-dlq",
-        filter="body.keep == null",
+        filter="body.n != `9`",
     ).execute({})
 
     assert (summary["moved"], summary["skipped"], summary["snapshot"]) == (3, 1, 4)
@@ -118,12 +118,15 @@ def _watch(dag_id: str, trigger: MemorySharedStreamTrigger) -> None:
     """What the Dag processor writes for a Dag whose asset a watcher of ``trigger`` watches."""
     from airflow.models.asset import AssetModel, AssetWatcherModel, DagScheduleAssetReference
     from airflow.models.dag import DagModel
+    from airflow.models.dagbundle import DagBundleModel
     from airflow.models.trigger import Trigger
     from airflow.utils.session import create_session
 
     classpath, kwargs = trigger.serialize()
     with create_session() as session:
-        session.add(DagModel(dag_id=dag_id, bundle_name="dags-folder"))
+        session.add(DagBundleModel(name="bundle"))
+        session.flush()
+        session.add(DagModel(dag_id=dag_id, bundle_name="bundle", is_paused=False, is_stale=False))
         asset = AssetModel(name=f"{dag_id}-orders", uri=f"memory://{dag_id}/orders", group="asset")
         row = Trigger(classpath=classpath, kwargs=kwargs)
         session.add_all([asset, row])
