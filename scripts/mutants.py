@@ -2336,6 +2336,67 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_a_hold_bound_of_zero_is_said_loudly",),
         module="tests/unit/common/test_unseen.py",
     ),
+    # feat/broker-protocol: a broker is one folder and a registry line; no import climbs or circles
+    Mutant(
+        name="protocol: the triggerer's metrics import the console (an upward import)",
+        broker="console",
+        path="airflow_shared_stream/common/metrics.py",
+        original="        stream_figures.absorb(self, counts, gauges)\n",
+        mutated=(
+            "        from airflow_shared_stream.console import backlog  # noqa: F401\n\n"
+            "        stream_figures.absorb(self, counts, gauges)\n"
+        ),
+        caught_by=("test_no_import_reaches_a_higher_floor",),
+        module="tests/unit/test_import_floors.py",
+    ),
+    Mutant(
+        name="protocol: the figures import the metrics that feed them (a circle)",
+        broker="console",
+        path="airflow_shared_stream/common/figures.py",
+        original='        store = getattr(trigger, "asset_state_store", None)\n',
+        mutated=(
+            "        from airflow_shared_stream.common.metrics import StreamMetrics  # noqa: F401\n\n"
+            '        store = getattr(trigger, "asset_state_store", None)\n'
+        ),
+        caught_by=("test_no_circle_of_imports",),
+        module="tests/unit/test_import_floors.py",
+    ),
+    Mutant(
+        name="protocol: the Streams page reads only this package's triggers (a registered broker missing)",
+        broker="console",
+        path="airflow_shared_stream/console/streams.py",
+        original="    prefixes = sorted({broker.classpath_prefix for broker in registered_brokers()})\n",
+        mutated='    prefixes = ["airflow_shared_stream."]\n',
+        caught_by=("test_the_example_broker_is_on_the_streams_page_with_its_backlog",),
+        module="tests/integration/contract/test_memory_operations.py",
+    ),
+    Mutant(
+        name="protocol: the example broker's backlog counted by receiving (leases the messages)",
+        broker="console",
+        path="docs/examples/memory_operations.py",
+        original="    leased = found.count(leased_only=True)\n",
+        mutated="    leased = len(found.receive(1000))\n",
+        caught_by=("test_the_example_broker_is_on_the_streams_page_with_its_backlog",),
+        module="tests/integration/contract/test_memory_operations.py",
+    ),
+    Mutant(
+        name="protocol: the example broker's redrive removes what it never copied",
+        broker="console",
+        path="docs/examples/memory_operations.py",
+        original="            self._queues[self._source].send(item.handle.body)\n",
+        mutated="            pass\n",
+        caught_by=("test_a_redrive_moves_the_example_brokers_dead_letters_home",),
+        module="tests/integration/contract/test_memory_operations.py",
+    ),
+    Mutant(
+        name="protocol: a redrive that needs its dead-letter destination runs without one",
+        broker="console",
+        path="airflow_shared_stream/redrive.py",
+        original="    if operations.redrive_needs_dead_letter and not dead_letter:\n",
+        mutated="    if False:\n",
+        caught_by=("test_the_example_broker_needs_its_dead_letter_queue_named",),
+        module="tests/integration/contract/test_memory_operations.py",
+    ),
 )
 
 

@@ -76,6 +76,14 @@ def test_an_unregistered_broker_is_refused_by_name() -> None:
         dead_letter_source("memory", source="orders", dead_letter="orders-dlq")
 
 
+def test_the_example_broker_needs_its_dead_letter_queue_named(memory_broker: dict[str, MemoryQueue]) -> None:
+    from airflow_shared_stream.common.redrive import RedriveConfigurationError
+    from airflow_shared_stream.redrive import dead_letter_source
+
+    with pytest.raises(RedriveConfigurationError, match="where the dead letters are"):
+        dead_letter_source("memory", source="orders")
+
+
 def _migrate(url: str, home: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env.update(
