@@ -6,8 +6,8 @@ What the Streams page shows, read from the metadata database in a few grouped qu
   asset (``asset_watcher``), the Dags its asset schedules (``dag_schedule_asset_reference``) and
   the trigger events it fired (its asset's events without a source task).
 * Where they run: the ``job`` rows of the triggerers they are assigned to.
-* The figures the triggerers publish (:mod:`.figures`), from ``asset_state_store`` (the default,
-  metastore state backend).
+* The figures the triggerers publish (:mod:`airflow_shared_stream.common.figures`), from
+  ``asset_state_store`` (the default, metastore state backend).
 * Warnings already detected elsewhere: a leased queue split across triggerers
   (:mod:`airflow_shared_stream.placement`), stranded asset events
   (:mod:`airflow_shared_stream.scheduling`), a watcher no live triggerer runs, a stream holding
