@@ -41,7 +41,7 @@ from typing import Any
 
 from airflow.listeners import hookimpl
 
-from airflow_shared_stream.common import metrics as m
+from airflow_shared_stream.common.figures import metric_label
 from airflow_shared_stream.common.metrics import StreamMetrics
 
 log = logging.getLogger(__name__)
@@ -120,15 +120,6 @@ def _spelling(trigger: Any) -> str:
     """The identity arguments as the watcher gives them: connection ids, names, URLs."""
     given = ((name, getattr(trigger, name, None)) for name in trigger.identity_fields)
     return ", ".join(f"{name}={value!r}" for name, value in given if value is not None)
-
-
-def metric_label(trigger: Any) -> str:
-    """The stream's metric label, as its producer names it (building a producer does no I/O)."""
-    try:
-        producer = trigger.producer_class(**trigger.producer_kwargs())
-        return str(producer.metrics.stream)
-    except Exception:
-        return m.stream_label(*(str(part) for part in trigger.stream_identity()[:1]))
 
 
 def report(placements: Iterable[StreamPlacement], triggerer_id: int) -> None:
@@ -241,7 +232,7 @@ class ExecutionApiWarmup(threading.Thread):
     and other requests, through an in-process Execution API that it builds on first use, on its
     main thread: its imports and FastAPI routes took 10-20 s of CPU on a loaded machine, during
     which the supervisor answered no request of the trigger runner, sent no heartbeat and then
-    logged the runner "deadlocked" (issue 50). Built once here first, in the background, what
+    logged the runner "deadlocked" and reassigned its triggers. Built once here first, in the background, what
     Airflow caches per process (modules, models) makes the supervisor's own build about ten
     times cheaper.
     """

@@ -4,21 +4,21 @@
 A task, so a redrive is audited, retried and logged like any other (the Streams page starts one
 as a run of ``example_dags/shared_stream_redrive_dead_letters.py``). The work is
 :func:`airflow_shared_stream.common.redrive.redrive` over the broker's dead-letter source
-(``<broker>/redrive.py``); credentials come from the same Airflow connections as the triggers.
+(``<broker>/redrive.py``, opened through the broker's ``operations.py`` and the registry of
+:mod:`airflow_shared_stream.brokers`); credentials come from the same Airflow connections as the triggers.
 See docs/redrive.rst.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_shared_stream.brokers import broker_names, broker_operations
 from airflow_shared_stream.common.redrive import (
-    BROKERS,
     DEFAULT_MAX_MESSAGES,
     DeadLetterSource,
     RedriveConfigurationError,
@@ -28,14 +28,6 @@ from airflow_shared_stream.common.redrive import (
     refuse_loop,
 )
 from airflow_shared_stream.redrive_grant import check_grant
-
-BROKER_OPTIONS = {
-    "kafka": frozenset({"group_id"}),
-    "sqs": frozenset({"region_name", "lease_seconds"}),
-    "pubsub": frozenset({"project_id", "lease_seconds"}),
-    "servicebus": frozenset(),
-}
-"""Broker-specific arguments a redrive takes through ``broker_options``."""
 
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off", "")
@@ -51,25 +43,25 @@ def dead_letter_source(
     broker_options: dict[str, Any] | None = None,
 ) -> DeadLetterSource:
     """The broker's dead-letter source (``<broker>/redrive.py``); raises on bad arguments."""
-    if broker not in BROKERS:
-        raise RedriveConfigurationError(f"broker must be one of {', '.join(BROKERS)}, got {broker!r}")
+    operations = broker_operations(broker)
+    if operations is None:
+        raise RedriveConfigurationError(f"broker must be one of {', '.join(broker_names())}, got {broker!r}")
     options = dict(broker_options or {})
-    unknown = sorted(set(options) - BROKER_OPTIONS[broker])
+    unknown = sorted(set(options) - operations.redrive_options)
     if unknown:
         raise RedriveConfigurationError(
             f"broker_options {unknown} are not options of a {broker} redrive "
-            f"(it takes: {', '.join(sorted(BROKER_OPTIONS[broker])) or 'none'})"
+            f"(it takes: {', '.join(sorted(operations.redrive_options)) or 'none'})"
         )
-    if broker != "servicebus" and not dead_letter:
+    if operations.redrive_needs_dead_letter and not dead_letter:
         raise RedriveConfigurationError(f"a {broker} redrive needs dead_letter (where the dead letters are)")
-    module = importlib.import_module(f"airflow_shared_stream.{broker}.redrive")
-    kwargs: dict[str, Any] = {
-        "source": source or None,
-        "dead_letter": dead_letter or None,
-        "conn_id": conn_id or None,
-        "keep_origin_attributes": keep_origin_attributes,
-    }
-    built: DeadLetterSource = module.dead_letter_source(**kwargs, **options)
+    built = operations.dead_letter_source(
+        source=source or None,
+        dead_letter=dead_letter or None,
+        conn_id=conn_id or None,
+        keep_origin_attributes=keep_origin_attributes,
+        **options,
+    )
     refuse_loop(built)  # what is known before connecting fails when the Dag is parsed
     return built
 

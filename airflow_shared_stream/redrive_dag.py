@@ -20,18 +20,19 @@ from typing import Any
 
 from airflow.sdk import DAG, Param
 
-from airflow_shared_stream.console.plugin import REDRIVE_DAG_ID
+from airflow_shared_stream.brokers import broker_names
 from airflow_shared_stream.redrive import RedriveDeadLettersOperator
 
 __all__ = ["REDRIVE_DAG_ID", "redrive_dead_letters_dag"]
 
-BROKERS = ["kafka", "sqs", "pubsub", "servicebus"]
+REDRIVE_DAG_ID = "shared_stream_redrive_dead_letters"
+"""The Dag that runs ``RedriveDeadLettersOperator`` from its params (one run per redrive)."""
 
 
 def redrive_params() -> dict[str, Param]:
     """The run's params: what the Streams page fills (and the trigger form shows)."""
     return {
-        "broker": Param("sqs", enum=BROKERS, description="The broker."),
+        "broker": Param("sqs", enum=list(broker_names()), description="The broker."),
         "conn_id": Param(
             None, type=["null", "string"], description="Airflow connection; the triggers' default if empty."
         ),

@@ -5,9 +5,9 @@ The triggerer runs every trigger of the deployment on one event loop. Whatever a
 synchronously when it starts holds all of them: the first import of a broker SDK (hundreds of
 modules, each compiled from source where no bytecode cache exists) and the SDK's own data files
 (botocore's endpoint and service models) held the loop for seconds on a loaded machine, long
-enough for the triggerer's supervisor to call the runner deadlocked (issue 50). Imported in a
-thread, the same work only shares the interpreter with the loop, which keeps running between
-modules.
+enough for the triggerer's supervisor to call the runner deadlocked and reassign its triggers.
+Imported in a thread, the same work only shares the interpreter with the loop, which keeps
+running between modules.
 """
 
 from __future__ import annotations

@@ -42,8 +42,6 @@ from airflow_shared_stream.common.metrics import StreamMetrics
 
 log = logging.getLogger(__name__)
 
-BROKERS = ("kafka", "sqs", "pubsub", "servicebus")
-
 REDRIVE_MOVED = "redrive_moved"
 """Messages copied to their origin and removed from the dead-letter source."""
 REDRIVE_SKIPPED = "redrive_skipped"
@@ -138,9 +136,10 @@ class DeadLetterSource(Protocol):
     async def close(self) -> None:
         """Release the connections (best effort)."""
 
-    lease_seconds: float | None
-    """How long a read holds a message before the broker hands it out again; ``None``: reading
-    holds nothing (a log), so the engine keeps nothing between reads."""
+    @property
+    def lease_seconds(self) -> float | None:
+        """How long a read holds a message before the broker hands it out again; ``None``: reading
+        holds nothing (a log), so the engine keeps nothing between reads."""
 
     async def snapshot(self) -> RedriveSnapshot:
         """Fix where this redrive stops (called once, after :meth:`open`, before any read)."""

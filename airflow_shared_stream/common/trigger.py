@@ -45,6 +45,7 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 from airflow.triggers.shared_stream import SharedStreamProducer, reject_shared_stream_event
 
 from airflow_shared_stream.common.errors import SharedStreamConfigurationError, StreamShapeConflictError
+from airflow_shared_stream.common.figures import figures_stream_id, stream_figures
 from airflow_shared_stream.common.flow_control import validate_max_in_flight
 from airflow_shared_stream.common.matching import EnvelopeMatcher, RawMessage, Verdict
 from airflow_shared_stream.common.process_scope import scoped
@@ -271,8 +272,6 @@ class SharedStreamTrigger(BaseEventTrigger):
     @classmethod
     def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> SharedStreamProducer:
         """Build the stream's producer from the first watcher's kwargs (no I/O here)."""
-        from airflow_shared_stream.console.figures import figures_stream_id  # imports this module
-
         trigger = cls(**kwargs)
         key = trigger.shared_stream_key()
         stream_shapes.record_producer(key, trigger.normalized_shape())
@@ -345,8 +344,6 @@ class SharedStreamTrigger(BaseEventTrigger):
             # A trigger that builds its key by hand has no declared shape to check.
             yield None
             return
-        from airflow_shared_stream.console.figures import stream_figures  # imports this module
-
         with (
             stream_shapes.watching(self.shared_stream_key(), self.normalized_shape(), type(self)),
             stream_figures.watching(self),

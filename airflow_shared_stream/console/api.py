@@ -47,8 +47,8 @@ from airflow_shared_stream.console.access import (
     visible_streams,
 )
 from airflow_shared_stream.console.backlog import broker_backlog
-from airflow_shared_stream.console.plugin import REDRIVE_DAG_ID
 from airflow_shared_stream.console.streams import Stream, read_streams
+from airflow_shared_stream.redrive_dag import REDRIVE_DAG_ID
 from airflow_shared_stream.redrive_grant import GRANT_PARAM, sign_grant
 
 MAX_REDRIVE_MESSAGES = 100_000

@@ -11,10 +11,10 @@ Authentication and authorisation are Airflow's: every route depends on
 ``Authorization`` header or Airflow's session cookie and ask the configured auth manager. A
 stream is shown to whoever may read one of its Dags (with the Dag's team, as Airflow's REST API
 asks); starting a redrive needs the right to create runs of the redrive Dag
-(:data:`REDRIVE_DAG_ID`) and of every Dag of the stream, and the run is created through Airflow's
-own REST API with the user's own token, carrying a grant the task checks at run time
-(:mod:`airflow_shared_stream.redrive_grant`), so Airflow decides, audits and logs it like any
-manual run.
+(:data:`airflow_shared_stream.redrive_dag.REDRIVE_DAG_ID`) and of every Dag of the stream, and the
+run is created through Airflow's own REST API with the user's own token, carrying a grant the
+task checks at run time (:mod:`airflow_shared_stream.redrive_grant`), so Airflow decides, audits
+and logs it like any manual run.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from typing import Any
 from airflow.plugins_manager import AirflowPlugin
 
 URL_PREFIX = "/shared-stream"
-REDRIVE_DAG_ID = "shared_stream_redrive_dead_letters"
-"""The example Dag that runs ``RedriveDeadLettersOperator`` from its params (one run per redrive)."""
 
 
 class SharedStreamConsolePlugin(AirflowPlugin):

@@ -6,8 +6,8 @@ What the Streams page shows, read from the metadata database in a few grouped qu
   asset (``asset_watcher``), the Dags its asset schedules (``dag_schedule_asset_reference``) and
   the trigger events it fired (its asset's events without a source task).
 * Where they run: the ``job`` rows of the triggerers they are assigned to.
-* The figures the triggerers publish (:mod:`.figures`), from ``asset_state_store`` (the default,
-  metastore state backend).
+* The figures the triggerers publish (:mod:`airflow_shared_stream.common.figures`), from
+  ``asset_state_store`` (the default, metastore state backend).
 * Warnings already detected elsewhere: a leased queue split across triggerers
   (:mod:`airflow_shared_stream.placement`), stranded asset events
   (:mod:`airflow_shared_stream.scheduling`), a watcher no live triggerer runs, a stream holding
@@ -28,10 +28,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from airflow_shared_stream.console.backlog import servicebus_entity_path
-from airflow_shared_stream.console.figures import FIGURES_KEY_PREFIX, figures_stream_id
+from airflow_shared_stream.brokers import broker_operations, registered_brokers
+from airflow_shared_stream.common.figures import FIGURES_KEY_PREFIX, figures_stream_id
 
-CLASSPATH_PREFIX = "airflow_shared_stream."
 STUCK_AFTER_SECONDS = 120.0
 """Messages in flight and no figure moved for this long: the stream is reported stuck."""
 IDLE_AFTER_SECONDS = 600.0
@@ -39,18 +38,6 @@ IDLE_AFTER_SECONDS = 600.0
 STRANDED_GRACE_SECONDS = 60.0
 """An unconsumed event with no queue row younger than this may be a run being created right now."""
 
-CONNECTION_FIELDS = {
-    "sqs": "aws_conn_id",
-    "kafka": "kafka_config_id",
-    "pubsub": "gcp_conn_id",
-    "servicebus": "azure_service_bus_conn_id",
-}
-DEAD_LETTER_FIELDS = {
-    "sqs": "dead_letter_queue_url",
-    "kafka": "dead_letter_topic",
-    "pubsub": "dead_letter_topic",
-}
-"""The trigger argument naming the stream's dead-letter destination (Service Bus: the entity's own)."""
 STREAM_REDRIVE_PARAMS = ("broker", "conn_id", "source", "dead_letter")
 """The redrive Dag's params the stream decides; the person chooses the rest (``RedriveRequest``)."""
 
@@ -134,8 +121,6 @@ def _build(classpath: str, kwargs: dict[str, Any]) -> Any | None:
 
 def group_streams(rows: Iterable[tuple[int, str, dict[str, Any], int | None]]) -> list[Stream]:
     """Group ``(trigger id, classpath, kwargs, triggerer id)`` rows into streams (no database)."""
-    from airflow_shared_stream.placement import metric_label
-
     streams: dict[Hashable, Stream] = {}
     for trigger_id, classpath, kwargs, triggerer_id in rows:
         trigger = _build(classpath, kwargs)
@@ -148,19 +133,19 @@ def group_streams(rows: Iterable[tuple[int, str, dict[str, Any], int | None]]) -
         stream = streams.get(key)
         if stream is None:
             broker = type(trigger).broker
-            label = metric_label(trigger)
-            dead_letter = getattr(trigger, DEAD_LETTER_FIELDS.get(broker, ""), None)
+            operations = broker_operations(broker)
+            if operations is None:
+                continue
+            label = operations.stream_label(trigger)
             stream = streams[key] = Stream(
                 id=stream_id(broker, label, key),
                 broker=broker,
                 label=label,
                 upstream={
-                    name: without_userinfo(getattr(trigger, name, None))
-                    for name in trigger.identity_fields
-                    if getattr(trigger, name, None) is not None
+                    name: without_userinfo(value) for name, value in operations.upstream(trigger).items()
                 },
-                connection_id=getattr(trigger, CONNECTION_FIELDS.get(broker, ""), None),
-                dead_letter=without_userinfo(dead_letter),
+                connection_id=operations.connection_id(trigger),
+                dead_letter=without_userinfo(operations.dead_letter(trigger)),
                 every_triggerer_reads_everything=type(trigger).every_triggerer_reads_everything,
                 _key=key,
             )
@@ -183,29 +168,14 @@ def group_streams(rows: Iterable[tuple[int, str, dict[str, Any], int | None]]) -
 def redrive_params(stream: Stream) -> dict[str, Any]:
     """
     The redrive Dag's params that name this stream (each a string, as the Dag declares them);
-    empty when the page cannot name both ends.
-
-    Kafka produces each record back to the topic its origin header names, among the stream's own
-    topics (``source``: them, comma-separated; another stream's dead letters are left); SQS
-    goes from the dead-letter queue to the stream's queue; Service Bus from the entity's own
-    ``$deadletterqueue`` (``dead_letter`` empty). Pub/Sub is left out: its redrive reads a
-    dead-letter *subscription* and publishes to the subscription's topic, and a stream names
-    neither (only its dead-letter topic).
+    empty when the page cannot name both ends (each broker says which they are: ``redrive_ends``
+    of its ``operations.py``).
     """
-    upstream = stream.upstream
-    source: str | None
-    if stream.broker == "servicebus":
-        source, dead_letter = servicebus_entity_path(upstream), None
-    elif stream.broker == "sqs" and stream.dead_letter:
-        source, dead_letter = upstream.get("queue_url"), stream.dead_letter
-    elif stream.broker == "kafka" and stream.dead_letter:
-        from airflow_shared_stream.kafka.redrive import stream_source
-
-        # The stream's own topics: a dead-letter topic may be shared, and a grant for this stream
-        # must not move another stream's dead letters (which that stream's people may redrive).
-        source, dead_letter = stream_source(upstream.get("topics")) or None, stream.dead_letter
-    else:
+    operations = broker_operations(stream.broker)
+    ends = operations.redrive_ends(stream.upstream, stream.dead_letter) if operations is not None else None
+    if ends is None:
         return {}
+    source, dead_letter = ends
     return dict(
         zip(STREAM_REDRIVE_PARAMS, (stream.broker, stream.connection_id, source, dead_letter), strict=True)
     )
@@ -217,10 +187,13 @@ def read_streams(session: Any, *, now: datetime | None = None) -> list[Stream]:
     from airflow.jobs.job import Job
     from airflow.models.asset import AssetModel, AssetWatcherModel, DagScheduleAssetReference
     from airflow.models.trigger import Trigger
-    from sqlalchemy import select
+    from sqlalchemy import or_, select
 
     now = now or datetime.now(timezone.utc)
-    triggers = session.scalars(select(Trigger).where(Trigger.classpath.startswith(CLASSPATH_PREFIX)))
+    prefixes = sorted({broker.classpath_prefix for broker in registered_brokers()})
+    triggers = session.scalars(
+        select(Trigger).where(or_(*(Trigger.classpath.startswith(prefix) for prefix in prefixes)))
+    )
     streams = group_streams((t.id, t.classpath, t.kwargs, t.triggerer_id) for t in triggers)
     watchers = {w.trigger_id: w for s in streams for w in s.watchers}
     if not watchers:

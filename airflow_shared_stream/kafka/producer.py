@@ -49,6 +49,7 @@ from aiokafka.errors import (  # noqa: E402
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer  # noqa: E402
 
 from airflow_shared_stream.common import metrics as m  # noqa: E402
+from airflow_shared_stream.common.figures import stream_figures  # noqa: E402
 from airflow_shared_stream.common.flow_control import CreditWindow, yield_point  # noqa: E402
 from airflow_shared_stream.common.leased_queue import NoSubscriberBackoff  # noqa: E402
 from airflow_shared_stream.common.matching import RawMessage  # noqa: E402
@@ -58,7 +59,6 @@ from airflow_shared_stream.common.trigger import (  # noqa: E402
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_PAYLOAD_BYTES,
 )
-from airflow_shared_stream.console.figures import stream_figures  # noqa: E402
 from airflow_shared_stream.kafka.anchors import StartAnchors  # noqa: E402
 from airflow_shared_stream.kafka.cluster_watch import ClusterWatch  # noqa: E402
 from airflow_shared_stream.kafka.committer import OffsetCommitter  # noqa: E402

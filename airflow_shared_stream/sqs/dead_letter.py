@@ -12,15 +12,25 @@ carries the original size.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from airflow_shared_stream.common.delivery import DeadLetter
 from airflow_shared_stream.sqs.hook import QueueUrl
 
-if TYPE_CHECKING:
-    from airflow_shared_stream.sqs.producer import SqsMessageHandle
-
 log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class SqsMessageHandle:
+    """What the settlement calls, and the dead-letter copy, need of one received message."""
+
+    message_id: str
+    receipt_handle: str
+    body: str
+    message_attributes: dict[str, Any]
+    group_id: str | None
+
 
 SQS_BATCH_LIMIT = 10
 """Most entries SQS accepts in one receive, delete, visibility or send batch call."""

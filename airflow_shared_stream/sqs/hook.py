@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,7 +26,12 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_shared_stream.common.errors import SecretScrubber
 from airflow_shared_stream.common.renamed import renamed_names
-from airflow_shared_stream.sqs.credentials import open_sqs_client, refused_extras, sdk_logger_names
+from airflow_shared_stream.sqs.credentials import (
+    SqsClientConfig,
+    open_sqs_client,
+    refused_extras,
+    sdk_logger_names,
+)
 from airflow_shared_stream.sqs.errors import SqsConfigurationError
 
 _REGION = r"(?P<region>[a-z]{2}(?:-[a-z]+)+-\d+)"
@@ -113,43 +118,6 @@ def _aws_region_of_host(hostname: str) -> str | None:
         if host is not None:
             return host["region"]
     return None
-
-
-@dataclass(frozen=True)
-class SqsClientConfig:
-    """
-    Who the SQS client runs as and where it connects; secrets kept out of repr.
-
-    ``role_arn`` set: the keys (or the profile, or the default chain) only call STS
-    ``AssumeRole``, and SQS is called as the role
-    (:func:`~airflow_shared_stream.sqs.credentials.open_sqs_client`).
-    """
-
-    region_name: str
-    endpoint_url: str | None = None
-    aws_access_key_id: str | None = None
-    aws_secret_access_key: str | None = field(default=None, repr=False)
-    aws_session_token: str | None = field(default=None, repr=False)
-    conn_id: str = "aws_default"
-    profile_name: str | None = None
-    role_arn: str | None = None
-    assume_role_kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
-    sts_endpoint_url: str | None = None
-    verify: bool | str | None = None
-    config_kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    def client_kwargs(self, *, with_keys: bool = True) -> dict[str, Any]:
-        """Keyword arguments for ``create_client("sqs", ...)`` (the keys only without a role)."""
-        kwargs: dict[str, Any] = {
-            "region_name": self.region_name,
-            "endpoint_url": self.endpoint_url,
-            "verify": self.verify,
-        }
-        if with_keys:
-            kwargs["aws_access_key_id"] = self.aws_access_key_id
-            kwargs["aws_secret_access_key"] = self.aws_secret_access_key
-            kwargs["aws_session_token"] = self.aws_session_token
-        return {k: v for k, v in kwargs.items() if v is not None}
 
 
 class SqsSharedStreamHook(BaseHook):

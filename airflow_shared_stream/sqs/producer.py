@@ -24,7 +24,6 @@ import contextlib
 import json
 import logging
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from airflow_shared_stream.common import flow_control
@@ -35,6 +34,7 @@ from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.sqs.dead_letter import (
     SQS_BATCH_LIMIT,
     SQS_MAX_MESSAGE_BYTES,
+    SqsMessageHandle,
     dead_letter_entry,
     entry_size,
 )
@@ -50,17 +50,6 @@ log = logging.getLogger(__name__)
 
 CLOSE_RELEASE_SECONDS = 5.0
 """How long closing the stream may spend giving unsettled messages back."""
-
-
-@dataclass(slots=True)
-class SqsMessageHandle:
-    """What the settlement calls need for one received message."""
-
-    message_id: str
-    receipt_handle: str
-    body: str
-    message_attributes: dict[str, Any]
-    group_id: str | None
 
 
 class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):

@@ -93,6 +93,10 @@ class MemoryQueue:
             return len(self._messages)
         return len([m for m in self._messages.values() if self._held(m.lease)])
 
+    def message_ids(self) -> set[str]:
+        """Every message's id, leased or not (a redrive's snapshot)."""
+        return set(self._messages)
+
     def take_all(self) -> list[bytes]:
         """Remove and return every body (reading a dead-letter queue)."""
         bodies = [m.body for m in self._messages.values()]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from airflow.dag_processing.dagbag import DagBag
 
-from airflow_shared_stream.console.plugin import REDRIVE_DAG_ID
+from airflow_shared_stream.redrive_dag import REDRIVE_DAG_ID
 
 IMPORT = "from airflow_shared_stream.redrive_dag import redrive_dead_letters_dag\n"
 ONE_LINE = IMPORT + "dag = redrive_dead_letters_dag()\n"

@@ -12,13 +12,19 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from airflow_shared_stream.console import backlog
-from airflow_shared_stream.console.backlog import kafka_dead_letter_depth
+from airflow_shared_stream.console.backlog import read_depth
+from airflow_shared_stream.kafka.operations import dead_letter_depth
 from airflow_shared_stream.kafka.redrive import default_group_id
 from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger
 from airflow_shared_stream.testing import SharedStreamHarness
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+async def kafka_dead_letter_depth(conn_id: str, topic: str) -> dict[str, Any]:
+    """The depth the Streams page shows: the broker's count, read as the page reads it."""
+    return await read_depth(dead_letter_depth(conn_id, topic))
 
 
 def _lag(harness: SharedStreamHarness) -> dict[str, dict[str, int]]:

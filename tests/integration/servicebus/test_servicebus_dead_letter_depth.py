@@ -5,16 +5,24 @@ sub-queue counted by peeking, which neither locks a message nor counts as a deli
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from airflow_shared_stream.common.redrive import redrive
 from airflow_shared_stream.console import backlog
-from airflow_shared_stream.console.backlog import servicebus_dead_letter_depth
+from airflow_shared_stream.console.backlog import read_depth
 from airflow_shared_stream.redrive import dead_letter_source
+from airflow_shared_stream.servicebus import operations
 from tests.integration.servicebus.test_servicebus_redrive import dead_lettered
 from tests.support.servicebus_server import ServiceBusServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+async def servicebus_dead_letter_depth(conn_id: str, entity_path: str) -> dict[str, Any]:
+    """The depth the Streams page shows: the broker's count, read as the page reads it."""
+    return await read_depth(operations.dead_letter_depth(conn_id, entity_path))
 
 
 @pytest.fixture(autouse=True)
@@ -53,6 +61,6 @@ async def test_a_subscriptions_dead_letters_are_its_own_and_counted_up_to_the_li
     assert (await servicebus_dead_letter_depth(servicebus_connection, f"{topic}/Subscriptions/{other}"))[
         "depth"
     ] == 0
-    monkeypatch.setattr(backlog, "PEEK_LIMIT", 4)
-    monkeypatch.setattr(backlog, "PEEK_BATCH", 3)
+    monkeypatch.setattr(operations, "PEEK_LIMIT", 4)
+    monkeypatch.setattr(operations, "PEEK_BATCH", 3)
     assert await servicebus_dead_letter_depth(servicebus_connection, entity) == {"depth": 4, "at_least": True}

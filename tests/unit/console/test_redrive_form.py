@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from airflow_shared_stream.console.api import RedriveRequest
-from airflow_shared_stream.console.plugin import REDRIVE_DAG_ID
 from airflow_shared_stream.console.streams import STREAM_REDRIVE_PARAMS, group_streams
+from airflow_shared_stream.redrive_dag import REDRIVE_DAG_ID
 from airflow_shared_stream.redrive_grant import GRANT_PARAM
 
 DAG_FILE = Path(__file__).parents[3] / "example_dags" / "shared_stream_redrive_dead_letters.py"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from airflow_shared_stream.console.figures import figures_stream_id
+from airflow_shared_stream.common.figures import figures_stream_id
 from airflow_shared_stream.console.streams import (
     Stream,
     _finish,

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from airflow_shared_stream.common import figures as f
 from airflow_shared_stream.common import metrics as m
 from airflow_shared_stream.common.metrics import StreamMetrics
 from airflow_shared_stream.common.process_scope import triggerer_scope
-from airflow_shared_stream.console import figures as f
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
 
 QUEUE = "https://sqs.us-east-1.amazonaws.com/000000000000/orders"

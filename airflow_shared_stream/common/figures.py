@@ -38,13 +38,10 @@ import time
 from collections import deque
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from airflow_shared_stream.common import metrics as m
+from airflow_shared_stream.common import metric_names as m
 from airflow_shared_stream.common.process_scope import scoped
-
-if TYPE_CHECKING:
-    from airflow_shared_stream.common.metrics import StreamMetrics
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +66,9 @@ FIRST_PUBLISH_DELAY_SECONDS = 30.0
 The triggerer's supervisor builds Airflow's in-process Execution API on the first state store
 write it serves, on its main thread: 10-50 s on a loaded machine, during which it answered no
 request of the trigger runner (the streams starting then waited for their connection reads) and
-sent no heartbeat (issue 50). :class:`~airflow_shared_stream.placement.ExecutionApiWarmup`
-builds it once in the background when the triggerer starts; the first write waits for that."""
+sent no heartbeat, until it called the runner deadlocked and reassigned its triggers.
+:class:`~airflow_shared_stream.placement.ExecutionApiWarmup` builds it once in the background
+when the triggerer starts; the first write waits for that."""
 
 HISTORY_SAMPLES = 120
 """Samples kept for the page's chart: ten minutes at one sample per publish."""
@@ -101,6 +99,23 @@ def figures_stream_id(shared_stream_key: Hashable) -> str:
 def figures_key(broker: str, stream_id: str, carrier_trigger_id: int) -> str:
     """The state store key of one stream's figures, as the triggerer running the carrier writes them."""
     return f"{FIGURES_KEY_PREFIX}.{broker}.{stream_id}.{carrier_trigger_id}"
+
+
+def metric_label(trigger: Any) -> str:
+    """The stream's metric label, as its producer names it (building a producer does no I/O)."""
+    try:
+        producer = trigger.producer_class(**trigger.producer_kwargs())
+        return str(producer.metrics.stream)
+    except Exception:
+        return m.stream_label(*(str(part) for part in trigger.stream_identity()[:1]))
+
+
+class CountedStream(Protocol):
+    """What the figures need of a stream's :class:`~.metrics.StreamMetrics`: whose counts they are."""
+
+    broker: str
+    stream: str
+    stream_id: str | None
 
 
 class AssetStateWriter(Protocol):
@@ -221,7 +236,7 @@ class FiguresPublisher:
             figures = self.streams[stream_id] = StreamFigures(stream_id, broker, stream)
         return figures
 
-    def absorb(self, metrics: StreamMetrics, counts: Mapping[str, int], gauges: Mapping[str, float]) -> None:
+    def absorb(self, metrics: CountedStream, counts: Mapping[str, int], gauges: Mapping[str, float]) -> None:
         """
         A stream's metrics flushed these counts and gauges; publish if it is time. Never raises.
 
@@ -237,7 +252,7 @@ class FiguresPublisher:
         except Exception as exc:  # pragma: no cover - figures must never hurt a stream
             log.debug("Keeping the figures of %s stream %s failed: %s", metrics.broker, metrics.stream, exc)
 
-    def set_lag(self, metrics: StreamMetrics, lag: Mapping[str, Mapping[str, int]]) -> None:
+    def set_lag(self, metrics: CountedStream, lag: Mapping[str, Mapping[str, int]]) -> None:
         """
         The stream's lag per watcher and partition, as its producer computed it from what it holds
         (no broker call): written with the next publish. Never raises.
@@ -283,8 +298,6 @@ class FiguresPublisher:
         trigger_id = getattr(trigger, "trigger_id", None)
         if store is not None and trigger_id is not None:
             try:
-                from airflow_shared_stream.placement import metric_label
-
                 stream_id = figures_stream_id(trigger.shared_stream_key())
                 figures = self.streams.get(stream_id)
                 if figures is None:
