@@ -122,6 +122,15 @@ async def test_a_lock_that_ran_out_is_not_sent_in_a_range(servicebus, servicebus
             timeout=30,
             what="every lock run out, as the SDK reads it",
         )
+        # ... and on the server: all five wait there, so the receive the advance frees the credits
+        # for takes them in one go (a message that arrives while no receive waits is released by
+        # the SDK and comes back later with a new delivery id, which would break their run).
+        await eventually(
+            lambda: [m.lock_token for m in servicebus.messages(queue)],
+            lambda tokens: len(tokens) == 5 and not any(tokens),
+            timeout=30,
+            what="every lock run out on the server",
+        )
         await producer.advance([AdvanceItem(handle, ACKED) for handle in handles])
         # Each is completed alone, refused (lock lost), counted, and comes back.
         await eventually(lambda: producer.lost_locks, lambda n: n == 5, timeout=30, what="5 locks lost")
