@@ -2337,6 +2337,25 @@ MUTANTS: tuple[Mutant, ...] = (
         caught_by=("test_a_hold_bound_of_zero_is_said_loudly",),
         module="tests/unit/common/test_unseen.py",
     ),
+    # fix/sb-ci-flakes: messages held unseen from a session given up meanwhile are not offered again
+    Mutant(
+        name="sb held copies of a given-up session offered again",
+        broker="servicebus",
+        path="airflow_shared_stream/servicebus/producer.py",
+        original="    taken_back = staticmethod(sessions.session_closed)\n",
+        mutated="",
+        caught_by=("test_a_session_given_up_while_its_messages_are_held_unseen_hands_each_out_once",),
+        module="tests/integration/servicebus/test_servicebus_session_order.py",
+    ),
+    Mutant(
+        name="sb an offer round that dropped every held message waits for ever",
+        broker="servicebus",
+        path="airflow_shared_stream/common/leased_queue.py",
+        original="        if not offer and not expired and not lost:\n",
+        mutated="        if not offer and not expired:\n",
+        caught_by=("test_a_session_given_up_while_its_messages_are_held_unseen_hands_each_out_once",),
+        module="tests/integration/servicebus/test_servicebus_session_order.py",
+    ),
 )
 
 
