@@ -70,6 +70,13 @@ class LeasedQueueBroker(Generic[Handle], abc.ABC):
         """
         return None
 
+    def taken_back(self, delivery: Delivery[Handle]) -> bool:
+        """
+        The broker has this message back although no renewal of its lease was refused (default:
+        never). Such a message held unseen is dropped, not offered again: the broker redelivers it.
+        """
+        return False
+
     @abc.abstractmethod
     async def connect(self) -> float:
         """Open the broker client, check the upstream exists; return the lease each extension grants (s)."""

@@ -253,18 +253,21 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
         The held messages no watcher has seen, to offer again once the no-subscriber pause is over.
 
         Those held past the bound go back to the broker (:meth:`give_back`) and those whose lease
-        the broker refused meanwhile are dropped (it redelivers them): both return their credits,
-        and with nothing left held the stream receives again.
+        the broker refused or took back meanwhile (:meth:`taken_back`) are dropped (it redelivers
+        them): both return their credits, and with nothing left held the stream receives again.
         """
         assert self._leases is not None
         await self._backoff.wait()
         # A lane is offered again (or given back) whole, once none of it is in flight any more.
         offer, expired = self._unseen.take(ready=lambda d: self._lanes.idle(d.lane), lane=lambda d: d.lane)
         self._lanes.in_order(offer, expired)
-        lost = [d for d in offer if d.lease not in self._leases]
+        # Offering a message the broker took back would hand it out twice: the broker redelivers it.
+        lost = [d for d in offer if d.lease not in self._leases or self.taken_back(d)]
         if lost:
-            offer = [d for d in offer if d.lease in self._leases]
-            self._unseen.forget(d.lease for d in lost)
+            gone = {d.lease for d in lost}
+            offer = [d for d in offer if d.lease not in gone]
+            self._unseen.forget(gone)
+            self._leases.forget(gone)
             self._drop_held(lost)
         if expired:
             log.warning(
@@ -282,7 +285,7 @@ class LeasedQueueProducer(LeasedQueueAdvance[Handle], SharedStreamProducer):
                 self._drop_held(expired)
             self.metrics.incr(m.REDELIVERED, len(expired))
         self._leases.hold_afresh(d.lease for d in offer)
-        if not offer and not expired:
+        if not offer and not expired and not lost:
             # Every held lane still has messages in flight: wait for their advances.
             self._unseen_changed.clear()
             await self._unseen_changed.wait()

@@ -276,6 +276,8 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         renew_in_time(self._leases, (delivery_lock_left(d) for d in deliveries))
         return deliveries
 
+    taken_back = staticmethod(sessions.session_closed)
+
     def _session_delivery(self, message: Any, session: SessionReceiver) -> Delivery[Any]:
         return self._delivery(
             message, session.receiver, lane=("session", session.session_id), session=session

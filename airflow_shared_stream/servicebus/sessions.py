@@ -296,6 +296,16 @@ class SessionReceivers:
         self.held.clear()
 
 
+def session_closed(delivery: Delivery[Any]) -> bool:
+    """
+    A session message whose receiver is closed (given up, or its session lock lost, while the
+    message was held unseen): the service has it back, and the session, taken again, brings it
+    again. Offered from the closed receiver too, it would reach the watchers twice.
+    """
+    session = delivery.handle.session
+    return session is not None and session.closed
+
+
 async def close_quietly(closable: Any) -> None:
     """Close an SDK receiver or client, best effort: a lock left behind runs out on the broker."""
     try:

@@ -49,8 +49,8 @@ async def _streaming(
         await producer.aclose()
 
 
-async def _receive(stream: Any, count: int) -> list[Any]:
-    return [(await asyncio.wait_for(anext(stream), 10))[1] for _ in range(count)]
+async def _receive(stream: Any, count: int, timeout: float = 10) -> list[Any]:
+    return [(await asyncio.wait_for(anext(stream), timeout))[1] for _ in range(count)]
 
 
 def _held_tags(producer: ServiceBusSharedStreamProducer) -> set[bytes]:
@@ -101,21 +101,52 @@ async def test_a_message_with_another_outcome_splits_the_run_and_keeps_its_settl
 
 
 async def test_a_lock_that_ran_out_is_not_sent_in_a_range(servicebus, servicebus_connection):
+    """
+    The messages come back and their run goes out as one disposition again.
+
+    The locks are left to run out (the lease keeper stopped) only for the first round: renewed
+    again once the redelivered messages are in (not before, or a renewal's ``$management`` answer
+    could land between them and break their run of delivery ids). The range's outcome is awaited
+    for a third of the lock left (``ranges.outcome_timeout``, at most a second of this 3 s lock):
+    on a loaded machine it can come later, and the run is then completed one by one, each refused
+    as already completed. Either way the run was ONE disposition and nothing came back.
+    """
     queue = servicebus.create_queue(lock_duration=3)
     sent = servicebus.send(queue, [{"n": n} for n in range(5)])
     async with _streaming(queue, servicebus_connection, 5) as (producer, stream):
         handles = await _receive(stream, 5)
         await producer._leases.stop()  # so the locks run out
-        await asyncio.sleep(3.5)
+        await eventually(
+            lambda: [h.delivery.handle.message._lock_expired for h in handles],
+            all,
+            timeout=30,
+            what="every lock run out, as the SDK reads it",
+        )
+        # ... and on the server: all five wait there, so the receive the advance frees the credits
+        # for takes them in one go (a message that arrives while no receive waits is released by
+        # the SDK and comes back later with a new delivery id, which would break their run).
+        await eventually(
+            lambda: [m.lock_token for m in servicebus.messages(queue)],
+            lambda tokens: len(tokens) == 5 and not any(tokens),
+            timeout=30,
+            what="every lock run out on the server",
+        )
         await producer.advance([AdvanceItem(handle, ACKED) for handle in handles])
         # Each is completed alone, refused (lock lost), counted, and comes back.
-        await eventually(lambda: producer.lost_locks, lambda n: n == 5, timeout=15, what="5 locks lost")
+        await eventually(lambda: producer.lost_locks, lambda n: n == 5, timeout=30, what="5 locks lost")
         assert producer.ranges_completed == 0
-        again = await _receive(stream, 5)
+        again = await _receive(stream, 5, timeout=60)
+        producer._leases.start()
         assert sorted(h.delivery.message_id for h in again) == sorted(sent)
+        settle_before, locked_before = servicebus.requests["settle"], servicebus.locked_deliveries
         await producer.advance([AdvanceItem(handle, ACKED) for handle in again])
-        await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=10, what="completed")
-        assert producer.ranges_completed == 1
+        await eventually(lambda: servicebus.messages(queue), lambda m: m == [], timeout=30, what="completed")
+        ranges = (producer.ranges_completed, producer.ranges_unconfirmed)
+        assert sum(ranges) == 1, f"(completed, unconfirmed) ranges: {ranges}"
+        assert servicebus.requests["settle"] - settle_before == 1, "the run was not sent as one disposition"
+        assert not producer.ranges_ignored, "the server applied the range to every delivery of it"
+        assert servicebus.locked_deliveries == locked_before, "a message of the run came back"
+        assert producer.lost_locks == 5
 
 
 async def test_complete_in_ranges_false_completes_one_by_one(servicebus, servicebus_connection):

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.integration
 
 FAILED = AdvanceOutcome(acked=0, failed=1, rejected=0)
 ACKED = AdvanceOutcome(acked=1, failed=0, rejected=0)
+NOBODY = AdvanceOutcome(acked=0, failed=0, rejected=0)
 
 
 def session_producer(
@@ -98,3 +99,37 @@ async def test_a_redelivery_comes_back_ahead_of_the_rest_of_a_long_session(servi
         await producer.aclose()
     assert order == [1, 2, 3, 4, 5, 6], f"the session was handed back out of order: {order}"
     assert producer.lost_locks == 0
+
+
+async def test_a_session_given_up_while_its_messages_are_held_unseen_hands_each_out_once(
+    servicebus, servicebus_connection
+):
+    """
+    FAULT_MODEL class 5 (a lock lost): a session given up while messages of it reached nobody
+    and are held (its lock found lost by its own renewal, or a receive that found it gone).
+    FIDELITY row "Service Bus session receiver closed with unsettled messages": the service has
+    them back, and the session, taken again, brings them again. Offered again from the closed
+    receiver as well, they reached the returning watcher twice (CI: the lane came back as
+    ``[0, 0, 1, 2]``): held copies of a closed session are dropped, not offered.
+    """
+    queue = servicebus.create_queue(requires_session=True, lock_duration=30)
+    servicebus.send(queue, [{"n": n} for n in range(2)], session_id="g")
+    producer = session_producer(queue, servicebus_connection, max_in_flight=4, max_concurrent_sessions=1)
+    stream = producer.open_stream()
+    handed: list[int] = []
+    try:
+        first = [await asyncio.wait_for(anext(stream), 30) for _ in range(2)]
+        assert [raw.envelope["body"]["n"] for raw, _ in first] == [0, 1]
+        await producer.advance([AdvanceItem(payload, NOBODY) for _, payload in first])  # held unseen
+        [session] = producer._sessions.held
+        await producer._sessions.release(session)  # as a renewal that found its lock lost does
+        # A session's ACK is sent within its advance: once the queue is empty, all is handed out.
+        while servicebus.messages(queue) and len(handed) < 6:
+            raw, payload = await asyncio.wait_for(anext(stream), 60)
+            handed.append(raw.envelope["body"]["n"])
+            await producer.advance([AdvanceItem(payload, ACKED)])
+    finally:
+        await stream.aclose()
+        await producer.aclose()
+    assert handed == [0, 1], f"handed out after the session was given up: {handed}"
+    assert producer.lost_locks == 0, "a held copy of the closed session was offered and its ACK refused"
