@@ -57,6 +57,9 @@ class BrokerOperations(ABC):
     the official provider names it), its ``default_conn_name`` the connection when none is named."""
     dead_letter_argument: ClassVar[str | None] = None
     """The trigger argument naming the dead-letter destination (``None``: the broker's own)."""
+    own_dead_letter: ClassVar[str | None] = None
+    """Where the broker itself keeps what a stream that names no destination dead-letters, in words
+    for the page (``None``: such a stream dead-letters nowhere)."""
     redrive_options: ClassVar[frozenset[str]] = frozenset()
     """Broker-specific arguments a redrive takes through ``broker_options``."""
     redrive_needs_dead_letter: ClassVar[bool] = True

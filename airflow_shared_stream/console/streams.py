@@ -81,6 +81,8 @@ class Stream:
     connection_id: str | None
     dead_letter: Any
     every_triggerer_reads_everything: bool
+    own_dead_letter: str | None = None
+    """Where the broker keeps the dead letters when the stream names no destination (words)."""
     watchers: list[Watcher] = field(default_factory=list)
     triggerers: list[dict[str, Any]] = field(default_factory=list)
     figures: dict[str, Any] | None = None
@@ -147,6 +149,7 @@ def group_streams(rows: Iterable[tuple[int, str, dict[str, Any], int | None]]) -
                 connection_id=operations.connection_id(trigger),
                 dead_letter=without_userinfo(operations.dead_letter(trigger)),
                 every_triggerer_reads_everything=type(trigger).every_triggerer_reads_everything,
+                own_dead_letter=operations.own_dead_letter,
                 _key=key,
             )
             stream.redrive_params = redrive_params(stream)

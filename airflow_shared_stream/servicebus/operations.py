@@ -70,6 +70,7 @@ class ServiceBusOperations(BrokerOperations):
     trigger = ServiceBusSharedStreamTrigger
     hook = ServiceBusSharedStreamHook
     redrive_needs_dead_letter = False
+    own_dead_letter = "the entity's $deadletterqueue"
 
     def backlog(self, trigger_kwargs: Mapping[str, Any]) -> Backlog:
         conn_id = self.connection_or_default(trigger_kwargs)

@@ -45,6 +45,16 @@ def test_watchers_of_one_queue_are_one_stream_whatever_they_are_called() -> None
     assert "redrive_params" not in stream.to_json()
 
 
+def test_where_a_stream_dead_letters_is_the_brokers_own_word_when_it_names_no_destination() -> None:
+    """The page shows it from the broker's operations (``own_dead_letter``), naming no broker."""
+    servicebus = "airflow_shared_stream.servicebus.trigger.ServiceBusSharedStreamTrigger"
+    rows = [(1, servicebus, {"queue_name": "orders"}, 10), *_rows()]
+    by_broker = {stream.broker: stream.to_json() for stream in group_streams(rows)}
+    assert by_broker["servicebus"]["dead_letter"] is None
+    assert by_broker["servicebus"]["own_dead_letter"] == "the entity's $deadletterqueue"
+    assert by_broker["sqs"]["own_dead_letter"] is None
+
+
 def test_a_url_never_shows_its_user_part() -> None:
     assert without_userinfo("amqps://user:s3cret@host:5671/path") == "amqps://host:5671/path"
     assert without_userinfo(["https://a:b@h/q", "plain"]) == ["https://h/q", "plain"]
