@@ -223,3 +223,38 @@ async def test_a_watcher_paused_while_its_topic_is_gone_for_a_while_reads_the_ne
         with contextlib.suppress(AssertionError):
             await _until(lambda: set(_round(resumed, 2)) >= set(range(7)), "0-6 of the new log")
         assert set(_round(resumed, 2)) >= set(range(7)), f"skipped: {_round(resumed, 2)}"
+
+
+@pytest.mark.parametrize("kafka_broker", ["tansu", "noida-db"], indirect=True)
+async def test_a_watcher_back_from_one_re_creation_and_away_across_the_next_reads_the_next_from_its_start(
+    kafka, monkeypatch
+):
+    """
+    Class 14: away across a re-creation, back (it reads the new log, and is no longer away from
+    it), then paused again across a second re-creation: it is away from that one, and resumed it
+    reads the third log from its start.
+    """
+    rig = _Rig(kafka, monkeypatch)
+    await kafka.create_topics(rig.topic)
+    async with SharedStreamHarness(confirm_after=0.0) as triggerer:
+        a = triggerer.add(rig.running)
+        b = triggerer.add(rig.paused)
+        await kafka.produce(rig.topic, [{"round": 1, "i": i} for i in range(8)])
+        await a.wait_for_events(8)
+        await b.wait_for_events(8)
+        assert await kafka.wait_committed(rig.paused_group, rig.topic, {0: 8}) == {0: 8}
+        await rig.pause(triggerer, b)
+        await rig.recreate([{"round": 2, "i": i} for i in range(12)])
+        await _until(lambda: set(_round(a, 2)) >= set(range(12)), "log 2 read by the running one")
+        back = triggerer.add(rig.paused)
+        await kafka.produce(rig.topic, [{"round": 2, "i": 12}])
+        await _until(lambda: set(_round(back, 2)) >= set(range(13)), "log 2 from its start")
+        assert await kafka.wait_committed(rig.paused_group, rig.topic, {0: 13}) == {0: 13}
+        await rig.pause(triggerer, back)
+        await rig.recreate([{"round": 3, "i": i} for i in range(3)])
+        await _until(lambda: set(_round(a, 3)) >= set(range(3)), "log 3 read by the running one")
+        again = triggerer.add(rig.paused)
+        await kafka.produce(rig.topic, [{"round": 3, "i": 3}])
+        with contextlib.suppress(AssertionError):
+            await _until(lambda: set(_round(again, 3)) >= set(range(4)), "0-3 of log 3")
+        assert set(_round(again, 3)) >= set(range(4)), f"skipped: {_round(again, 3)}"
