@@ -258,3 +258,33 @@ async def test_a_watcher_back_from_one_re_creation_and_away_across_the_next_read
         with contextlib.suppress(AssertionError):
             await _until(lambda: set(_round(again, 3)) >= set(range(4)), "0-3 of log 3")
         assert set(_round(again, 3)) >= set(range(4)), f"skipped: {_round(again, 3)}"
+
+
+@pytest.mark.parametrize("kafka_broker", ["tansu", "noida-db"], indirect=True)
+async def test_a_returning_watchers_start_on_the_new_log_is_committed_before_its_first_record(
+    kafka, monkeypatch
+):
+    """
+    Class 3 / 14: the paused watcher resumes after its topic's re-creation while nothing is
+    persisted (the metadata database is down), so none of its records settle. Its start on the
+    new log (0) must be committed at once: a triggerer killed now (no last position sent) has
+    it resume there on any triggerer, not at a new stream's read position, skipping the new log.
+    """
+    rig = _Rig(kafka, monkeypatch)
+    await kafka.create_topics(rig.topic)
+    async with SharedStreamHarness(confirm_after=0.0) as triggerer:
+        a = triggerer.add(rig.running)
+        b = triggerer.add(rig.paused)
+        await kafka.produce(rig.topic, [{"round": 1, "i": i} for i in range(6)])
+        await a.wait_for_events(6)
+        await b.wait_for_events(6)
+        assert await kafka.wait_committed(rig.paused_group, rig.topic, {0: 6}) == {0: 6}
+        await rig.pause(triggerer, b)
+        await rig.recreate([{"round": 2, "i": i} for i in range(9)])
+        await _until(lambda: set(_round(a, 2)) >= set(range(9)), "the running watcher's new log")
+        assert await kafka.wait_committed(rig.running_group, rig.topic, {0: 9}) == {0: 9}
+        triggerer.persisting = False
+        resumed = triggerer.add(rig.paused)
+        await kafka.produce(rig.topic, [{"round": 2, "i": 9}])
+        await _until(lambda: 9 in _round(resumed, 2), "the resumed watcher's records")
+        assert await kafka.wait_committed(rig.paused_group, rig.topic, {0: 0}) == {0: 0}
