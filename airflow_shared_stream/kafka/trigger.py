@@ -31,6 +31,7 @@ from airflow_shared_stream.common.trigger import (
     SharedStreamTrigger,
     warn_renamed,
 )
+from airflow_shared_stream.kafka.errors import KafkaConfigurationError
 from airflow_shared_stream.kafka.identity import normalise_topics
 from airflow_shared_stream.kafka.producer import KafkaSharedStreamProducer
 from airflow_shared_stream.kafka.watchers import Receipt, stream_ref, watcher_digest, watchers_of
@@ -118,6 +119,13 @@ class KafkaSharedStreamTrigger(SharedStreamTrigger):
         self.kafka_config_id: str = given["kafka_config_id"] or "kafka_default"
         self.group_id: str | None = given["group_id"]
         self.dead_letter_topic: str | None = given["dead_letter_topic"]
+        if self.dead_letter_topic is not None and self.dead_letter_topic in self.topics:
+            # Each dead letter would be read again, rejected again and copied again, for ever
+            # (the redrive refuses the same route: docs/redrive.rst).
+            raise KafkaConfigurationError(
+                f"dead_letter_topic {self.dead_letter_topic!r} is one of the topics the stream reads: "
+                "every rejected record would come straight back, be rejected again and copied again"
+            )
         self._receipt: Receipt | None = None
 
     @property

@@ -142,6 +142,7 @@ class WatcherPositions:
                 await self._write(cursor, group, anchors)
             except KafkaError as exc:
                 raise self._error(f"anchoring the position of watcher {cursor.label}", exc) from None
+            self._no_longer_away(group)
             committer = OffsetCommitter(
                 commit=functools.partial(self._write, cursor, group),
                 describe_error=self._error,
@@ -182,6 +183,21 @@ class WatcherPositions:
                     start,
                 )
         return found
+
+    def _no_longer_away(self, group: str) -> None:
+        """
+        ``group`` has a position on every new log now: it was not away from them any more.
+
+        Kept away, a watcher whose position later expires (``offsets.retention.minutes``, while it
+        runs nowhere) would read the new log again from its start, firing again for every record
+        it had fired for. A new log no watcher is away from is forgotten.
+        """
+        for tp, (start, away) in list(self.new_logs.items()):
+            if group in away:
+                if len(away) == 1:
+                    del self.new_logs[tp]
+                else:
+                    self.new_logs[tp] = (start, away - {group})
 
     def restart_lanes(self, starts: dict[TopicPartition, int]) -> None:
         """Every admitted watcher reads these lanes from these offsets (new partitions, new logs)."""
