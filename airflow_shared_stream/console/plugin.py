@@ -10,8 +10,8 @@ Authentication and authorisation are Airflow's: every route depends on
 ``airflow.api_fastapi.core_api.security``'s dependencies, which read the JWT from the
 ``Authorization`` header or Airflow's session cookie and ask the configured auth manager. A
 stream is shown to whoever may read one of its Dags (with the Dag's team, as Airflow's REST API
-asks); starting a redrive needs the right to create runs of the redrive Dag
-(:data:`REDRIVE_DAG_ID`) and of every Dag of the stream, and the run is created through Airflow's
+asks); starting a redrive needs the right to create runs of the redrive Dag of the stream's team
+(:func:`redrive_dag_id`) and of every Dag of the stream, and the run is created through Airflow's
 own REST API with the user's own token, carrying a grant the task checks at run time
 (:mod:`airflow_shared_stream.redrive_grant`), so Airflow decides, audits and logs it like any
 manual run.
@@ -25,7 +25,18 @@ from airflow.plugins_manager import AirflowPlugin
 
 URL_PREFIX = "/shared-stream"
 REDRIVE_DAG_ID = "shared_stream_redrive_dead_letters"
-"""The example Dag that runs ``RedriveDeadLettersOperator`` from its params (one run per redrive)."""
+"""The redrive Dag of no team: ``RedriveDeadLettersOperator`` from its params (one run per redrive)."""
+TEAM_SEPARATOR = "__"
+
+
+def redrive_dag_id(team: str | None) -> str:
+    """
+    The id of the redrive Dag the page runs for a stream of ``team`` (``None``: no team).
+
+    With ``[core] multi_team``, a run's conf and XCom are read by whoever may read its Dag, so each
+    team redrives through its own Dag, in a bundle of that team: ``<REDRIVE_DAG_ID>__<team>``.
+    """
+    return f"{REDRIVE_DAG_ID}{TEAM_SEPARATOR}{team}" if team else REDRIVE_DAG_ID
 
 
 class SharedStreamConsolePlugin(AirflowPlugin):
