@@ -119,20 +119,10 @@ def stream_teams(stream: Stream, teams: Mapping[str, str | None]) -> set[str]:
     return {team for d in stream_dags(stream) | set(stream.hidden_dags) if (team := teams.get(d))}
 
 
-def stream_team(stream: Stream, teams: Mapping[str, str | None]) -> str | None:
-    """The stream's team (``None``: none of its Dags has one); raises ``ValueError`` if several."""
-    owners = stream_teams(stream, teams)
-    if len(owners) > 1:
-        raise ValueError(f"the stream's Dags belong to {len(owners)} teams")
-    return next(iter(owners), None)
-
-
 def redrive_dag_of(stream: Stream, teams: Mapping[str, str | None]) -> str | None:
     """The id of the redrive Dag for this stream: its team's (``None``: its Dags have several teams)."""
-    try:
-        return redrive_dag_id(stream_team(stream, teams))
-    except ValueError:
-        return None
+    owners = stream_teams(stream, teams)
+    return None if len(owners) > 1 else redrive_dag_id(next(iter(owners), None))
 
 
 def redrive_refusal(
@@ -146,20 +136,18 @@ def redrive_refusal(
     if not stream.redrive_params:
         return Refusal(409, "This stream has no dead-letter destination.")
     dags = stream_dags(stream) | set(stream.hidden_dags)
-    if not dags:
-        return Refusal(403, "No Dag reads this stream: nobody may redrive it from the page.")
     refused = sorted(d for d in dags if not may_trigger(user, d, teams.get(d)))
-    if refused:
-        return Refusal(403, f"You may not trigger every Dag this stream feeds ({len(refused)} refused).")
-    try:
-        team = stream_team(stream, teams)
-    except ValueError:
+    dag_id = redrive_dag_of(stream, teams)
+    if dag_id is None:  # several teams: say first what this user may not do anyway
+        if refused:
+            return Refusal(403, f"You may not trigger every Dag this stream feeds ({len(refused)} refused).")
         return Refusal(
             409,
             "This stream feeds Dags of several teams: no one team's redrive Dag may hold its runs "
             "(whoever may read a redrive Dag reads its runs' conf and XCom).",
         )
-    redrive = redrive_dags[redrive_dag_id(team)]
+    team = next(iter(stream_teams(stream, teams)), None)
+    redrive = redrive_dags[dag_id]
     if not redrive.deployed:
         deploy = (
             f": deploy redrive_dead_letters_dag(team={team!r}) in a Dag bundle of team {team}" if team else ""
@@ -173,6 +161,10 @@ def redrive_refusal(
         )
     if not may_trigger(user, redrive.dag_id, redrive.team):
         return Refusal(403, f"You may not trigger {redrive.dag_id}.")
+    if not dags:
+        return Refusal(403, "No Dag reads this stream: nobody may redrive it from the page.")
+    if refused:
+        return Refusal(403, f"You may not trigger every Dag this stream feeds ({len(refused)} refused).")
     if redrive.paused:
         return Refusal(409, f"The Dag {redrive.dag_id} is paused: unpause it to redrive.")
     return None
