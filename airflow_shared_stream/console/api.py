@@ -122,7 +122,7 @@ def create_app() -> FastAPI:
             }
             for stream, backlog, refused in zip(shown, backlogs, refusals, strict=True)
         ]
-        redrive_dag = redrive_dags[REDRIVE_DAG_ID]
+        redrive_dag = redrive_dags[REDRIVE_DAG_ID]  # the Dag of no team; each stream names its own
         return {
             "streams": result,
             "redrive": {
