@@ -193,6 +193,8 @@ class RedriveDeadLettersOperator(BaseOperator):
         stream = check_grant(
             self.grant,
             run_id=dag_run.run_id,
+            dag_id=dag_run.dag_id,
+            team=getattr(dag_run, "team_name", None),  # the Dag's bundle's team, from the api-server
             triggering_user_name=getattr(dag_run, "triggering_user_name", None),
             params={
                 "broker": str(self.broker or "").strip().lower(),

@@ -8,6 +8,12 @@ itself; it gives the Dag whole instead, to be named by a file of one line::
 
     dag = redrive_dead_letters_dag()
 
+With ``[core] multi_team``, each team that redrives puts its own in a Dag bundle of that team
+(``redrive_dead_letters_dag(team="team_a")``, Dag id ``shared_stream_redrive_dead_letters__team_a``):
+a run's conf and XCom are readable by whoever may read its Dag, so one team's redrives never run
+in a Dag another team reads. The page starts the Dag of the stream's team, and the task refuses a
+grant made for another team's Dag than its own (docs/redrive.rst).
+
 Its task moves only what the Streams page granted for the run and the person who started it
 (``require_grant``, docs/redrive.rst): whoever may trigger it cannot name another queue or
 connection in the run's conf.
@@ -23,10 +29,21 @@ from airflow.sdk import DAG, Param
 from airflow_shared_stream.brokers import broker_names
 from airflow_shared_stream.redrive import RedriveDeadLettersOperator
 
-__all__ = ["REDRIVE_DAG_ID", "redrive_dead_letters_dag"]
+__all__ = ["REDRIVE_DAG_ID", "redrive_dag_id", "redrive_dead_letters_dag"]
 
 REDRIVE_DAG_ID = "shared_stream_redrive_dead_letters"
-"""The Dag that runs ``RedriveDeadLettersOperator`` from its params (one run per redrive)."""
+"""The redrive Dag of no team: ``RedriveDeadLettersOperator`` from its params (one run per redrive)."""
+TEAM_SEPARATOR = "__"
+
+
+def redrive_dag_id(team: str | None) -> str:
+    """
+    The id of the redrive Dag the page runs for a stream of ``team`` (``None``: no team).
+
+    With ``[core] multi_team``, a run's conf and XCom are read by whoever may read its Dag, so each
+    team redrives through its own Dag, in a bundle of that team: ``<REDRIVE_DAG_ID>__<team>``.
+    """
+    return f"{REDRIVE_DAG_ID}{TEAM_SEPARATOR}{team}" if team else REDRIVE_DAG_ID
 
 
 def redrive_params() -> dict[str, Param]:
@@ -71,16 +88,19 @@ def redrive_params() -> dict[str, Param]:
     }
 
 
-def redrive_dead_letters_dag(dag_id: str = REDRIVE_DAG_ID, **dag_kwargs: Any) -> DAG:
+def redrive_dead_letters_dag(dag_id: str | None = None, *, team: str | None = None, **dag_kwargs: Any) -> DAG:
     """
     The Dag the Streams page runs for a redrive; ``dag_kwargs`` go to ``DAG`` (tags, access control).
 
-    Keep the default ``dag_id``: the page starts runs of that Dag. ``schedule`` is always None and
-    ``max_active_runs`` 1: two redrives of one dead-letter source would hold each other's messages.
+    ``team``: the team whose streams it redrives; the file goes in a Dag bundle of that team (the
+    page refuses a Dag found in another team's bundle, the task a grant made for another team).
+    Keep the default ``dag_id`` (:func:`redrive_dag_id` of ``team``): the page starts runs of that
+    Dag. ``schedule`` is always None and ``max_active_runs`` 1: two redrives of one dead-letter
+    source would hold each other's messages.
     """
     tags = dag_kwargs.pop("tags", ["shared-stream", "operations"])
     with DAG(
-        dag_id=dag_id,
+        dag_id=dag_id or redrive_dag_id(team),
         schedule=None,
         start_date=dag_kwargs.pop("start_date", datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)),
         catchup=False,

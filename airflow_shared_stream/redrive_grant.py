@@ -6,11 +6,13 @@ cannot be trusted by themselves. The Streams page decides who may redrive a stre
 moment the person's rights can be asked of the auth manager (their request to the api-server:
 an auth manager authorizes a user object, and a task sees only a user *name*, nor may a task
 read the stream registry in the metadata database). Having decided, the page signs what it
-decided: the run id it creates, the user, the stream and its broker, connection, source and
-dead-letter destination. The task checks that signature against its own run: its run id, the
-``triggering_user_name`` Airflow recorded from the authenticated caller (never from conf) and the
-addresses it is about to use. A conf written by hand, copied from another run or edited after
-signing is refused before anything is read.
+decided: the run id it creates, the redrive Dag it creates it in and that Dag's team, the user,
+the stream and its broker, connection, source and dead-letter destination. The task checks that
+signature against its own run: its run id and Dag, the team Airflow gives the run (the team of
+the Dag's bundle, from the api-server, never from conf), the ``triggering_user_name`` Airflow
+recorded from the authenticated caller (never from conf) and the addresses it is about to use.
+A conf written by hand, copied from another run or Dag or edited after signing is refused before
+anything is read.
 
 The key is Airflow's ``[api] secret_key``, which every component already shares (the api-server
 signs with it, workers check log requests with it); it never leaves the deployment.
@@ -58,21 +60,42 @@ def granted_params(params: Mapping[str, Any]) -> dict[str, str | None]:
     return normalized
 
 
-def sign_grant(*, run_id: str, user_name: str, stream_id: str, params: Mapping[str, Any]) -> str:
-    """The grant for one run of the redrive Dag, made by the page after it authorized the user."""
+def sign_grant(
+    *,
+    run_id: str,
+    dag_id: str,
+    team: str | None,
+    user_name: str,
+    stream_id: str,
+    params: Mapping[str, Any],
+) -> str:
+    """The grant for one run of a redrive Dag (of ``team``), made by the page after it authorized the user."""
     return str(
         _serializer().dumps(
-            {"run_id": run_id, "user": user_name, "stream": stream_id, "params": granted_params(params)}
+            {
+                "run_id": run_id,
+                "dag_id": dag_id,
+                "team": team or None,
+                "user": user_name,
+                "stream": stream_id,
+                "params": granted_params(params),
+            }
         )
     )
 
 
 def check_grant(
-    grant: Any, *, run_id: str, triggering_user_name: str | None, params: Mapping[str, Any]
+    grant: Any,
+    *,
+    run_id: str,
+    dag_id: str,
+    team: str | None,
+    triggering_user_name: str | None,
+    params: Mapping[str, Any],
 ) -> str:
     """
-    The stream id a grant names, if it was made for this very run, user and addresses; raises
-    :class:`RedriveNotGrantedError` otherwise.
+    The stream id a grant names, if it was made for this very run of this Dag, of this team, for
+    this user and these addresses; raises :class:`RedriveNotGrantedError` otherwise.
     """
     from itsdangerous import BadSignature, SignatureExpired
 
@@ -89,6 +112,13 @@ def check_grant(
         raise RedriveNotGrantedError("the redrive grant was not signed by this deployment") from exc
     if signed.get("run_id") != run_id:
         raise RedriveNotGrantedError(f"the redrive grant was made for another run, not {run_id!r}")
+    if signed.get("dag_id") != dag_id:
+        raise RedriveNotGrantedError(f"the redrive grant was made for a run of another Dag, not {dag_id!r}")
+    if signed.get("team") != (team or None):
+        raise RedriveNotGrantedError(
+            f"the redrive grant was made for a stream of another team than this Dag's ({team or 'no team'}): "
+            "a team's redrives run in its own redrive Dag"
+        )
     if not triggering_user_name or signed.get("user") != triggering_user_name:
         raise RedriveNotGrantedError(
             f"the redrive grant was made for another user than the one who triggered this run "

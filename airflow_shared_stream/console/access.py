@@ -9,7 +9,10 @@ more than Airflow's own API would for the same person:
   they see the watchers of the Dags they may read (names, assets, ``match``), and the warnings
   and lag of those watchers only;
 * a redrive of it needs the right to trigger every one of its Dags (the copies go back to a
-  source all of them read), and the right to trigger the redrive Dag, which is not paused.
+  source all of them read), and the right to trigger the redrive Dag of the stream's team
+  (:func:`~airflow_shared_stream.console.plugin.redrive_dag_id`), which is deployed in a bundle
+  of that team and not paused. A run's conf and XCom are read by whoever may read its Dag, so a
+  stream of a team is never redriven through a Dag of another team or of no team.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_shared_stream.console.streams import Stream
+from airflow_shared_stream.redrive_dag import redrive_dag_id
 
 
 @dataclass(frozen=True)
@@ -110,25 +114,64 @@ class Refusal:
     reason: str
 
 
+def stream_teams(stream: Stream, teams: Mapping[str, str | None]) -> set[str]:
+    """The teams of the stream's Dags, hidden ones included (a Dag of no team adds none)."""
+    return {team for d in stream_dags(stream) | set(stream.hidden_dags) if (team := teams.get(d))}
+
+
+def redrive_dag_of(stream: Stream, teams: Mapping[str, str | None]) -> str | None:
+    """The id of the redrive Dag for this stream: its team's (``None``: its Dags have several teams)."""
+    owners = stream_teams(stream, teams)
+    return None if len(owners) > 1 else redrive_dag_id(next(iter(owners), None))
+
+
 def redrive_refusal(
-    stream: Stream, user: Any, teams: Mapping[str, str | None], redrive: RedriveDag
+    stream: Stream, user: Any, teams: Mapping[str, str | None], redrive_dags: Mapping[str, RedriveDag]
 ) -> Refusal | None:
-    """Why this user may not redrive this stream now (``None``: they may), as the POST would answer."""
+    """
+    Why this user may not redrive this stream now (``None``: they may), as the POST would answer.
+
+    ``redrive_dags``: the redrive Dags by id, read for every id :func:`redrive_dag_of` names.
+    """
     if not stream.redrive_params:
         return Refusal(409, "This stream has no dead-letter destination.")
+    dags = stream_dags(stream) | set(stream.hidden_dags)
+    refused = sorted(d for d in dags if not may_trigger(user, d, teams.get(d)))
+    dag_id = redrive_dag_of(stream, teams)
+    if dag_id is None:  # several teams: say first what this user may not do anyway
+        if refused:
+            return Refusal(403, f"You may not trigger every Dag this stream feeds ({len(refused)} refused).")
+        return Refusal(
+            409,
+            "This stream feeds Dags of several teams: no one team's redrive Dag may hold its runs "
+            "(whoever may read a redrive Dag reads its runs' conf and XCom).",
+        )
+    team = next(iter(stream_teams(stream, teams)), None)
+    redrive = redrive_dags[dag_id]
     if not redrive.deployed:
-        return Refusal(409, f"The Dag {redrive.dag_id} is not deployed.")
+        deploy = (
+            f": deploy redrive_dead_letters_dag(team={team!r}) in a Dag bundle of team {team}" if team else ""
+        )
+        return Refusal(409, f"The Dag {redrive.dag_id} is not deployed{deploy}.")
+    if redrive.team != team:
+        return Refusal(
+            409,
+            f"The Dag {redrive.dag_id} is in a Dag bundle of {_team_text(redrive.team)}, not of the "
+            f"stream's {_team_text(team)}: move its file to a bundle of {_team_text(team)}.",
+        )
     if not may_trigger(user, redrive.dag_id, redrive.team):
         return Refusal(403, f"You may not trigger {redrive.dag_id}.")
-    dags = stream_dags(stream) | set(stream.hidden_dags)
     if not dags:
         return Refusal(403, "No Dag reads this stream: nobody may redrive it from the page.")
-    refused = sorted(d for d in dags if not may_trigger(user, d, teams.get(d)))
     if refused:
         return Refusal(403, f"You may not trigger every Dag this stream feeds ({len(refused)} refused).")
     if redrive.paused:
         return Refusal(409, f"The Dag {redrive.dag_id} is paused: unpause it to redrive.")
     return None
+
+
+def _team_text(team: str | None) -> str:
+    return f"team {team}" if team else "no team"
 
 
 def may_trigger(user: Any, dag_id: str, team: str | None) -> bool:

@@ -8,8 +8,11 @@ with their teams, as Airflow's REST API does (:mod:`.access`):
 
 * ``GET /`` and ``GET /api/streams``: read access to Dags; a stream is listed to whoever may
   read one of its Dags, cut to the watchers of the Dags they may read;
-* ``POST /api/streams/{id}/redrive``: the right to trigger the redrive Dag and every Dag of the
-  stream. The page then signs a grant for the run it creates (:mod:`airflow_shared_stream.redrive_grant`),
+* ``POST /api/streams/{id}/redrive``: the right to trigger every Dag of the stream and the
+  redrive Dag of the stream's team (``shared_stream_redrive_dead_letters__<team>``, in a bundle of
+  that team; the Dag of no team for a stream of no team), never a Dag of another team or of no
+  team for a stream of a team: whoever may read a Dag reads its runs' conf and XCom. The page
+  then signs a grant for the run it creates (:mod:`airflow_shared_stream.redrive_grant`),
   which the task checks at run time, and creates the run through Airflow's REST API with the
   user's own credential, so Airflow checks it again, and audits and logs it like any manual run.
   That request goes to ``[api] base_url`` when it is absolute, else to the api-server's own
@@ -30,7 +33,6 @@ from typing import Any
 
 import httpx
 from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
-from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse
@@ -42,6 +44,7 @@ from airflow_shared_stream.console.access import (
     dag_teams,
     may_trigger,
     read_redrive_dag,
+    redrive_dag_of,
     redrive_refusal,
     stream_dags,
     visible_streams,
@@ -84,7 +87,6 @@ class RedriveRequest(BaseModel):
 
 
 can_read = Depends(requires_access_dag("GET"))
-can_redrive = Depends(requires_access_dag("POST", DagAccessEntity.RUN, param_dag_id=REDRIVE_DAG_ID))
 
 
 def create_app() -> FastAPI:
@@ -107,14 +109,20 @@ def create_app() -> FastAPI:
 
     @app.get("/api/streams", dependencies=[can_read])
     async def streams(user: GetUserDep) -> dict[str, Any]:
-        found, teams, redrive_dag = await run_in_threadpool(_read)
+        found, teams, redrive_dags = await run_in_threadpool(_read)
         # An auth manager may ask a database or a service: off the event loop, like the reads.
-        shown, refusals, allowed = await run_in_threadpool(_authorize, found, user, teams, redrive_dag)
+        shown, refusals, allowed = await run_in_threadpool(_authorize, found, user, teams, redrive_dags)
         backlogs = await asyncio.gather(*(broker_backlog(s.broker, s.producer_kwargs) for s in shown))
         result = [
-            {**stream.to_json(), "backlog": backlog, "redrive_refused": refused}
+            {
+                **stream.to_json(),
+                "backlog": backlog,
+                "redrive_dag_id": redrive_dag_of(stream, teams),
+                "redrive_refused": refused,
+            }
             for stream, backlog, refused in zip(shown, backlogs, refusals, strict=True)
         ]
+        redrive_dag = redrive_dags[REDRIVE_DAG_ID]  # the Dag of no team; each stream names its own
         return {
             "streams": result,
             "redrive": {
@@ -125,28 +133,33 @@ def create_app() -> FastAPI:
             },
         }
 
-    @app.post("/api/streams/{stream_id}/redrive", status_code=201, dependencies=[can_redrive])
+    # The right to trigger the redrive Dag is asked per stream, of its team's Dag (redrive_refusal).
+    @app.post("/api/streams/{stream_id}/redrive", status_code=201, dependencies=[can_read])
     async def redrive(
         stream_id: str, body: RedriveRequest, request: Request, user: GetUserDep
     ) -> dict[str, Any]:
-        found, teams, redrive_dag = await run_in_threadpool(_read)
+        found, teams, redrive_dags = await run_in_threadpool(_read)
         shown = await run_in_threadpool(visible_streams, found, user, teams)
         stream = next((s for s in shown if s.id == stream_id), None)
         if stream is None:  # another team's stream is as absent as one that does not exist
             raise HTTPException(404, f"No stream {stream_id!r}")
-        refusal = await run_in_threadpool(redrive_refusal, stream, user, teams, redrive_dag)
+        refusal = await run_in_threadpool(redrive_refusal, stream, user, teams, redrive_dags)
         if refusal is not None:
             raise HTTPException(refusal.status, refusal.reason)
-        if not stream.redrive_params:
-            raise HTTPException(409, f"Stream {stream_id!r} has no dead-letter destination to redrive from")
+        redrive_dag = redrive_dags[str(redrive_dag_of(stream, teams))]  # the Dag redrive_refusal allowed
         run_id = f"shared_stream_redrive__{uuid.uuid4().hex}"
         grant = sign_grant(
-            run_id=run_id, user_name=user.get_name(), stream_id=stream.id, params=stream.redrive_params
+            run_id=run_id,
+            dag_id=redrive_dag.dag_id,
+            team=redrive_dag.team,
+            user_name=user.get_name(),
+            stream_id=stream.id,
+            params=stream.redrive_params,
         )
         params = {**stream.redrive_params, **body.params()}
         async with httpx.AsyncClient(base_url=airflow_api_root(), timeout=30) as client:
             answer = await client.post(
-                f"/api/v2/dags/{REDRIVE_DAG_ID}/dagRuns",
+                f"/api/v2/dags/{redrive_dag.dag_id}/dagRuns",
                 json={
                     "dag_run_id": run_id,
                     "logical_date": None,
@@ -158,28 +171,31 @@ def create_app() -> FastAPI:
         if answer.status_code >= 400:
             detail = answer.json().get("detail") if "json" in answer.headers.get("content-type", "") else None
             raise HTTPException(answer.status_code, detail or "Airflow refused to create the run")
-        return {"dag_id": REDRIVE_DAG_ID, "dag_run_id": answer.json().get("dag_run_id"), "conf": params}
+        return {"dag_id": redrive_dag.dag_id, "dag_run_id": answer.json().get("dag_run_id"), "conf": params}
 
     return app
 
 
 def _authorize(
-    found: list[Stream], user: Any, teams: Mapping[str, str | None], redrive_dag: RedriveDag
+    found: list[Stream], user: Any, teams: Mapping[str, str | None], redrive_dags: Mapping[str, RedriveDag]
 ) -> tuple[list[Stream], list[str | None], bool]:
-    """The streams this user sees, why each may not be redriven by them, and the redrive Dag's right."""
+    """The streams this user sees, why each may not be redriven by them, and the no-team Dag's right."""
     shown = visible_streams(found, user, teams)
-    refusals = [redrive_refusal(stream, user, teams, redrive_dag) for stream in shown]
+    refusals = [redrive_refusal(stream, user, teams, redrive_dags) for stream in shown]
+    redrive_dag = redrive_dags[REDRIVE_DAG_ID]
     allowed = may_trigger(user, redrive_dag.dag_id, redrive_dag.team)
     return shown, [r.reason if r else None for r in refusals], allowed
 
 
-def _read() -> tuple[list[Stream], dict[str, str | None], RedriveDag]:
+def _read() -> tuple[list[Stream], dict[str, str | None], dict[str, RedriveDag]]:
+    """The streams, their Dags' teams, and the redrive Dags they need (the no-team one always)."""
     from airflow.utils.session import create_session
 
     with create_session() as session:
         found = read_streams(session)
-        teams = dag_teams(session, {d for s in found for d in stream_dags(s)})
-        return found, teams, read_redrive_dag(session, REDRIVE_DAG_ID)
+        teams = dag_teams(session, {d for s in found for d in stream_dags(s) | set(s.hidden_dags)})
+        wanted = {REDRIVE_DAG_ID} | {d for s in found if (d := redrive_dag_of(s, teams)) is not None}
+        return found, teams, {d: read_redrive_dag(session, d) for d in sorted(wanted)}
 
 
 def _credential(request: Request) -> str:

@@ -10,9 +10,9 @@ Authentication and authorisation are Airflow's: every route depends on
 ``airflow.api_fastapi.core_api.security``'s dependencies, which read the JWT from the
 ``Authorization`` header or Airflow's session cookie and ask the configured auth manager. A
 stream is shown to whoever may read one of its Dags (with the Dag's team, as Airflow's REST API
-asks); starting a redrive needs the right to create runs of the redrive Dag
-(:data:`airflow_shared_stream.redrive_dag.REDRIVE_DAG_ID`) and of every Dag of the stream, and the
-run is created through Airflow's own REST API with the user's own token, carrying a grant the
+asks); starting a redrive needs the right to create runs of the redrive Dag of the stream's team
+(:func:`airflow_shared_stream.redrive_dag.redrive_dag_id`) and of every Dag of the stream, and
+the run is created through Airflow's own REST API with the user's own token, carrying a grant the
 task checks at run time (:mod:`airflow_shared_stream.redrive_grant`), so Airflow decides, audits
 and logs it like any manual run.
 """

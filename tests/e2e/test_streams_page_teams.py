@@ -2,9 +2,11 @@
 The Streams page and the redrive Dag against a multi-team deployment (issue 45, items 6 and 7).
 
 A real api-server, scheduler, triggerer and dag-processor on PostgreSQL with ``[core] multi_team``
-and Airflow's simple auth manager: teams ``team_a`` and ``team_b`` each own a Dag bundle with one
-SQS stream (its own queue, dead-letter queue and connection id); the redrive Dag sits in a bundle
-of no team. Users: ``alice`` (role USER, team_a), ``bob`` (role USER, team_b), ``admin``.
+and Airflow's simple auth manager: teams ``team_a``, ``team_b`` and ``team_c`` each own a Dag
+bundle with one SQS stream (its own queue, dead-letter queue and connection id); team_a's and
+team_b's bundles hold their team's redrive Dag, team_c's none; the redrive Dag of no team sits in
+a bundle of no team. Users: ``alice`` (role USER, team_a), ``bob`` (role USER, team_b), ``carol``
+(role USER, team_c), ``admin``.
 
 What Airflow's own REST API allows is the yardstick: alice may read and trigger team_a's Dags,
 not team_b's, so the page shows her team_a's stream only, refuses her a redrive of team_b's, and
@@ -25,6 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
+from airflow_shared_stream.redrive_dag import redrive_dag_id
 from tests.e2e.test_streams_page import REDRIVE_DAG_FILE, _plugins_folder
 from tests.support.airflow import COMPONENTS, AirflowDeployment
 from tests.support.brokers import SqsServer
@@ -35,8 +38,16 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 API = "/shared-stream/api/streams"
 REDRIVE_DAG_ID = "shared_stream_redrive_dead_letters"
-PASSWORDS = {"admin": "admin-pw-teams", "alice": "alice-pw-teams", "bob": "bob-pw-teams"}
-TEAMS = ("team_a", "team_b")
+DAG_A = "shared_stream_redrive_dead_letters__team_a"
+"""team_a's redrive Dag, by the documented convention (not computed: the test names what users deploy)."""
+PASSWORDS = {"admin": "admin-pw-teams", "alice": "alice-pw-teams", "bob": "bob-pw-teams", "carol": "c-pw"}
+TEAMS = ("team_a", "team_b", "team_c")
+TEAMS_WITH_A_REDRIVE_DAG = ("team_a", "team_b")
+TEAM_REDRIVE_DAG = """
+from airflow_shared_stream.redrive_dag import redrive_dead_letters_dag
+
+dag = redrive_dead_letters_dag(team={team!r})
+"""
 STREAM_DAG = """
 from airflow.sdk import DAG, Asset, AssetWatcher
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
@@ -84,27 +95,25 @@ class Teams:
     def stream_id(self, team: str) -> str:
         return str(self.streams_of("admin")[self.streams[team].queue_url]["id"])
 
-    def finished_run(self, run_id: str) -> str:
-        """The final state of a run of the redrive Dag."""
+    def finished_run(self, run_id: str, dag_id: str = REDRIVE_DAG_ID) -> str:
+        """The final state of a run of a redrive Dag."""
         states: dict[str, str | None] = {}
 
         def done() -> bool:
             self.airflow.check_alive()
-            for run in self.airflow.dag_runs(REDRIVE_DAG_ID):
+            for run in self.airflow.dag_runs(dag_id):
                 states[run.run_id] = run.state
             return states.get(run_id) in ("success", "failed")
 
-        wait_until(done, 240, f"redrive run {run_id} to finish", interval=1.0)
+        wait_until(done, 240, f"redrive run {run_id} of {dag_id} to finish", interval=1.0)
         return str(states[run_id])
 
-    def wait_for_log(self, run_id: str, text: str) -> None:
+    def wait_for_log(self, run_id: str, text: str, dag_id: str = REDRIVE_DAG_ID) -> None:
         """The redrive task's log says ``text`` (the log is written on by the worker after the run ends)."""
         try:
-            wait_until(
-                lambda: text in self.airflow.task_log(REDRIVE_DAG_ID, run_id, "redrive"), 60, text, 1.0
-            )
+            wait_until(lambda: text in self.airflow.task_log(dag_id, run_id, "redrive"), 60, text, 1.0)
         except Exception as exc:
-            raise AssertionError(self.airflow.task_log(REDRIVE_DAG_ID, run_id, "redrive")[-4000:]) from exc
+            raise AssertionError(self.airflow.task_log(dag_id, run_id, "redrive")[-4000:]) from exc
 
 
 def _bundles(home: Path, sqs: SqsServer) -> tuple[Path, list[dict[str, Any]], dict[str, TeamStream]]:
@@ -128,6 +137,8 @@ def _bundles(home: Path, sqs: SqsServer) -> tuple[Path, list[dict[str, Any]], di
         (folder / f"{team}_orders.py").write_text(
             STREAM_DAG.format(queue_url=queue, conn_id=f"aws_{team}", dead_letter=dead_letter, team=team)
         )
+        if team in TEAMS_WITH_A_REDRIVE_DAG:
+            (folder / "redrive.py").write_text(TEAM_REDRIVE_DAG.format(team=team))
         config.append(
             {
                 "name": f"{team}_bundle",
@@ -152,7 +163,9 @@ def teams(e2e_dir: Path, sqs: SqsServer, postgres: PostgresServer) -> Iterator[T
         "AIRFLOW__CORE__MULTI_TEAM": "True",
         "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,alice:user:team_a,bob:user:team_b",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": (
+            "admin:admin,alice:user:team_a,bob:user:team_b,carol:user:team_c"
+        ),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
         # No absolute base_url: the page must still never post where a Host header points.
         "AIRFLOW__API__BASE_URL": "",
@@ -167,7 +180,11 @@ def teams(e2e_dir: Path, sqs: SqsServer, postgres: PostgresServer) -> Iterator[T
         for component in COMPONENTS:
             airflow.start_component(component)
         wait_for_port(airflow.api_port, 180, airflow.procs["api-server"], "airflow api-server")
-        airflow.wait_for_dags({"team_a_orders", "team_b_orders", REDRIVE_DAG_ID})
+        airflow.wait_for_dags(
+            {f"{team}_orders" for team in TEAMS}
+            | {redrive_dag_id(team) for team in TEAMS_WITH_A_REDRIVE_DAG}
+            | {REDRIVE_DAG_ID}
+        )
         tokens = {}
         for user, password in PASSWORDS.items():
             answer = httpx.post(
@@ -177,7 +194,7 @@ def teams(e2e_dir: Path, sqs: SqsServer, postgres: PostgresServer) -> Iterator[T
             tokens[user] = answer.json()["access_token"]
         deployment = Teams(airflow, sqs, streams, tokens)
         wait_until(
-            lambda: len(deployment.streams_of("admin")) == 2, 120, "both teams' streams on the page", 1.0
+            lambda: len(deployment.streams_of("admin")) == 3, 120, "every team's stream on the page", 1.0
         )
         yield deployment
     finally:
@@ -189,7 +206,7 @@ def test_a_user_sees_only_the_streams_of_dags_their_team_may_read(teams: Teams) 
     assert teams.request("GET", "/api/v2/dags/team_b_orders", "alice").status_code == 403
     assert set(teams.streams_of("alice")) == {queue_a}
     assert set(teams.streams_of("bob")) == {queue_b}
-    assert set(teams.streams_of("admin")) == {queue_a, queue_b}
+    assert set(teams.streams_of("admin")) == {s.queue_url for s in teams.streams.values()}
     text = teams.request("GET", API, "alice").text
     for leaked in (queue_b, teams.streams["team_b"].dead_letter_queue_url, "aws_team_b", "team_b_orders"):
         assert leaked not in text
@@ -243,27 +260,28 @@ def test_a_granted_redrive_runs_and_its_conf_cannot_be_replayed_for_another_run(
     assert started.status_code == 201, started.text
     assert not received, "the page sent the user's request to the address the Host header named"
     assert started.headers["cache-control"] == "no-store"
+    assert started.json()["dag_id"] == DAG_A
     run_id = started.json()["dag_run_id"]
-    assert teams.finished_run(run_id) == "success", teams.airflow.task_log(REDRIVE_DAG_ID, run_id, "redrive")
+    assert teams.finished_run(run_id, DAG_A) == "success", teams.airflow.task_log(DAG_A, run_id, "redrive")
     assert teams.sqs.depth(team_a.dead_letter_queue_url).visible == 0
 
-    granted = teams.request("GET", f"/api/v2/dags/{REDRIVE_DAG_ID}/dagRuns/{run_id}", "alice").json()["conf"]
+    granted = teams.request("GET", f"/api/v2/dags/{DAG_A}/dagRuns/{run_id}", "alice").json()["conf"]
     replay = teams.request(
         "POST",
-        f"/api/v2/dags/{REDRIVE_DAG_ID}/dagRuns",
+        f"/api/v2/dags/{DAG_A}/dagRuns",
         "alice",
         json={"logical_date": None, "conf": granted},
     )
     assert replay.status_code == 200, replay.text
     replay_id = replay.json()["dag_run_id"]
-    assert teams.finished_run(replay_id) == "failed"
-    teams.wait_for_log(replay_id, "made for another run")
+    assert teams.finished_run(replay_id, DAG_A) == "failed"
+    teams.wait_for_log(replay_id, "made for another run", DAG_A)
 
 
 def test_a_paused_redrive_dag_disables_the_redrive(teams: Teams) -> None:
     stream_id = teams.stream_id("team_a")
     assert teams.streams_of("alice")[teams.streams["team_a"].queue_url]["redrive_refused"] is None
-    path = f"/api/v2/dags/{REDRIVE_DAG_ID}?update_mask=is_paused"
+    path = f"/api/v2/dags/{DAG_A}?update_mask=is_paused"
     assert teams.request("PATCH", path, "admin", json={"is_paused": True}).status_code == 200
     try:
         shown = teams.streams_of("alice")[teams.streams["team_a"].queue_url]
@@ -316,19 +334,14 @@ class _listener:
         self.server.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the redrive Dag is one Dag of no team: every team reads every team's redrive runs "
-    "(their conf names the stream's queues and connection, their XCom holds a dry run's messages)",
-)
 def test_a_redrive_of_one_team_is_not_readable_by_another_team(teams: Teams) -> None:
     """
     FAULT_MODEL 12 and 15 (authorized per Dag and team for reading). The page hides team_a's
-    stream from bob (team_b): its queue, dead-letter queue, connection id and dead letters. But the
-    runs the page creates are runs of the one redrive Dag, which both teams may read (and must be
-    able to trigger, to redrive at all): bob reads alice's run through Airflow's own REST API, its
-    conf (team_a's queue URLs and connection id) and its XCom (a dry run's samples: team_a's
-    messages, whole).
+    stream from bob (team_b): its queue, dead-letter queue, connection id and dead letters. The
+    runs the page creates for it are runs of team_a's own redrive Dag (in team_a's bundle), so
+    bob reads neither their conf (team_a's queue URLs and connection id) nor their XCom (a dry
+    run's samples: team_a's messages, whole) through Airflow's own REST API; nor are they runs of
+    the Dag of no team, which every team reads.
     """
     team_a = teams.streams["team_a"]
     teams.sqs.send(team_a.dead_letter_queue_url, [{"event_id": "a-private-order-77", "kind": "order"}])
@@ -341,23 +354,57 @@ def test_a_redrive_of_one_team_is_not_readable_by_another_team(teams: Teams) -> 
     )
     assert started.status_code == 201, started.text
     run_id = started.json()["dag_run_id"]
-    assert teams.finished_run(run_id) == "success", teams.airflow.task_log(REDRIVE_DAG_ID, run_id, "redrive")
-    mine = teams.request(
-        "GET",
-        f"/api/v2/dags/{REDRIVE_DAG_ID}/dagRuns/{run_id}/taskInstances/redrive/xcomEntries/return_value",
-        "alice",
-    )
+    assert teams.finished_run(run_id, DAG_A) == "success", teams.airflow.task_log(DAG_A, run_id, "redrive")
+    xcom = f"dagRuns/{run_id}/taskInstances/redrive/xcomEntries/return_value"
+    mine = teams.request("GET", f"/api/v2/dags/{DAG_A}/{xcom}", "alice")
     assert "a-private-order-77" in mine.text, mine.text  # the samples are there, for alice
 
     seen_by_bob = [
-        teams.request("GET", f"/api/v2/dags/{REDRIVE_DAG_ID}/dagRuns", "bob"),
-        teams.request("GET", f"/api/v2/dags/{REDRIVE_DAG_ID}/dagRuns/{run_id}", "bob"),
-        teams.request(
-            "GET",
-            f"/api/v2/dags/{REDRIVE_DAG_ID}/dagRuns/{run_id}/taskInstances/redrive/xcomEntries/return_value",
-            "bob",
-        ),
+        teams.request("GET", f"/api/v2/dags/{dag_id}/{path}", "bob")
+        for dag_id in (DAG_A, REDRIVE_DAG_ID, redrive_dag_id("team_b"))
+        for path in ("dagRuns", f"dagRuns/{run_id}", xcom)
     ]
     for answer in seen_by_bob:
         for leaked in (team_a.queue_url, team_a.dead_letter_queue_url, team_a.conn_id, "a-private-order-77"):
             assert leaked not in answer.text, (answer.request.url, answer.status_code, leaked)
+
+
+def test_a_team_without_its_redrive_dag_is_refused_never_sent_to_another(teams: Teams) -> None:
+    """team_c has a stream and no redrive Dag: the Dag of no team is there, but would show its runs to all."""
+    every_redrive_dag = [REDRIVE_DAG_ID, *(redrive_dag_id(t) for t in TEAMS_WITH_A_REDRIVE_DAG)]
+    runs_before = {d: len(teams.airflow.dag_runs(d)) for d in every_redrive_dag}
+    deploy = "redrive_dead_letters_dag(team='team_c')"
+    shown = teams.streams_of("carol")[teams.streams["team_c"].queue_url]
+    assert shown["redrive_dag_id"] == "shared_stream_redrive_dead_letters__team_c"
+    assert deploy in (shown["redrive_refused"] or ""), shown["redrive_refused"]
+    for user in ("carol", "admin"):
+        refused = teams.request(
+            "POST", f"{API}/{teams.stream_id('team_c')}/redrive", user, json={"dry_run": True}
+        )
+        assert refused.status_code == 409, refused.text
+        assert deploy in refused.json()["detail"]
+    assert {d: len(teams.airflow.dag_runs(d)) for d in every_redrive_dag} == runs_before
+
+
+def test_a_grant_for_one_teams_stream_is_refused_by_another_teams_redrive_dag(teams: Teams) -> None:
+    """
+    The admin may trigger every Dag: a grant the page made for team_a's stream, replayed under
+    its own run id in team_b's redrive Dag or in the Dag of no team, is refused by the task.
+    """
+    started = teams.request(
+        "POST", f"{API}/{teams.stream_id('team_a')}/redrive", "admin", json={"dry_run": True}
+    )
+    assert started.status_code == 201, started.text
+    run_id = started.json()["dag_run_id"]
+    assert teams.finished_run(run_id, DAG_A) == "success", teams.airflow.task_log(DAG_A, run_id, "redrive")
+    granted = teams.request("GET", f"/api/v2/dags/{DAG_A}/dagRuns/{run_id}", "admin").json()["conf"]
+    for other in (redrive_dag_id("team_b"), REDRIVE_DAG_ID):
+        replay = teams.request(
+            "POST",
+            f"/api/v2/dags/{other}/dagRuns",
+            "admin",
+            json={"dag_run_id": run_id, "logical_date": None, "conf": granted},
+        )
+        assert replay.status_code == 200, replay.text
+        assert teams.finished_run(run_id, other) == "failed", teams.airflow.task_log(other, run_id, "redrive")
+        teams.wait_for_log(run_id, "made for a run of another Dag", other)

@@ -12,12 +12,18 @@ import pytest
 from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
 from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
 
-from airflow_shared_stream.console.access import RedriveDag, redrive_refusal, visible_streams
+from airflow_shared_stream.console.access import RedriveDag, redrive_dag_of, redrive_refusal, visible_streams
 from airflow_shared_stream.console.streams import Stream, group_streams
+from airflow_shared_stream.redrive_dag import REDRIVE_DAG_ID, redrive_dag_id
 
 SQS = "airflow_shared_stream.sqs.trigger.SqsSharedStreamTrigger"
 TEAMS = {"orders_a": "team_a", "orders_b": "team_b", "shared_a": "team_a", "shared_b": "team_b"}
-REDRIVE = RedriveDag(dag_id="shared_stream_redrive_dead_letters", deployed=True, paused=False, team=None)
+REDRIVE = {
+    redrive_dag_id(team): RedriveDag(dag_id=redrive_dag_id(team), deployed=True, paused=False, team=team)
+    for team in (None, "team_a", "team_b")
+}
+"""The redrive Dag of no team and one per team, each in a bundle of its team."""
+REDRIVE_A = redrive_dag_id("team_a")
 ALICE = SimpleAuthManagerUser(username="alice", role="user", teams=["team_a"])
 ADMIN = SimpleAuthManagerUser(username="admin", role="admin", teams=[])
 VIEWER_A = SimpleAuthManagerUser(username="vera", role="viewer", teams=["team_a"])
@@ -81,32 +87,94 @@ def test_a_redrive_needs_the_right_to_trigger_every_dag_of_the_stream() -> None:
     refused = redrive_refusal(by_queue["shared"], ALICE, TEAMS, REDRIVE)
     assert refused is not None
     assert refused.status == 403
-    admin = {_queues([s]).pop(): s for s in visible_streams(_streams(), ADMIN, TEAMS)}
-    assert redrive_refusal(admin["shared"], ADMIN, TEAMS, REDRIVE) is None
 
 
-def test_a_viewer_is_refused_the_redrive_dag_itself() -> None:
-    (stream, *_) = visible_streams(_streams(), VIEWER_A, TEAMS)
-    refused = redrive_refusal(stream, VIEWER_A, TEAMS, REDRIVE)
+def test_a_stream_is_redriven_through_the_redrive_dag_of_its_team() -> None:
+    by_queue = {_queues([s]).pop(): s for s in visible_streams(_streams(), ADMIN, TEAMS)}
+    assert redrive_dag_of(by_queue["a"], TEAMS) == "shared_stream_redrive_dead_letters__team_a"
+    assert redrive_dag_of(by_queue["b"], TEAMS) == "shared_stream_redrive_dead_letters__team_b"
+    assert redrive_dag_of(by_queue["a"], {}) == REDRIVE_DAG_ID  # no multi-team: the one Dag, as before
+    no_team = {**TEAMS, "orders_a": None}
+    assert redrive_dag_of(by_queue["a"], no_team) == REDRIVE_DAG_ID
+
+
+def test_a_stream_of_dags_of_several_teams_is_refused_a_redrive() -> None:
+    """No team's redrive Dag may hold it: the other team would not read its runs, or this one all."""
+    (shared,) = [s for s in visible_streams(_streams(), ADMIN, TEAMS) if _queues([s]) == {"shared"}]
+    assert redrive_dag_of(shared, TEAMS) is None
+    refused = redrive_refusal(shared, ADMIN, TEAMS, REDRIVE)
+    assert refused is not None
+    assert refused.status == 409
+    assert "several teams" in refused.reason
+
+
+def test_a_team_without_its_redrive_dag_is_refused_with_what_to_deploy() -> None:
+    """Never the Dag of no team nor another team's, though both are there and the user may trigger them."""
+    (stream, *_) = visible_streams(_streams(), ADMIN, TEAMS)
+    missing = {**REDRIVE, REDRIVE_A: RedriveDag(dag_id=REDRIVE_A, deployed=False, paused=False, team=None)}
+    refused = redrive_refusal(stream, ADMIN, TEAMS, missing)
     assert refused is not None
     assert (refused.status, refused.reason) == (
-        403,
-        "You may not trigger shared_stream_redrive_dead_letters.",
+        409,
+        "The Dag shared_stream_redrive_dead_letters__team_a is not deployed: deploy "
+        "redrive_dead_letters_dag(team='team_a') in a Dag bundle of team team_a.",
     )
 
 
-def test_the_redrive_dags_own_team_counts() -> None:
+@pytest.mark.parametrize("placed_in", [None, "team_b"])
+def test_a_teams_redrive_dag_in_a_bundle_of_another_team_is_refused(placed_in: str | None) -> None:
+    """Its runs would be read by that other team (or by every team), whatever its id says."""
+    (stream, *_) = visible_streams(_streams(), ADMIN, TEAMS)
+    misplaced = {
+        **REDRIVE,
+        REDRIVE_A: RedriveDag(dag_id=REDRIVE_A, deployed=True, paused=False, team=placed_in),
+    }
+    refused = redrive_refusal(stream, ADMIN, TEAMS, misplaced)
+    assert refused is not None
+    assert refused.status == 409
+    assert "not of the stream's team team_a" in refused.reason
+
+
+def test_the_right_asked_is_to_trigger_the_redrive_dag_of_the_streams_team(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import airflow.api_fastapi.app
+
+    asked: list[tuple[str | None, str | None]] = []
+
+    class RedriveRefused(SimpleAuthManager):  # type: ignore[misc]
+        def is_authorized_dag(
+            self, *, method: Any, user: Any, access_entity: Any = None, details: Any = None
+        ) -> bool:
+            if details and str(details.id).startswith(REDRIVE_DAG_ID):
+                asked.append((details.id, details.team_name))
+                return False
+            return bool(
+                super().is_authorized_dag(
+                    method=method, user=user, access_entity=access_entity, details=details
+                )
+            )
+
+    manager = RedriveRefused()
+    monkeypatch.setattr(airflow.api_fastapi.app, "get_auth_manager", lambda: manager)
     (stream, *_) = visible_streams(_streams(), ALICE, TEAMS)
-    other_team = RedriveDag(dag_id=REDRIVE.dag_id, deployed=True, paused=False, team="team_b")
-    refused = redrive_refusal(stream, ALICE, TEAMS, other_team)
+    refused = redrive_refusal(stream, ALICE, TEAMS, REDRIVE)
+    assert refused is not None
+    assert (refused.status, refused.reason) == (403, f"You may not trigger {REDRIVE_A}.")
+    assert asked == [(REDRIVE_A, "team_a")]
+
+
+def test_a_viewer_is_refused_the_redrive() -> None:
+    (stream, *_) = visible_streams(_streams(), VIEWER_A, TEAMS)
+    refused = redrive_refusal(stream, VIEWER_A, TEAMS, REDRIVE)
     assert refused is not None
     assert refused.status == 403
 
 
 def test_a_paused_or_missing_redrive_dag_refuses_with_409() -> None:
     (stream, *_) = visible_streams(_streams(), ALICE, TEAMS)
-    paused = RedriveDag(dag_id=REDRIVE.dag_id, deployed=True, paused=True, team=None)
-    missing = RedriveDag(dag_id=REDRIVE.dag_id, deployed=False, paused=False, team=None)
+    paused = {**REDRIVE, REDRIVE_A: RedriveDag(dag_id=REDRIVE_A, deployed=True, paused=True, team="team_a")}
+    missing = {**REDRIVE, REDRIVE_A: RedriveDag(dag_id=REDRIVE_A, deployed=False, paused=False, team=None)}
     for redrive in (paused, missing):
         refused = redrive_refusal(stream, ALICE, TEAMS, redrive)
         assert refused is not None
