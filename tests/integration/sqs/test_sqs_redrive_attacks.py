@@ -8,6 +8,7 @@ fixing one (the last three); a break not yet fixed is marked ``xfail(strict=True
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -159,3 +160,120 @@ async def moved_by_sqs(sqs: SqsServer, queue: str, dlq: str, **extra: Any) -> No
         return tuple(sqs.depth(dlq))
 
     await eventually(receive_until_moved, lambda d: d[0] == 1, timeout=30, what="moved by SQS")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a dead letter our stream could not stamp (ten attributes of its own) is logged by "
+    "nobody with its origin: the redrive leaves it and says 'move it by hand', but where to is "
+    "known only to the dead-lettering, which says nothing",
+)
+async def test_a_dead_letter_our_stream_could_not_stamp_is_logged_with_where_it_goes_back_to(
+    sqs: SqsServer, aws_connection: str, harness: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """
+    FAULT_MODEL 15. A message with ten attributes of its own leaves our dead-lettering no room for
+    ``dead_letter_origin_queue``: every redrive leaves the copy ("no origin recorded ... move it
+    by hand", docs/redrive.rst), and the dead-letter queue's retention deletes it (on a standard
+    queue counted from the message's first send). On a dead-letter queue two streams share, only
+    the dead-lettering knows which queue the copy came from; unless it logs that with the copy's
+    message id, nobody can move it by hand, and it is lost when its retention ends.
+    """
+    dlq = sqs.create_queue()
+    queue_a = stream_queue(sqs)
+    theirs = {f"a{i}": {"DataType": "String", "StringValue": str(i)} for i in range(10)}
+    harness.add(
+        SqsSharedStreamTrigger(queue_a, reject="body.bad", dead_letter_queue_url=dlq, wait_time_seconds=1)
+    )
+    with caplog.at_level(logging.INFO):
+        sqs.send(queue_a, [json.dumps({"n": 1, "bad": True})], MessageAttributes=theirs)
+        await eventually(lambda: sqs.depth(dlq), lambda d: d == (1, 0), timeout=30, what="dead-lettered")
+        await harness.stop()
+        [copy] = sqs.client.receive_message(QueueUrl=dlq, VisibilityTimeout=0)["Messages"]
+
+        summary = await redrive(source(aws_connection, dlq, queue_a))
+
+    assert (summary.moved, summary.left_untouched) == (0, 1)  # the rule holds: it is left
+    named = [r.getMessage() for r in caplog.records if copy["MessageId"] in r.getMessage()]
+    assert any(sqs.arn(queue_a) in line or queue_a in line for line in named), named
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a redrive strips every dead_letter_* attribute from the copy of a message SQS moved, "
+    "though none is ours on such a message: our stamp on a dead letter SQS moved on from one "
+    "dead-letter queue to the next is lost on the way back, and the message is stuck",
+)
+async def test_our_dead_letter_sqs_moved_down_a_dead_letter_chain_can_still_go_home(
+    sqs: SqsServer, aws_connection: str, harness: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """
+    FAULT_MODEL 15 (routed back to each message's own origin). Stream A dead-letters into DLQ1,
+    whose own ``RedrivePolicy`` moves what is received there too often (dry runs and redrives
+    count, docs/redrive.rst) on to DLQ2. The message in DLQ2 carries our stamp (A) and SQS's
+    ``DeadLetterQueueSourceArn`` (DLQ1, the queue SQS moved it from; SendMessage wrote none on
+    our copy, so this holds whatever SQS writes along a longer chain). The redrive of DLQ2 to A
+    leaves it and says to redrive it to DLQ1; that redrive strips ``dead_letter_origin_queue``
+    as if it were ours to drop (it is the message's own attribute as it was in DLQ1), so in
+    DLQ1 the message has no origin and every redrive leaves it until DLQ1's retention deletes it.
+    """
+    dlq2 = sqs.create_queue()
+    dlq1 = sqs.create_queue(visibility_timeout=1, dead_letter_queue_url=dlq2, max_receives=1)
+    queue_a = stream_queue(sqs)
+    harness.add(
+        SqsSharedStreamTrigger(queue_a, reject="body.bad", dead_letter_queue_url=dlq1, wait_time_seconds=1)
+    )
+    sqs.send(queue_a, [json.dumps({"n": 1, "bad": True})])
+    await eventually(lambda: sqs.depth(dlq1), lambda d: d == (1, 0), timeout=30, what="dead-lettered")
+    await harness.stop()
+
+    def receive_until_moved() -> tuple[int, int]:  # DLQ1 received past its maxReceiveCount
+        sqs.client.receive_message(QueueUrl=dlq1, VisibilityTimeout=0, WaitTimeSeconds=0)
+        return tuple(sqs.depth(dlq2))
+
+    await eventually(receive_until_moved, lambda d: d[0] == 1, timeout=30, what="moved on by SQS")
+
+    with caplog.at_level(logging.WARNING):
+        summary = await redrive(source(aws_connection, dlq2, queue_a))
+    assert (summary.moved, summary.left_untouched) == (0, 1)
+    assert sqs.arn(dlq1) in caplog.text  # "redrive it to that queue"
+
+    summary = await redrive(source(aws_connection, dlq2, dlq1))  # as the log says
+    assert (summary.moved, summary.left_untouched) == (1, 0)
+
+    summary = await redrive(source(aws_connection, dlq1, queue_a))
+
+    assert (summary.moved, summary.left_untouched) == (1, 0)
+    assert numbers(sqs.drain(queue_a)) == [1]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a redrive strips the sender's own dead_letter_* attributes from a message SQS moved "
+    "(none of them is ours): the message goes home without attributes its sender wrote",
+)
+async def test_a_message_sqs_moved_goes_home_with_every_attribute_its_sender_wrote(
+    sqs: SqsServer, aws_connection: str
+) -> None:
+    """
+    FAULT_MODEL 15. ``keep_origin_attributes=False`` leaves out what our dead-lettering added, so
+    "a redriven message looks as it did before it was dead-lettered" (docs/redrive.rst). Our
+    dead-lettering never saw a message SQS moved: a ``dead_letter_reason`` on it is its
+    sender's, and the copy must keep it.
+    """
+    dlq = sqs.create_queue()
+    queue_a = sqs.create_queue(visibility_timeout=1, dead_letter_queue_url=dlq, max_receives=1)
+    theirs = {
+        "dead_letter_reason": {"DataType": "String", "StringValue": "the sender's own"},
+        "tenant": {"DataType": "String", "StringValue": "t1"},
+    }
+    await moved_by_sqs(sqs, queue_a, dlq, MessageAttributes=theirs)
+
+    summary = await redrive(source(aws_connection, dlq, queue_a))
+
+    assert (summary.moved, summary.left_untouched) == (1, 0)
+    [home] = sqs.drain(queue_a)
+    assert {k: v["StringValue"] for k, v in home["MessageAttributes"].items()} == {
+        "dead_letter_reason": "the sender's own",
+        "tenant": "t1",
+    }
