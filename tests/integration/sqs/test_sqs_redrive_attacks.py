@@ -2,7 +2,7 @@
 SQS redrive, attacked after issue 45 (FAULT_MODEL classes 1 and 15), against moto's server.
 
 Each test is a break found by an attacker who did not write the change, or by its fixer while
-fixing one (the last three); a break not yet fixed is marked ``xfail(strict=True)``.
+fixing one; a break not yet fixed is marked ``xfail(strict=True)``.
 """
 
 from __future__ import annotations
@@ -198,12 +198,6 @@ async def test_a_dead_letter_our_stream_could_not_stamp_is_logged_with_where_it_
     assert any(sqs.arn(queue_a) in line or queue_a in line for line in named), named
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a redrive strips every dead_letter_* attribute from the copy of a message SQS moved, "
-    "though none is ours on such a message: our stamp on a dead letter SQS moved on from one "
-    "dead-letter queue to the next is lost on the way back, and the message is stuck",
-)
 async def test_our_dead_letter_sqs_moved_down_a_dead_letter_chain_can_still_go_home(
     sqs: SqsServer, aws_connection: str, harness: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -244,14 +238,9 @@ async def test_our_dead_letter_sqs_moved_down_a_dead_letter_chain_can_still_go_h
     summary = await redrive(source(aws_connection, dlq1, queue_a))
 
     assert (summary.moved, summary.left_untouched) == (1, 0)
-    assert numbers(sqs.drain(queue_a)) == [1]
+    assert await collect(sqs, queue_a, 1) == [1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a redrive strips the sender's own dead_letter_* attributes from a message SQS moved "
-    "(none of them is ours): the message goes home without attributes its sender wrote",
-)
 async def test_a_message_sqs_moved_goes_home_with_every_attribute_its_sender_wrote(
     sqs: SqsServer, aws_connection: str
 ) -> None:
