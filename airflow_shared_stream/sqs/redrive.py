@@ -196,7 +196,8 @@ class SqsDeadLetterSource:
         return (
             "no origin recorded: SQS did not move it here (no DeadLetterQueueSourceArn) and our "
             "dead-lettering had no room to stamp it (or did not send it), so which queue it came "
-            "from is not known; move it by hand"
+            "from is not known; if ours, the stream's warning 'Dead-lettered message ... without "
+            "its origin' names this message id and its queue: move it there by hand"
         )
 
     async def copy(self, items: Sequence[RedriveItem]) -> Sequence[RedriveItem]:

@@ -162,12 +162,6 @@ async def moved_by_sqs(sqs: SqsServer, queue: str, dlq: str, **extra: Any) -> No
     await eventually(receive_until_moved, lambda d: d[0] == 1, timeout=30, what="moved by SQS")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a dead letter our stream could not stamp (ten attributes of its own) is logged by "
-    "nobody with its origin: the redrive leaves it and says 'move it by hand', but where to is "
-    "known only to the dead-lettering, which says nothing",
-)
 async def test_a_dead_letter_our_stream_could_not_stamp_is_logged_with_where_it_goes_back_to(
     sqs: SqsServer, aws_connection: str, harness: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
