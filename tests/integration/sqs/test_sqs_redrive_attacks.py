@@ -7,6 +7,7 @@ fixing one; a break not yet fixed is marked ``xfail(strict=True)``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -17,6 +18,7 @@ from airflow_shared_stream.common.redrive import redrive
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
 from tests.integration.sqs.test_sqs_redrive_routes import collect, numbers, source, stream_queue
 from tests.support.brokers import SqsServer
+from tests.support.redrive_child import kill_between_copy_and_remove
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -260,3 +262,49 @@ async def test_a_message_sqs_moved_goes_home_with_every_attribute_its_sender_wro
         "dead_letter_reason": "the sender's own",
         "tenant": "t1",
     }
+
+
+async def test_a_redrive_of_what_sqs_moved_killed_between_copy_and_delete_keeps_each_origin(
+    sqs: SqsServer, aws_connection: str
+) -> None:
+    """
+    FAULT_MODEL 3 and 15. Twelve messages SQS moved from stream A's queue and one from B's share a
+    dead-letter queue; A's redrive is SIGKILLed after SQS accepted its first batch of copies and
+    before it deleted them. Every message is still in the dead-letter queue or at home (copied and
+    not deleted: a duplicate, never a loss), each still names the queue SQS moved it from, and the
+    next redrive sends A's home and leaves B's.
+    """
+    dlq = sqs.create_queue()
+    queue_a = sqs.create_queue(visibility_timeout=1, dead_letter_queue_url=dlq, max_receives=1)
+    queue_b = sqs.create_queue(visibility_timeout=1, dead_letter_queue_url=dlq, max_receives=1)
+    sqs.send(queue_a, [json.dumps({"n": n}) for n in range(12)])
+    sqs.send(queue_b, [json.dumps({"n": 100})])
+
+    def receive_until_moved() -> int:
+        for queue in (queue_a, queue_b):
+            sqs.client.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, VisibilityTimeout=0)
+        return sqs.depth(dlq).visible
+
+    await eventually(receive_until_moved, lambda n: n == 13, timeout=30, what="moved by SQS")
+
+    line = await asyncio.to_thread(
+        kill_between_copy_and_remove,
+        "sqs",
+        source=queue_a,
+        dead_letter=dlq,
+        conn_id=aws_connection,
+        keep_origin_attributes=False,
+        broker_options={"lease_seconds": 2},
+    )
+    copied = int(line.split()[1])
+    assert copied >= 1
+    first = numbers(sqs.drain(queue_a))
+    assert len(first) == copied
+    await eventually(lambda: sqs.depth(dlq), lambda d: d == (13, 0), timeout=60, what="leases ended")
+
+    summary = await redrive(source(aws_connection, dlq, queue_a))
+
+    assert (summary.moved, summary.left_untouched) == (12, 1)
+    assert numbers(sqs.drain(queue_a)) == list(range(12))
+    [left] = sqs.drain(dlq)
+    assert left["Attributes"]["DeadLetterQueueSourceArn"] == sqs.arn(queue_b)
