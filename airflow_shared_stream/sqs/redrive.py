@@ -5,7 +5,8 @@ Each message is sent to the source queue with its body and message attributes (`
 and deleted from the dead-letter queue only for the entries SQS accepted. On a FIFO source queue
 the copy keeps the original's ``MessageGroupId``, and its ``MessageDeduplicationId`` is the
 dead-letter message's id: a copy sent again after a redrive was killed before its delete is
-dropped by SQS's deduplication window instead of being delivered twice.
+dropped by SQS's deduplication window instead of being delivered twice, if sent within five
+minutes of the first copy (later, it is a duplicate, as on a standard queue).
 
 Where a message goes (the origin rule, docs/redrive.rst): a message SQS moved itself (its
 ``RedrivePolicy``, after ``maxReceiveCount``) carries the system attribute
