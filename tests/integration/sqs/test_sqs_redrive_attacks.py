@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from typing import Any
 
 import pytest
@@ -308,3 +309,30 @@ async def test_a_redrive_of_what_sqs_moved_killed_between_copy_and_delete_keeps_
     assert numbers(sqs.drain(queue_a)) == list(range(12))
     [left] = sqs.drain(dlq)
     assert left["Attributes"]["DeadLetterQueueSourceArn"] == sqs.arn(queue_b)
+
+
+async def test_a_queue_whose_name_differs_only_in_case_is_another_origin(
+    sqs: SqsServer, aws_connection: str
+) -> None:
+    """
+    FAULT_MODEL 1. SQS queue names are case-sensitive: ``Orders-x`` and ``orders-x`` are two
+    queues (two streams). What SQS moved from one into the dead-letter queue both redrive to never
+    goes to the other.
+    """
+    dlq = sqs.create_queue()
+    name = f"orders-{uuid.uuid4().hex[:8]}"
+    upper = sqs.create_queue(
+        name.capitalize(), visibility_timeout=1, dead_letter_queue_url=dlq, max_receives=1
+    )
+    lower = sqs.create_queue(name, visibility_timeout=1, dead_letter_queue_url=dlq, max_receives=1)
+    await moved_by_sqs(sqs, upper, dlq)
+
+    summary = await redrive(source(aws_connection, dlq, lower))
+
+    assert (summary.moved, summary.left_untouched) == (0, 1)
+    assert sqs.depth(lower) == (0, 0)
+
+    summary = await redrive(source(aws_connection, dlq, upper))
+
+    assert (summary.moved, summary.left_untouched) == (1, 0)
+    assert numbers(sqs.drain(upper)) == [1]
