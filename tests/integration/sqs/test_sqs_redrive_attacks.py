@@ -336,3 +336,33 @@ async def test_a_queue_whose_name_differs_only_in_case_is_another_origin(
 
     assert (summary.moved, summary.left_untouched) == (1, 0)
     assert numbers(sqs.drain(upper)) == [1]
+
+
+async def test_a_dry_run_samples_what_sqs_moved_with_the_origin_it_goes_by(
+    sqs: SqsServer, aws_connection: str
+) -> None:
+    """
+    FAULT_MODEL 15. A dry run (the Streams page's default) counts and samples what would move: a
+    message SQS moved from A, carrying a ``dead_letter_origin_queue`` its sender wrote naming B,
+    is sampled by A's dry run with SQS's origin in its attributes (what a filter sees too), and B's
+    dry run counts it as left, samples nothing and moves nothing.
+    """
+    dlq = sqs.create_queue()
+    queue_a = sqs.create_queue(visibility_timeout=1, dead_letter_queue_url=dlq, max_receives=1)
+    queue_b = sqs.create_queue(visibility_timeout=1, dead_letter_queue_url=dlq, max_receives=1)
+    forged = {"dead_letter_origin_queue": {"DataType": "String", "StringValue": sqs.arn(queue_b)}}
+    await moved_by_sqs(sqs, queue_a, dlq, MessageAttributes=forged)
+
+    summary = await redrive(source(aws_connection, dlq, queue_b), dry_run=True)
+    assert (summary.moved, summary.left_untouched, summary.samples) == (0, 1, [])
+
+    summary = await redrive(
+        source(aws_connection, dlq, queue_a),
+        dry_run=True,
+        filter=f"attributes.DeadLetterQueueSourceArn == '{sqs.arn(queue_a)}'",
+    )
+    assert (summary.moved, summary.left_untouched) == (1, 0)
+    [sample] = summary.samples
+    assert sample["attributes"]["DeadLetterQueueSourceArn"] == sqs.arn(queue_a)
+    assert sqs.depth(dlq).visible == 1
+    assert sqs.depth(queue_a) == sqs.depth(queue_b) == (0, 0)
