@@ -32,6 +32,7 @@ from airflow_shared_stream.common.leased_queue import DeadLetter, Delivery, Leas
 from airflow_shared_stream.common.matching import build_message
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
 from airflow_shared_stream.sqs.dead_letter import (
+    DEAD_LETTER_ORIGIN_QUEUE,
     SQS_BATCH_LIMIT,
     SQS_MAX_MESSAGE_BYTES,
     SqsMessageHandle,
@@ -302,6 +303,19 @@ class SqsSharedStreamProducer(LeasedQueueProducer[SqsMessageHandle]):
             f"dead-letter to {dead_letter_queue.url}", response, handles, "it stays on the source queue"
         )
         failed = {entry["Id"] for entry in response.get("Failed", ())}
+        for sent in response.get("Successful", ()):
+            if DEAD_LETTER_ORIGIN_QUEUE not in entries[int(sent["Id"])].get("MessageAttributes", {}):
+                # Only this line knows where it came from: a redrive leaves it (docs/redrive.rst).
+                log.warning(
+                    "Dead-lettered message %s of %s to %s as %s without its origin (its own message "
+                    "attributes leave no room for %s): a redrive leaves it; move it back to %s by hand",
+                    handles[int(sent["Id"])].message_id,
+                    self._queue_arn or self._queue.url,
+                    dead_letter_queue.name,
+                    sent.get("MessageId"),
+                    DEAD_LETTER_ORIGIN_QUEUE,
+                    self._queue.url,
+                )
         moved = [h for i, h in enumerate(handles) if str(i) not in failed]
         await self._delete(moved)
         if moved:

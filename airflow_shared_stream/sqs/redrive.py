@@ -5,12 +5,14 @@ Each message is sent to the source queue with its body and message attributes (`
 and deleted from the dead-letter queue only for the entries SQS accepted. On a FIFO source queue
 the copy keeps the original's ``MessageGroupId``, and its ``MessageDeduplicationId`` is the
 dead-letter message's id: a copy sent again after a redrive was killed before its delete is
-dropped by SQS's deduplication window instead of being delivered twice.
+dropped by SQS's deduplication window instead of being delivered twice, if sent within five
+minutes of the first copy (later, it is a duplicate, as on a standard queue).
 
 Where a message goes (the origin rule, docs/redrive.rst): a message SQS moved itself (its
 ``RedrivePolicy``, after ``maxReceiveCount``) carries the system attribute
 ``DeadLetterQueueSourceArn``, which SQS writes and no sender can: that is its origin, and its
-``dead_letter_*`` message attributes are its sender's, never ours. Any other message was sent to
+``dead_letter_*`` message attributes are its own, never ours (they do not route it, and its
+copy keeps them, as it was in the queue it goes back to). Any other message was sent to
 the dead-letter queue: our dead-lettering stamps each copy with its source queue's ARN
 (``dead_letter_origin_queue``, the message's own dropped). A message whose origin is another
 queue is left untouched, and so is one with no origin at all (ours without room for the stamp,
@@ -195,7 +197,8 @@ class SqsDeadLetterSource:
         return (
             "no origin recorded: SQS did not move it here (no DeadLetterQueueSourceArn) and our "
             "dead-lettering had no room to stamp it (or did not send it), so which queue it came "
-            "from is not known; move it by hand"
+            "from is not known; if ours, the stream's warning 'Dead-lettered message ... without "
+            "its origin' names this message id and its queue: move it there by hand"
         )
 
     async def copy(self, items: Sequence[RedriveItem]) -> Sequence[RedriveItem]:
@@ -226,7 +229,10 @@ class SqsDeadLetterSource:
 
     def _entry(self, entry_id: str, message: dict[str, Any]) -> dict[str, Any]:
         attributes = sendable_attributes(message.get("MessageAttributes", {}))
-        if not self._keep:
+        # What SQS moved carries none of ours: its dead_letter_* attributes are its own as it was
+        # in the queue it goes back to (a sender's, or our stamp for the next hop of a chain).
+        moved_by_sqs = DEAD_LETTER_QUEUE_SOURCE_ARN in message.get("Attributes", {})
+        if not self._keep and not moved_by_sqs:
             attributes = {k: v for k, v in attributes.items() if k not in ORIGIN_ATTRIBUTES}
         entry: dict[str, Any] = {"Id": entry_id, "MessageBody": message.get("Body", "")}
         if attributes:

@@ -15,6 +15,12 @@ queue was moved, from the first. The receive answers with the source ARN as SQS 
 applied wherever :func:`~tests.support.moto_sqs.serialize_queue_mutations` is (it is what the
 service does, so it is always on). A chain of dead-letter queues records the queue the message
 was last moved from (not verified on the service).
+
+On a move to a FIFO dead-letter queue SQS replaces the message's deduplication id with its
+message id, "to make sure that the DLQ deduplication will not prevent storing of two independent
+messages that happen to share a deduplication ID" (Developer Guide, "Configuring a dead-letter
+queue redrive"); moto kept the original id, and its dead-letter queue dropped the second of two
+queues' messages that shared one. The patch writes the message id, as SQS does.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ def record_dead_letter_source() -> None:
         home = getattr(message, _HOME_QUEUE, None)
         if home is not None and home != queue.queue_arn:
             setattr(message, _MOVED_FROM, home)  # moto moves the message object itself
+            if queue.fifo_queue:  # SQS: the deduplication id becomes the message id on the move
+                message.deduplication_id = message.id
         setattr(message, _HOME_QUEUE, queue.queue_arn)
         add_message(queue, message)
 

@@ -152,3 +152,38 @@ def test_what_sqs_moves_to_a_dead_letter_queue_names_its_source_queue(sqs: SqsSe
     assert sources(["DeadLetterQueueSourceArn"]) == {"moved": sqs.arn(source), "sent": None}
     assert sources(["All"]) == {"moved": sqs.arn(source), "sent": None}
     assert sources(["SentTimestamp"]) == {"moved": None, "sent": None}
+
+
+def test_what_sqs_moves_to_a_fifo_dead_letter_queue_is_kept_whatever_its_deduplication_id(
+    sqs: SqsServer,
+) -> None:
+    """
+    FAULT_MODEL 16. SQS replaces the deduplication id of a message it moves to a FIFO dead-letter
+    queue with the message's id, "to make sure that the DLQ deduplication will not prevent
+    storing of two independent messages that happen to share a deduplication ID" (SQS Developer
+    Guide, "Configuring a dead-letter queue redrive"). Two FIFO queues that share a dead-letter
+    queue (two streams) each get a message with one deduplication id (content-based
+    deduplication of one body does the same): SQS moves both. moto moves the message object with
+    its own deduplication id, and the dead-letter queue's deduplication drops the second: a
+    message the service keeps, lost on the test server.
+    """
+    dlq = sqs.create_queue(fifo=True)
+    queues = [
+        sqs.create_queue(fifo=True, visibility_timeout=1, dead_letter_queue_url=dlq, max_receives=1)
+        for _ in range(2)
+    ]
+    for queue in queues:
+        sqs.client.send_message(
+            QueueUrl=queue, MessageBody=queue, MessageGroupId="g", MessageDeduplicationId="one-id"
+        )
+    for queue in queues:  # received once (its maxReceiveCount), then moved by the next receive
+        assert sqs.client.receive_message(QueueUrl=queue, VisibilityTimeout=0).get("Messages")
+        assert sqs.client.receive_message(QueueUrl=queue, VisibilityTimeout=0).get("Messages") is None
+        assert sqs.depth(queue) == (0, 0)
+
+    moved = sqs.drain(dlq)
+
+    assert sorted(m["Body"] for m in moved) == sorted(queues)
+    for message in moved:
+        assert message["Attributes"]["MessageDeduplicationId"] == message["MessageId"]
+        assert message["Attributes"]["DeadLetterQueueSourceArn"] == sqs.arn(message["Body"])
