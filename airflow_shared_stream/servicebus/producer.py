@@ -323,7 +323,19 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         delivery): closing the session's receiver returns it, count unchanged, behind the
         abandoned one. It is a message held back behind its session's redelivery, nobody saw it.
         """
-        abandon = [d for d in deliveries if d.handle.session is None or not d.handle.session.restarting]
+        # Of a session, only its first message is abandoned: the later ones (held back behind it,
+        # nobody saw them) come back, uncounted, when its receiver is closed.
+        abandon = [d for d in deliveries if d.handle.session is None]
+        heads: dict[SessionReceiver, Delivery[Any]] = {}
+        for delivery in deliveries:
+            session = delivery.handle.session
+            if session is not None and not session.restarting:
+                head = heads.get(session)
+                if head is None or delivery.handle.message.sequence_number < head.handle.message.sequence_number:
+                    heads[session] = delivery
+        abandon.extend(heads.values())
+        for session in heads:
+            session.abandoning += 1
         try:
             await _all(self._settle_one("abandon", d, lambda r, msg: r.abandon_message(msg)) for d in abandon)
         finally:
@@ -332,6 +344,9 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
                 if session is not None:
                     session.restarting = True
                     self._forget_in_session(delivery)
+            for session in heads:
+                session.abandoning -= 1
+                session.abandons_done.set()
 
     async def give_back(self, deliveries: Sequence[Delivery[Any]]) -> None:
         """
