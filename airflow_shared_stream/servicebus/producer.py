@@ -330,9 +330,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         for delivery in deliveries:
             session = delivery.handle.session
             if session is not None and not session.restarting:
-                head = heads.get(session)
-                if head is None or delivery.handle.message.sequence_number < head.handle.message.sequence_number:
-                    heads[session] = delivery
+                heads[session] = min(heads.get(session, delivery), delivery, key=_sequence_number)
         abandon.extend(heads.values())
         for session in heads:
             session.abandoning += 1
@@ -486,6 +484,10 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             conn_id=self._conn_id,
             scrubber=self._scrubber,
         )
+
+
+def _sequence_number(delivery: Delivery[Any]) -> int:
+    return int(delivery.handle.message.sequence_number)
 
 
 @dataclass(slots=True)
