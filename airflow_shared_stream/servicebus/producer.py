@@ -323,7 +323,17 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         delivery): closing the session's receiver returns it, count unchanged, behind the
         abandoned one. It is a message held back behind its session's redelivery, nobody saw it.
         """
-        abandon = [d for d in deliveries if d.handle.session is None or not d.handle.session.restarting]
+        # Of a session, only its first message is abandoned: the later ones (held back behind it,
+        # nobody saw them) come back, uncounted, when its receiver is closed.
+        abandon = [d for d in deliveries if d.handle.session is None]
+        heads: dict[SessionReceiver, Delivery[Any]] = {}
+        for delivery in deliveries:
+            session = delivery.handle.session
+            if session is not None and not session.restarting:
+                heads[session] = min(heads.get(session, delivery), delivery, key=_sequence_number)
+        abandon.extend(heads.values())
+        for session in heads:
+            session.abandoning += 1
         try:
             await _all(self._settle_one("abandon", d, lambda r, msg: r.abandon_message(msg)) for d in abandon)
         finally:
@@ -332,6 +342,9 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
                 if session is not None:
                     session.restarting = True
                     self._forget_in_session(delivery)
+            for session in heads:
+                session.abandoning -= 1
+                session.abandons_done.set()
 
     async def give_back(self, deliveries: Sequence[Delivery[Any]]) -> None:
         """
@@ -471,6 +484,10 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             conn_id=self._conn_id,
             scrubber=self._scrubber,
         )
+
+
+def _sequence_number(delivery: Delivery[Any]) -> int:
+    return int(delivery.handle.message.sequence_number)
 
 
 @dataclass(slots=True)

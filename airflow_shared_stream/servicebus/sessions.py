@@ -61,6 +61,9 @@ class SessionReceiver:
     """Its receiver is closed: the service has its session lock and every message it held back."""
     renew_at: float = 0.0
     """Loop time by which its session lock is renewed next (:meth:`SessionReceivers.keep_locks`)."""
+    abandoning: int = 0
+    """Abandons of its messages under way: the service may send an abandoned one straight back."""
+    abandons_done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def lock_left(self) -> float:
         """Seconds its session lock has left (at least the shortest renewal interval)."""
@@ -149,6 +152,11 @@ class SessionReceivers:
                     await self.release(session)
                     continue
                 raise self._owner.explain("receive from", exc) from None
+            while session.abandoning:
+                # What it brought may be a message being abandoned, sent straight back before
+                # the session is marked ``restarting``: wait for the abandons, then give it up.
+                session.abandons_done.clear()
+                await session.abandons_done.wait()
             if session.restarting:
                 # A message of it was abandoned while this receive waited: what it brought is
                 # later in the session, and closing the receiver gives it back.
