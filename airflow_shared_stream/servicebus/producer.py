@@ -32,7 +32,6 @@ import asyncio
 import importlib
 import logging
 from collections.abc import Awaitable, Collection, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from airflow_shared_stream.common import metrics as m
@@ -60,7 +59,12 @@ from airflow_shared_stream.servicebus.locks import (
     renew_in_time,
 )
 from airflow_shared_stream.servicebus.ranges import message_supports_ranges, range_link
-from airflow_shared_stream.servicebus.sessions import SessionReceiver, SessionReceivers, close_quietly
+from airflow_shared_stream.servicebus.sessions import (
+    ReceivedMessage,
+    SessionReceiver,
+    SessionReceivers,
+    close_quietly,
+)
 
 require_sdk("azure.servicebus", "servicebus")
 require_sdk_version(importlib.import_module("azure.servicebus").__version__)
@@ -294,7 +298,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             label=self._label_of(message),
             max_payload_bytes=self._max_payload_bytes,
         )
-        handle = _Received(message, receiver, session)
+        handle = ReceivedMessage(message, receiver, session)
         return Delivery(
             message=raw,
             handle=handle,
@@ -323,15 +327,8 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         delivery): closing the session's receiver returns it, count unchanged, behind the
         abandoned one. It is a message held back behind its session's redelivery, nobody saw it.
         """
-        # Of a session, only its first message is abandoned: the later ones (held back behind it,
-        # nobody saw them) come back, uncounted, when its receiver is closed.
-        abandon = [d for d in deliveries if d.handle.session is None]
-        heads: dict[SessionReceiver, Delivery[Any]] = {}
-        for delivery in deliveries:
-            session = delivery.handle.session
-            if session is not None and not session.restarting:
-                heads[session] = min(heads.get(session, delivery), delivery, key=_sequence_number)
-        abandon.extend(heads.values())
+        heads = sessions.first_of_each_session(deliveries)
+        abandon = [d for d in deliveries if d.handle.session is None] + list(heads.values())
         for session in heads:
             session.abandoning += 1
         try:
@@ -379,7 +376,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         """
         rest: list[Delivery[Any]] = []
         for delivery in deliveries:
-            received: _Received = delivery.handle
+            received: ReceivedMessage = delivery.handle
             message = received.message
             link = None
             if received.session is None and message_supports_ranges(message):
@@ -412,7 +409,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
         )
 
     async def _settle_one(self, action: str, delivery: Delivery[Any], call: Any) -> None:
-        received: _Received = delivery.handle
+        received: ReceivedMessage = delivery.handle
         if received.session is not None and received.session.closed:
             # Its session's receiver is closed (given up after an abandon, or its lock lost):
             # the service has the message back, at its place in the session.
@@ -441,7 +438,7 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
 
     def label(self, delivery: Delivery[Any]) -> str:
         """The label of a delivery's message, from its handle (a queued ACK keeps no message)."""
-        received: _Received = delivery.handle
+        received: ReceivedMessage = delivery.handle
         return self._label_of(received.message)
 
     def _forget_in_session(self, delivery: Delivery[Any]) -> None:
@@ -484,19 +481,6 @@ class ServiceBusSharedStreamProducer(LeasedQueueProducer[Any]):
             conn_id=self._conn_id,
             scrubber=self._scrubber,
         )
-
-
-def _sequence_number(delivery: Delivery[Any]) -> int:
-    return int(delivery.handle.message.sequence_number)
-
-
-@dataclass(slots=True)
-class _Received:
-    """A received message, the receiver that must settle it, and its session (if any)."""
-
-    message: Any
-    receiver: Any
-    session: SessionReceiver | None = None
 
 
 async def _all(settlements: Iterable[Awaitable[None]]) -> None:

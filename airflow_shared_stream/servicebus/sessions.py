@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -320,3 +320,31 @@ async def close_quietly(closable: Any) -> None:
         await closable.close()
     except Exception as exc:
         log.debug("Closing %s failed: %s", type(closable).__name__, type(exc).__name__)
+
+
+@dataclass(slots=True)
+class ReceivedMessage:
+    """A received message, the receiver that must settle it, and its session (if any)."""
+
+    message: Any
+    receiver: Any
+    session: SessionReceiver | None = None
+
+
+def first_of_each_session(deliveries: Iterable[Delivery[Any]]) -> dict[SessionReceiver, Delivery[Any]]:
+    """
+    The message of each session a redelivery abandons: its first, by sequence number.
+
+    The later ones (held back behind it, nobody saw them) come back, uncounted, when the session's
+    receiver is closed; a session already being given up abandons none (that would count one).
+    """
+    heads: dict[SessionReceiver, Delivery[Any]] = {}
+    for delivery in deliveries:
+        session = delivery.handle.session
+        if session is not None and not session.restarting:
+            heads[session] = min(heads.get(session, delivery), delivery, key=_sequence_number)
+    return heads
+
+
+def _sequence_number(delivery: Delivery[Any]) -> int:
+    return int(delivery.handle.message.sequence_number)
