@@ -147,7 +147,9 @@ class ServiceBusClientConfig:
         from azure.servicebus.aio.management import ServiceBusAdministrationClient
 
         if self.connection_string:
-            return ServiceBusAdministrationClient.from_connection_string(self.connection_string, **client_kwargs)
+            return ServiceBusAdministrationClient.from_connection_string(
+                self.connection_string, **client_kwargs
+            )
         if self.sas_token:
             return ServiceBusAdministrationClient.from_connection_string(
                 f"Endpoint=sb://{self.namespace}/;SharedAccessSignature={self.sas_token}", **client_kwargs

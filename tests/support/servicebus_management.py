@@ -13,6 +13,7 @@ empty feed for an entity that does not exist, and 401 for a signature it cannot 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import socket
@@ -60,7 +61,9 @@ def _make_certificate(directory: Path) -> tuple[Path, Path]:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=7))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+        )
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
         .sign(key, hashes.SHA256())
     )
@@ -150,9 +153,8 @@ class ManagementFront:
             return _close(client)
         self._track(tls)
         try:
-            _AtomHandler(tls, ("127.0.0.1", 0), self)
-        except (OSError, ssl.SSLError):
-            pass
+            with contextlib.suppress(OSError):
+                _AtomHandler(tls, ("127.0.0.1", 0), self)
         finally:
             _close(tls)
 
@@ -170,10 +172,8 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
 
 
 def _close(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
     sock.close()
 
 
@@ -183,10 +183,10 @@ class _AtomHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: Any
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the test log is not the place for an access log."""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         from tests.support.servicebus_server import _valid_sas
 
         namespace = self.server.server
@@ -243,8 +243,8 @@ def _empty_feed(host: str) -> str:
     url = escape(f"https://{host}/$Resources")
     return (
         f'<feed xmlns="{ATOM}"><title type="text">Publicly Listed Services</title>'
-        f"<subtitle type=\"text\">This is the list of publicly-listed services currently available.</subtitle>"
-        f'<id>uuid:{url}</id><updated>{updated}</updated><generator>Service Bus 1.1</generator></feed>'
+        '<subtitle type="text">The list of publicly-listed services.</subtitle>'
+        f"<id>uuid:{url}</id><updated>{updated}</updated><generator>Service Bus 1.1</generator></feed>"
     )
 
 
