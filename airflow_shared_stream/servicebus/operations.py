@@ -5,10 +5,13 @@ What the Streams page, redrive and the ``shared+servicebus`` scheme ask of Servi
 
 The dead-letter depth is the entity's ``dead_letter_message_count``, one GET of its runtime
 properties on the namespace's HTTPS/ATOM management endpoint (a count: no message is read). The
-development emulator's connection string reaches an endpoint that does not answer it; there, and
-only there, the depth falls back to peeking the ``$deadletterqueue`` (a peek neither locks nor
-counts as a delivery), at most :data:`PEEK_LIMIT` messages. A redrive reads the entity's own
-``$deadletterqueue``: a stream names no dead-letter destination.
+endpoint needs ``Manage`` rights, and the development emulator's connection string reaches an
+endpoint that does not answer it: for a connection the endpoint refuses (401, 403), and for the
+emulator's when the endpoint does not answer, the depth falls back to peeking the
+``$deadletterqueue`` (a peek neither locks nor counts as a delivery), at most
+:data:`PEEK_LIMIT` messages. A namespace whose endpoint does not answer is an error.
+
+A redrive reads the entity's own ``$deadletterqueue``: a stream names no dead-letter destination.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from azure.core.exceptions import ServiceRequestError, ServiceResponseError
+from azure.core.exceptions import HttpResponseError, ServiceRequestError, ServiceResponseError
 from azure.servicebus import ServiceBusSubQueue
 
 from airflow_shared_stream.common.operations import Backlog, BrokerOperations, DepthRead
@@ -28,6 +31,8 @@ from airflow_shared_stream.servicebus.trigger import ServiceBusSharedStreamTrigg
 PEEK_LIMIT = 1000
 """The emulator's fallback counts a dead-letter sub-queue up to this many (shown as "1000+")."""
 PEEK_BATCH = 250
+REFUSED_STATUSES = (401, 403)
+"""The management endpoint refuses a connection without ``Manage`` rights: it is counted by peeking."""
 
 
 def entity_path(trigger_kwargs: Mapping[str, Any]) -> str:
@@ -62,6 +67,10 @@ async def _runtime_count(conn_id: str, entity_path: str) -> dict[str, Any]:
         if not config.development_emulator:
             raise
         return await _peek_count(config, entity)
+    except HttpResponseError as refused:
+        if refused.status_code not in REFUSED_STATUSES:
+            raise
+        return await _peek_count(config, entity)  # a connection that may listen but not manage
     return {"depth": int(properties.dead_letter_message_count or 0), "at_least": False}
 
 

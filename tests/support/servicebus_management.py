@@ -8,7 +8,8 @@ ClientHello (``0x16``) is served here, anything else (``AMQP...``) is spliced to
 the runtime-properties GET of a queue (``/<queue>``) and of a subscription
 (``/<topic>/subscriptions/<subscription>``) with the ATOM entry the service documents (a
 ``QueueDescription`` / ``SubscriptionDescription`` with ``MessageCount`` and ``CountDetails``), an
-empty feed for an entity that does not exist, and 401 for a signature it cannot verify.
+empty feed for an entity that does not exist, and 401 for a signature it cannot verify or a key
+without ``Manage`` rights (``ServiceBusServer.manage_keys``).
 """
 
 from __future__ import annotations
@@ -194,9 +195,13 @@ class _AtomHandler(BaseHTTPRequestHandler):
         with namespace._lock:
             namespace.requests["management GET"] += 1
             keys = namespace.sas_keys
-            if keys is not None and not _valid_sas(self.headers.get("Authorization"), keys):
+            token = self.headers.get("Authorization")
+            if keys is not None and not _valid_sas(token, keys):
                 namespace.refused_tokens += 1
                 return self._reply(401, _error(401, "InvalidSignature: The token has an invalid signature."))
+            if namespace.manage_keys is not None and _key_name(token) not in namespace.manage_keys:
+                namespace.requests["management GET refused"] += 1
+                return self._reply(401, _error(401, "Manage,EntityRead claims required for this operation."))
             entity = namespace._receivable(path) if "$" not in path else None
             if entity is None:
                 return self._reply(200, _empty_feed(self.headers.get("Host", "")))
@@ -213,6 +218,15 @@ class _AtomHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(encoded)))
         self.end_headers()
         self.wfile.write(encoded)
+
+
+def _key_name(token: str | None) -> str:
+    """The ``skn`` (key name) of a ``SharedAccessSignature`` token."""
+    for part in (token or "").split("&"):
+        name, _, value = part.partition("=")
+        if name == "skn":
+            return value
+    return ""
 
 
 def _entry(host: str, path: str, kind: str, active: int, dead: int) -> str:

@@ -234,6 +234,9 @@ class ServiceBusServer:
         self._thread: threading.Thread | None = None
         self._stopped_once = False
         self.refused_tokens = 0
+        self.manage_keys: set[str] | None = None
+        """Key names with ``Manage`` rights, the only ones the management endpoint answers (``None``:
+        every key); the others may still send and listen over AMQP, as a SAS rule without Manage."""
         self.lock_lost_settlements = 0
         self.dead_letter_refused: set[str] = set()
         """Entity paths (lower case) whose dead-letter settlements fail (to test that failure path)."""

@@ -122,9 +122,25 @@ async def test_a_refused_signature_is_reported_by_type_without_the_key(
     conn_id = use(monkeypatch, namespace.connection(key_name=KEY_NAME, key=wrong_key))
     with caplog.at_level(logging.DEBUG):
         answer = await servicebus_dead_letter_depth(conn_id, queue)
-    assert answer == {"error": "ClientAuthenticationError"}
+    assert list(answer) == ["error"]  # refused by the management endpoint, then by AMQP's $cbs
     assert wrong_key not in caplog.text
     assert SAS_KEY not in caplog.text
+
+
+async def test_a_connection_that_may_listen_but_not_manage_is_counted_by_peeking(
+    namespace: ServiceBusServer, namespace_connection: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service refuses the management GET to a SAS rule without Manage: the depth is peeked."""
+    queue = namespace.create_queue()
+    dead_lettered(namespace, queue, queue, 3)
+    monkeypatch.setattr(namespace, "manage_keys", set())
+    refused_before = namespace.requests["management GET refused"]
+    peeks_before, locked_before = namespace.requests["$management"], namespace.locked_deliveries
+
+    assert await servicebus_dead_letter_depth(namespace_connection, queue) == {"depth": 3, "at_least": False}
+    assert namespace.requests["management GET refused"] == refused_before + 1
+    assert namespace.requests["$management"] > peeks_before
+    assert namespace.locked_deliveries == locked_before
 
 
 async def test_a_namespace_whose_management_endpoint_does_not_answer_is_an_error_not_a_peek(
