@@ -115,6 +115,10 @@ class ServiceBusClientConfig:
             from azure.core.credentials import AzureSasCredential
 
             return ServiceBusClient(self.namespace, AzureSasCredential(self.sas_token), **client_kwargs)
+        return ServiceBusClient(self.namespace, self._default_credential(), **client_kwargs)
+
+    def _default_credential(self) -> Any:
+        """Azure's default credential chain (``azure-identity``), for a connection with no secret."""
         try:
             from azure.identity.aio import DefaultAzureCredential
         except ImportError:
@@ -123,11 +127,34 @@ class ServiceBusClientConfig:
                 "credential, and azure-identity is not installed for Azure's default credential "
                 "chain: pip install azure-identity, or set a connection string"
             ) from None
-        credential = DefaultAzureCredential(
+        return DefaultAzureCredential(
             managed_identity_client_id=self.managed_identity_client_id,
             workload_identity_tenant_id=self.workload_identity_tenant_id,
         )
-        return ServiceBusClient(self.namespace, credential, **client_kwargs)
+
+    @property
+    def development_emulator(self) -> bool:
+        """Whether the connection string is the development emulator's (``UseDevelopmentEmulator=true``)."""
+        return bool(self.connection_string) and _uses_development_emulator(self.connection_string or "")
+
+    def make_admin_client(self, **client_kwargs: Any) -> Any:
+        """
+        A ``ServiceBusAdministrationClient`` (aio): the namespace's HTTPS/ATOM management endpoint.
+
+        The SDK reaches it at ``https://<endpoint host[:port]>``; a shared access signature goes
+        through a ``SharedAccessSignature=`` connection string, the form the SDK takes it in.
+        """
+        from azure.servicebus.aio.management import ServiceBusAdministrationClient
+
+        if self.connection_string:
+            return ServiceBusAdministrationClient.from_connection_string(
+                self.connection_string, **client_kwargs
+            )
+        if self.sas_token:
+            return ServiceBusAdministrationClient.from_connection_string(
+                f"Endpoint=sb://{self.namespace}/;SharedAccessSignature={self.sas_token}", **client_kwargs
+            )
+        return ServiceBusAdministrationClient(self.namespace, self._default_credential(), **client_kwargs)
 
 
 EMULATOR_AMQP_PORT = 5672

@@ -3,11 +3,15 @@ What the Streams page, redrive and the ``shared+servicebus`` scheme ask of Servi
 
 :class:`~airflow_shared_stream.common.operations.BrokerOperations`, in Service Bus's words.
 
-The dead-letter depth counts the entity's ``$deadletterqueue`` by peeking it (a peek neither
-locks nor counts as a delivery), at most :data:`PEEK_LIMIT` messages. The management API's
-``dead_letter_message_count`` would be one call, but it is a separate HTTPS/ATOM endpoint that a
-connection string to an AMQP-only endpoint (an emulator, a test server) does not answer. A
-redrive reads the entity's own ``$deadletterqueue``: a stream names no dead-letter destination.
+The dead-letter depth is the entity's ``dead_letter_message_count``, one GET of its runtime
+properties on the namespace's HTTPS/ATOM management endpoint (a count: no message is read). The
+endpoint needs ``Manage`` rights, and the development emulator's connection string reaches an
+endpoint that does not answer it: for a connection the endpoint refuses (401, 403), and for the
+emulator's when the endpoint does not answer, the depth falls back to peeking the
+``$deadletterqueue`` (a peek neither locks nor counts as a delivery), at most
+:data:`PEEK_LIMIT` messages. A namespace whose endpoint does not answer is an error.
+
+A redrive reads the entity's own ``$deadletterqueue``: a stream names no dead-letter destination.
 """
 
 from __future__ import annotations
@@ -15,17 +19,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from azure.core.exceptions import HttpResponseError, ServiceRequestError, ServiceResponseError
 from azure.servicebus import ServiceBusSubQueue
 
 from airflow_shared_stream.common.operations import Backlog, BrokerOperations, DepthRead
 from airflow_shared_stream.common.redrive import DeadLetterSource
-from airflow_shared_stream.servicebus.hook import ServiceBusSharedStreamHook
+from airflow_shared_stream.servicebus.hook import Entity, ServiceBusClientConfig, ServiceBusSharedStreamHook
 from airflow_shared_stream.servicebus.redrive import dead_letter_source, parse_entity
 from airflow_shared_stream.servicebus.trigger import ServiceBusSharedStreamTrigger
 
 PEEK_LIMIT = 1000
-"""A Service Bus dead-letter sub-queue is counted up to this many (shown as "1000+")."""
+"""The emulator's fallback counts a dead-letter sub-queue up to this many (shown as "1000+")."""
 PEEK_BATCH = 250
+REFUSED_STATUSES = (401, 403)
+"""The management endpoint refuses a connection without ``Manage`` rights: it is counted by peeking."""
 
 
 def entity_path(trigger_kwargs: Mapping[str, Any]) -> str:
@@ -40,13 +47,35 @@ def dead_letter_depth(conn_id: str, entity_path: str) -> DepthRead:
     return DepthRead(
         ("servicebus:" + conn_id, entity_path, ""),
         "a Service Bus dead-letter depth",
-        lambda: _peek_count(conn_id, entity_path),
+        lambda: _runtime_count(conn_id, entity_path),
     )
 
 
-async def _peek_count(conn_id: str, entity_path: str) -> dict[str, Any]:
+async def _runtime_count(conn_id: str, entity_path: str) -> dict[str, Any]:
+    """The entity's ``dead_letter_message_count``; the emulator's unanswered endpoint falls back to a peek."""
     entity = parse_entity(entity_path)
     config = await ServiceBusSharedStreamHook(conn_id).aget_client_config()
+    try:
+        async with config.make_admin_client(retry_total=0) as admin:
+            if entity.queue_name is not None:
+                properties = await admin.get_queue_runtime_properties(entity.queue_name)
+            else:
+                properties = await admin.get_subscription_runtime_properties(
+                    entity.topic_name, entity.subscription_name
+                )
+    except (ServiceRequestError, ServiceResponseError):
+        if not config.development_emulator:
+            raise
+        return await _peek_count(config, entity)
+    except HttpResponseError as refused:
+        if refused.status_code not in REFUSED_STATUSES:
+            raise
+        return await _peek_count(config, entity)  # a connection that may listen but not manage
+    return {"depth": int(properties.dead_letter_message_count or 0), "at_least": False}
+
+
+async def _peek_count(config: ServiceBusClientConfig, entity: Entity) -> dict[str, Any]:
+    """Count the ``$deadletterqueue`` by peeking it, up to :data:`PEEK_LIMIT` (the emulator's way)."""
     async with config.make_client(retry_total=0) as client:
         if entity.queue_name is not None:
             receiver = client.get_queue_receiver(entity.queue_name, sub_queue=ServiceBusSubQueue.DEAD_LETTER)

@@ -209,11 +209,21 @@ class ServiceBusServer:
 
     :param sas_keys: ``{key name: key}``; when given, put-token checks the SAS signature and
         refuses tokens it cannot verify. ``None`` accepts any token.
+    :param management: also answer the namespace's HTTPS/ATOM management endpoint on the same
+        port, as the service does (:mod:`tests.support.servicebus_management`); without it the
+        server is AMQP-only, as the development emulator's connection string reaches it.
     """
 
-    def __init__(self, port: int | None = None, *, sas_keys: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, port: int | None = None, *, sas_keys: dict[str, str] | None = None, management: bool = False
+    ) -> None:
         self.port = port or free_port()
         self.sas_keys = sas_keys
+        self._front: Any = None
+        if management:
+            from tests.support.servicebus_management import ManagementFront
+
+            self._front = ManagementFront(self, self.port, free_port())
         self._lock = threading.RLock()
         self._queues: dict[str, Entity] = {}
         self._topics: dict[str, Topic] = {}
@@ -224,6 +234,9 @@ class ServiceBusServer:
         self._thread: threading.Thread | None = None
         self._stopped_once = False
         self.refused_tokens = 0
+        self.manage_keys: set[str] | None = None
+        """Key names with ``Manage`` rights, the only ones the management endpoint answers (``None``:
+        every key); the others may still send and listen over AMQP, as a SAS rule without Manage."""
         self.lock_lost_settlements = 0
         self.dead_letter_refused: set[str] = set()
         """Entity paths (lower case) whose dead-letter settlements fail (to test that failure path)."""
@@ -282,11 +295,14 @@ class ServiceBusServer:
         container = Container(self._handler)
         container.allow_insecure_mechs = True
         container.selectable(self._injector)
-        self._acceptor = container.listen(f"127.0.0.1:{self.port}")
+        amqp_port = self.port if self._front is None else self._front.amqp_port
+        self._acceptor = container.listen(f"127.0.0.1:{amqp_port}")
         self._container = container
         self._thread = threading.Thread(target=self._run, name=f"servicebus-fake-{self.port}", daemon=True)
         self._thread.start()
-        wait_for_port(self.port, timeout, what="the Service Bus test server (proton)")
+        wait_for_port(amqp_port, timeout, what="the Service Bus test server (proton)")
+        if self._front is not None:
+            self._front.start()
         return self
 
     def _run(self) -> None:
@@ -300,6 +316,8 @@ class ServiceBusServer:
     def stop(self, timeout: float = 10.0) -> None:
         if self._thread is None:
             return
+        if self._front is not None:
+            self._front.stop()
         self._injector.trigger(ApplicationEvent("stop_server"))
         self._thread.join(timeout)
         if self._thread.is_alive():

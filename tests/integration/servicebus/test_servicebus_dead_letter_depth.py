@@ -1,20 +1,28 @@
 """
-The Streams page's Service Bus dead-letter depth on the AMQP test server: the ``$deadletterqueue``
-sub-queue counted by peeking, which neither locks a message nor counts as a delivery.
+The Streams page's Service Bus dead-letter depth: the entity's ``dead_letter_message_count``, read
+from the namespace's HTTPS/ATOM management endpoint as the service offers it (one GET, no message
+read); the development emulator's connection string, whose endpoint does not answer it, falls back
+to peeking the ``$deadletterqueue``, which neither locks a message nor counts as a delivery.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusSubQueue
 
 from airflow_shared_stream.common.redrive import redrive
 from airflow_shared_stream.console import backlog
 from airflow_shared_stream.console.backlog import read_depth
 from airflow_shared_stream.redrive import dead_letter_source
 from airflow_shared_stream.servicebus import operations
+from tests.integration.servicebus.conftest import KEY_NAME, SAS_KEY
 from tests.integration.servicebus.test_servicebus_redrive import dead_lettered
+from tests.support.servicebus_management import trust_test_certificate
 from tests.support.servicebus_server import ServiceBusServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -30,37 +38,157 @@ def uncached(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(backlog, "CACHE_SECONDS", 0.0)  # every read asks the broker
 
 
-async def test_a_queues_dead_letters_are_counted_and_left_as_they_were(
-    servicebus: ServiceBusServer, servicebus_connection: str
-) -> None:
-    queue = servicebus.create_queue()
-    assert await servicebus_dead_letter_depth(servicebus_connection, queue) == {"depth": 0, "at_least": False}
-    dead_lettered(servicebus, queue, queue, 7)
-    locked_before = servicebus.locked_deliveries
+@pytest.fixture(scope="module")
+def namespace() -> Iterator[ServiceBusServer]:
+    """A test server that also answers the management endpoint, on its one port, over TLS."""
+    trust_test_certificate()
+    server = ServiceBusServer(sas_keys={KEY_NAME: SAS_KEY}, management=True)
+    try:
+        server.start()
+    except Exception as exc:
+        raise RuntimeError(f"the Service Bus test server (proton) could not start: {exc}") from exc
+    try:
+        yield server
+    finally:
+        server.stop()
 
-    assert await servicebus_dead_letter_depth(servicebus_connection, queue) == {"depth": 7, "at_least": False}
-    assert servicebus.locked_deliveries == locked_before  # no lock taken, no delivery counted
-    # Counting locked nothing: a redrive at once takes all seven.
+
+def use(monkeypatch: pytest.MonkeyPatch, connection: dict[str, Any]) -> str:
+    monkeypatch.setenv("AIRFLOW_CONN_AZURE_SERVICE_BUS_DEFAULT", json.dumps(connection))
+    return "azure_service_bus_default"
+
+
+@pytest.fixture
+def namespace_connection(namespace: ServiceBusServer, monkeypatch: pytest.MonkeyPatch) -> str:
+    return use(monkeypatch, namespace.connection(key_name=KEY_NAME, key=SAS_KEY))
+
+
+async def test_a_queues_dead_letters_are_counted_by_one_management_call_reading_no_message(
+    namespace: ServiceBusServer, namespace_connection: str
+) -> None:
+    queue = namespace.create_queue()
+    assert await servicebus_dead_letter_depth(namespace_connection, queue) == {"depth": 0, "at_least": False}
+    dead_lettered(namespace, queue, queue, 7)
+    requests_before, locked_before = dict(namespace.requests), namespace.locked_deliveries
+
+    assert await servicebus_dead_letter_depth(namespace_connection, queue) == {"depth": 7, "at_least": False}
+    asked = {k: v - requests_before.get(k, 0) for k, v in namespace.requests.items()}
+    # One GET of the runtime properties; no AMQP connection, no peek, no message read.
+    assert {k: v for k, v in asked.items() if v} == {"management GET": 1}
+    assert namespace.locked_deliveries == locked_before
+    # A dead letter a reader holds locked is still in the sub-queue, and in its count.
+    connection_string = namespace.connection_string(key_name=KEY_NAME, key=SAS_KEY)
+    with (
+        ServiceBusClient.from_connection_string(connection_string) as client,
+        client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver,
+    ):
+        held = receiver.receive_messages(max_message_count=3, max_wait_time=5)
+        assert held
+        assert await servicebus_dead_letter_depth(namespace_connection, queue) == {
+            "depth": 7,
+            "at_least": False,
+        }
+        for message in held:
+            receiver.abandon_message(message)
     summary = await redrive(dead_letter_source("servicebus", source=queue))
     assert summary.moved == 7
-    assert await servicebus_dead_letter_depth(servicebus_connection, queue) == {"depth": 0, "at_least": False}
+    assert await servicebus_dead_letter_depth(namespace_connection, queue) == {"depth": 0, "at_least": False}
 
 
-async def test_a_subscriptions_dead_letters_are_its_own_and_counted_up_to_the_limit(
+async def test_a_subscriptions_dead_letter_count_is_its_own_and_not_capped(
+    namespace: ServiceBusServer, namespace_connection: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = namespace.create_topic()
+    failing, other = namespace.create_subscription(topic), namespace.create_subscription(topic)
+    entity = f"{topic}/Subscriptions/{failing}"
+    dead_lettered(namespace, topic, entity, 5)
+    peeks_before = namespace.requests["$management"]
+    monkeypatch.setattr(operations, "PEEK_LIMIT", 4)  # the count is the service's, not a peek's
+
+    assert await servicebus_dead_letter_depth(namespace_connection, entity) == {"depth": 5, "at_least": False}
+    other_entity = f"{topic}/Subscriptions/{other}"
+    assert await servicebus_dead_letter_depth(namespace_connection, other_entity) == {
+        "depth": 0,
+        "at_least": False,
+    }
+    assert namespace.requests["$management"] == peeks_before  # never peeked
+
+
+async def test_a_refused_signature_is_reported_by_type_without_the_key(
+    namespace: ServiceBusServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = namespace.create_queue()
+    wrong_key = "d3Jvbmcta2V5LW5ldmVyLWluLWxvZ3MtNDI="
+    conn_id = use(monkeypatch, namespace.connection(key_name=KEY_NAME, key=wrong_key))
+    with caplog.at_level(logging.DEBUG):
+        answer = await servicebus_dead_letter_depth(conn_id, queue)
+    assert list(answer) == ["error"]  # refused by the management endpoint, then by AMQP's $cbs
+    assert wrong_key not in caplog.text
+    assert SAS_KEY not in caplog.text
+
+
+async def test_a_connection_that_may_listen_but_not_manage_is_counted_by_peeking(
+    namespace: ServiceBusServer, namespace_connection: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service refuses the management GET to a SAS rule without Manage: the depth is peeked."""
+    queue = namespace.create_queue()
+    dead_lettered(namespace, queue, queue, 3)
+    monkeypatch.setattr(namespace, "manage_keys", set())
+    refused_before = namespace.requests["management GET refused"]
+    peeks_before, locked_before = namespace.requests["$management"], namespace.locked_deliveries
+
+    assert await servicebus_dead_letter_depth(namespace_connection, queue) == {"depth": 3, "at_least": False}
+    assert namespace.requests["management GET refused"] == refused_before + 1
+    assert namespace.requests["$management"] > peeks_before
+    assert namespace.locked_deliveries == locked_before
+
+
+async def test_a_namespace_whose_management_endpoint_does_not_answer_is_an_error_not_a_peek(
+    servicebus: ServiceBusServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only the emulator's connection string falls back: a namespace's silence is reported."""
+    queue = servicebus.create_queue()
+    dead_lettered(servicebus, queue, queue, 2)
+    peeks_before = servicebus.requests["$management"]
+    conn_id = use(
+        monkeypatch,
+        {
+            "conn_type": "azure_service_bus",
+            "schema": f"Endpoint=sb://127.0.0.1:{servicebus.port}/;"
+            f"SharedAccessKeyName={KEY_NAME};SharedAccessKey={SAS_KEY}",
+        },
+    )
+    with caplog.at_level(logging.DEBUG):
+        answer = await servicebus_dead_letter_depth(conn_id, queue)
+    assert answer in ({"error": "ServiceRequestError"}, {"error": "ServiceResponseError"})
+    assert servicebus.requests["$management"] == peeks_before
+    assert SAS_KEY not in caplog.text
+
+
+async def test_the_emulators_connection_falls_back_to_peeking_up_to_the_limit(
     servicebus: ServiceBusServer, servicebus_connection: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The AMQP-only server, as the emulator's connection string reaches it: counted by peeking."""
     topic = servicebus.create_topic()
     failing, other = servicebus.create_subscription(topic), servicebus.create_subscription(topic)
-    dead_lettered(servicebus, topic, f"{topic}/Subscriptions/{failing}", 5)
-
     entity = f"{topic}/Subscriptions/{failing}"
+    dead_lettered(servicebus, topic, entity, 5)
+    locked_before, peeks_before = servicebus.locked_deliveries, servicebus.requests["$management"]
+
     assert await servicebus_dead_letter_depth(servicebus_connection, entity) == {
         "depth": 5,
         "at_least": False,
     }
-    assert (await servicebus_dead_letter_depth(servicebus_connection, f"{topic}/Subscriptions/{other}"))[
-        "depth"
-    ] == 0
+    assert servicebus.requests["$management"] > peeks_before  # it peeked
+    assert servicebus.locked_deliveries == locked_before  # and locked nothing
+    other_entity = f"{topic}/Subscriptions/{other}"
+    assert (await servicebus_dead_letter_depth(servicebus_connection, other_entity))["depth"] == 0
     monkeypatch.setattr(operations, "PEEK_LIMIT", 4)
     monkeypatch.setattr(operations, "PEEK_BATCH", 3)
     assert await servicebus_dead_letter_depth(servicebus_connection, entity) == {"depth": 4, "at_least": True}
+    queue = servicebus.create_queue()
+    dead_lettered(servicebus, queue, queue, 2)
+    servicebus.send(queue, ["waiting, not dead"])
+    locked_before = servicebus.locked_deliveries
+    assert await servicebus_dead_letter_depth(servicebus_connection, queue) == {"depth": 2, "at_least": False}
+    assert servicebus.locked_deliveries == locked_before
