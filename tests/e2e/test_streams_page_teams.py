@@ -108,6 +108,18 @@ class Teams:
         wait_until(done, 240, f"redrive run {run_id} of {dag_id} to finish", interval=1.0)
         return str(states[run_id])
 
+    def dead_letter(self, team: str, bodies: list[dict[str, Any]]) -> None:
+        """
+        Dead letters of ``team``'s stream, stamped with their origin as our dead-lettering stamps
+        them (``dead_letter_origin_queue``: the source queue's ARN): an unstamped message in a
+        dead-letter queue is left by a redrive (docs/redrive.rst, the origin rule).
+        """
+        stream = self.streams[team]
+        origin = {"DataType": "String", "StringValue": self.sqs.arn(stream.queue_url)}
+        self.sqs.send(
+            stream.dead_letter_queue_url, bodies, MessageAttributes={"dead_letter_origin_queue": origin}
+        )
+
     def wait_for_log(self, run_id: str, text: str, dag_id: str = REDRIVE_DAG_ID) -> None:
         """The redrive task's log says ``text`` (the log is written on by the worker after the run ends)."""
         try:
@@ -223,7 +235,7 @@ def test_a_user_cannot_redrive_another_teams_stream_from_the_page(teams: Teams) 
 
 def test_a_redrive_triggered_by_hand_with_another_teams_addresses_moves_nothing(teams: Teams) -> None:
     team_b = teams.streams["team_b"]
-    teams.sqs.send(team_b.dead_letter_queue_url, [{"event_id": "b-dead-1", "kind": "order"}])
+    teams.dead_letter("team_b", [{"event_id": "b-dead-1", "kind": "order"}])
     wait_until(lambda: teams.sqs.depth(team_b.dead_letter_queue_url).visible == 1, 30, "team_b's dead letter")
     conf = {
         "broker": "sqs",
@@ -246,7 +258,7 @@ def test_a_redrive_triggered_by_hand_with_another_teams_addresses_moves_nothing(
 
 def test_a_granted_redrive_runs_and_its_conf_cannot_be_replayed_for_another_run(teams: Teams) -> None:
     team_a = teams.streams["team_a"]
-    teams.sqs.send(team_a.dead_letter_queue_url, [{"event_id": "a-dead-1", "kind": "other"}])
+    teams.dead_letter("team_a", [{"event_id": "a-dead-1", "kind": "other"}])
     wait_until(lambda: teams.sqs.depth(team_a.dead_letter_queue_url).visible == 1, 30, "team_a's dead letter")
     # Her request names an api-server that is not this one: the page must not follow it.
     with _listener() as (port, received):
@@ -344,7 +356,7 @@ def test_a_redrive_of_one_team_is_not_readable_by_another_team(teams: Teams) -> 
     the Dag of no team, which every team reads.
     """
     team_a = teams.streams["team_a"]
-    teams.sqs.send(team_a.dead_letter_queue_url, [{"event_id": "a-private-order-77", "kind": "order"}])
+    teams.dead_letter("team_a", [{"event_id": "a-private-order-77", "kind": "order"}])
     wait_until(lambda: teams.sqs.depth(team_a.dead_letter_queue_url).visible >= 1, 30, "team_a's dead letter")
     started = teams.request(
         "POST",
