@@ -65,6 +65,10 @@ with DAG(dag_id="{team}_orders", schedule=asset, catchup=False):
 """
 
 
+PEEK_DAG_ID = "peek_team_c_orders"
+"""A Dag of no team on team_c's asset (its watcher, as team_c declares it): everyone reads it."""
+
+
 @dataclass
 class TeamStream:
     queue_url: str
@@ -149,6 +153,13 @@ def _bundles(home: Path, sqs: SqsServer) -> tuple[Path, list[dict[str, Any]], di
         (folder / f"{team}_orders.py").write_text(
             STREAM_DAG.format(queue_url=queue, conn_id=f"aws_{team}", dead_letter=dead_letter, team=team)
         )
+        if team == "team_c":  # the same asset and watcher, so the two files agree on them
+            dag = STREAM_DAG.format(
+                queue_url=queue, conn_id=f"aws_{team}", dead_letter=dead_letter, team=team
+            )
+            (shared / f"{PEEK_DAG_ID}.py").write_text(
+                dag.replace(f'dag_id="{team}_orders"', f'dag_id="{PEEK_DAG_ID}"')
+            )
         if team in TEAMS_WITH_A_REDRIVE_DAG:
             (folder / "redrive.py").write_text(TEAM_REDRIVE_DAG.format(team=team))
         config.append(
@@ -195,7 +206,7 @@ def teams(e2e_dir: Path, sqs: SqsServer, postgres: PostgresServer) -> Iterator[T
         airflow.wait_for_dags(
             {f"{team}_orders" for team in TEAMS}
             | {redrive_dag_id(team) for team in TEAMS_WITH_A_REDRIVE_DAG}
-            | {REDRIVE_DAG_ID}
+            | {REDRIVE_DAG_ID, PEEK_DAG_ID}
         )
         tokens = {}
         for user, password in PASSWORDS.items():
@@ -216,8 +227,9 @@ def teams(e2e_dir: Path, sqs: SqsServer, postgres: PostgresServer) -> Iterator[T
 def test_a_user_sees_only_the_streams_of_dags_their_team_may_read(teams: Teams) -> None:
     queue_a, queue_b = teams.streams["team_a"].queue_url, teams.streams["team_b"].queue_url
     assert teams.request("GET", "/api/v2/dags/team_b_orders", "alice").status_code == 403
-    assert set(teams.streams_of("alice")) == {queue_a}
-    assert set(teams.streams_of("bob")) == {queue_b}
+    queue_c = teams.streams["team_c"].queue_url  # seen by all through a Dag of no team
+    assert set(teams.streams_of("alice")) == {queue_a, queue_c}
+    assert set(teams.streams_of("bob")) == {queue_b, queue_c}
     assert set(teams.streams_of("admin")) == {s.queue_url for s in teams.streams.values()}
     text = teams.request("GET", API, "alice").text
     for leaked in (queue_b, teams.streams["team_b"].dead_letter_queue_url, "aws_team_b", "team_b_orders"):
@@ -420,3 +432,23 @@ def test_a_grant_for_one_teams_stream_is_refused_by_another_teams_redrive_dag(te
         assert replay.status_code == 200, replay.text
         assert teams.finished_run(run_id, other) == "failed", teams.airflow.task_log(other, run_id, "redrive")
         teams.wait_for_log(run_id, "made for a run of another Dag", other)
+
+
+def test_a_stream_seen_through_a_dag_of_no_team_names_no_team_of_its_hidden_dags(teams: Teams) -> None:
+    """
+    FAULT_MODEL 12 and 15 (authorized per Dag and team for reading). bob (team_b) sees team_c's
+    stream through a Dag of no team scheduled on team_c's asset; team_c's Dag is hidden from him
+    by Airflow's API. Neither the stream's JSON nor its redrive refusal (page or POST) names
+    team_c, its Dag, or its redrive Dag; carol, who reads every Dag of it, is told which.
+    """
+    queue_c = teams.streams["team_c"].queue_url
+    shown = teams.streams_of("bob")[queue_c]
+    assert teams.request("GET", "/api/v2/dags/team_c_orders", "bob").status_code == 403
+    assert [d for w in shown["watchers"] for d in w["dags"]] == [PEEK_DAG_ID]  # its asset feeds both
+    assert shown["redrive_dag_id"] is None
+    refused = teams.request("POST", f"{API}/{shown['id']}/redrive", "bob", json={"dry_run": True})
+    assert refused.status_code == 403, refused.text
+    for text in (json.dumps(shown), refused.text):
+        for leaked in (redrive_dag_id("team_c"), "team team_c", "team='team_c'"):
+            assert leaked not in text, (leaked, text)
+    assert teams.streams_of("carol")[queue_c]["redrive_dag_id"] == redrive_dag_id("team_c")
