@@ -452,3 +452,37 @@ def test_a_stream_seen_through_a_dag_of_no_team_names_no_team_of_its_hidden_dags
         for leaked in (redrive_dag_id("team_c"), "team team_c", "team='team_c'"):
             assert leaked not in text, (leaked, text)
     assert teams.streams_of("carol")[queue_c]["redrive_dag_id"] == redrive_dag_id("team_c")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a grant is accepted again by a run re-created under its run id (deleted, then triggered "
+    "by hand with the copied conf) for a day: the grant names no one run instance",
+)
+def test_a_grant_is_refused_in_a_run_recreated_under_its_run_id(teams: Teams) -> None:
+    """
+    FAULT_MODEL 15 (authorized for acting) and 11. alice redrives team_a's stream from the page
+    (a dry run). She then deletes that run and triggers team_a's redrive Dag by hand through
+    Airflow's REST API with the same run id and the conf she read from it (grant included): the
+    second run is not the one the page decided on, so whatever her rights are by then (her team,
+    the stream's Dags moved to another team) it must move and sample nothing. Today it is the
+    same run id, Dag, team, user and addresses, so the grant passes for up to a day.
+    """
+    teams.dead_letter("team_a", [{"event_id": "a-replayed-9", "kind": "order"}])
+    started = teams.request(
+        "POST", f"{API}/{teams.stream_id('team_a')}/redrive", "alice", json={"dry_run": True}
+    )
+    assert started.status_code == 201, started.text
+    run_id = started.json()["dag_run_id"]
+    assert teams.finished_run(run_id, DAG_A) == "success", teams.airflow.task_log(DAG_A, run_id, "redrive")
+    conf = teams.request("GET", f"/api/v2/dags/{DAG_A}/dagRuns/{run_id}", "alice").json()["conf"]
+    deleted = teams.request("DELETE", f"/api/v2/dags/{DAG_A}/dagRuns/{run_id}", "alice")
+    assert deleted.status_code == 204, deleted.text
+    replay = teams.request(
+        "POST",
+        f"/api/v2/dags/{DAG_A}/dagRuns",
+        "alice",
+        json={"dag_run_id": run_id, "logical_date": None, "conf": conf},
+    )
+    assert replay.status_code == 200, replay.text
+    assert teams.finished_run(run_id, DAG_A) == "failed", teams.airflow.task_log(DAG_A, run_id, "redrive")
