@@ -84,7 +84,7 @@ def visible_streams(streams: list[Stream], user: Any, teams: Mapping[str, str | 
         watchers = [w for w in stream.watchers if readable.intersection(w.dags)]
         if not watchers:
             continue
-        if len(watchers) < len(stream.watchers):
+        if len(watchers) < len(stream.watchers) or any(set(w.dags) - readable for w in watchers):
             _cut_to(stream, watchers, readable)
         shown.append(stream)
     return shown
@@ -96,6 +96,8 @@ def _cut_to(stream: Stream, watchers: list[Any], readable: set[str]) -> None:
     hidden_names = {n for w in stream.watchers if w.trigger_id in hidden_ids for n in w.names}
     hidden_triggers = {str(i) for i in hidden_ids}
     stream.hidden_dags = sorted(stream_dags(stream) - readable)
+    for watcher in watchers:  # a shown watcher may also feed a hidden Dag (one asset, several Dags)
+        watcher.dags = [d for d in watcher.dags if d in readable]
     stream.watchers = watchers
     stream.warnings = [
         w
@@ -125,6 +127,17 @@ def redrive_dag_of(stream: Stream, teams: Mapping[str, str | None]) -> str | Non
     return None if len(owners) > 1 else redrive_dag_id(next(iter(owners), None))
 
 
+def shown_redrive_dag(stream: Stream, user: Any, teams: Mapping[str, str | None]) -> str | None:
+    """
+    The redrive Dag the page names for this stream to this user: only to whoever reads every Dag
+    of the stream (its id names the team of Dags the user may not see).
+    """
+    dags = stream_dags(stream) | set(stream.hidden_dags)
+    if any(not _authorized(user, "GET", d, teams.get(d)) for d in dags):
+        return None
+    return redrive_dag_of(stream, teams)
+
+
 def redrive_refusal(
     stream: Stream, user: Any, teams: Mapping[str, str | None], redrive_dags: Mapping[str, RedriveDag]
 ) -> Refusal | None:
@@ -137,6 +150,8 @@ def redrive_refusal(
         return Refusal(409, "This stream has no dead-letter destination.")
     dags = stream_dags(stream) | set(stream.hidden_dags)
     refused = sorted(d for d in dags if not may_trigger(user, d, teams.get(d)))
+    if set(refused) & set(stream.hidden_dags):  # before naming a redrive Dag: its id names their team
+        return Refusal(403, f"You may not trigger every Dag this stream feeds ({len(refused)} refused).")
     dag_id = redrive_dag_of(stream, teams)
     if dag_id is None:  # several teams: say first what this user may not do anyway
         if refused:
@@ -156,7 +171,8 @@ def redrive_refusal(
     if redrive.team != team:
         return Refusal(
             409,
-            f"The Dag {redrive.dag_id} is in a Dag bundle of {_team_text(redrive.team)}, not of the "
+            f"The Dag {redrive.dag_id} is in a Dag bundle of "
+            f"{'another team' if redrive.team else 'no team'}, not of the "
             f"stream's {_team_text(team)}: move its file to a bundle of {_team_text(team)}.",
         )
     if not may_trigger(user, redrive.dag_id, redrive.team):

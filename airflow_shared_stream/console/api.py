@@ -46,6 +46,7 @@ from airflow_shared_stream.console.access import (
     read_redrive_dag,
     redrive_dag_of,
     redrive_refusal,
+    shown_redrive_dag,
     stream_dags,
     visible_streams,
 )
@@ -111,16 +112,18 @@ def create_app() -> FastAPI:
     async def streams(user: GetUserDep) -> dict[str, Any]:
         found, teams, redrive_dags = await run_in_threadpool(_read)
         # An auth manager may ask a database or a service: off the event loop, like the reads.
-        shown, refusals, allowed = await run_in_threadpool(_authorize, found, user, teams, redrive_dags)
+        shown, refusals, named, allowed = await run_in_threadpool(
+            _authorize, found, user, teams, redrive_dags
+        )
         backlogs = await asyncio.gather(*(broker_backlog(s.broker, s.producer_kwargs) for s in shown))
         result = [
             {
                 **stream.to_json(),
                 "backlog": backlog,
-                "redrive_dag_id": redrive_dag_of(stream, teams),
+                "redrive_dag_id": redrive_dag_id,
                 "redrive_refused": refused,
             }
-            for stream, backlog, refused in zip(shown, backlogs, refusals, strict=True)
+            for stream, backlog, refused, redrive_dag_id in zip(shown, backlogs, refusals, named, strict=True)
         ]
         redrive_dag = redrive_dags[REDRIVE_DAG_ID]  # the Dag of no team; each stream names its own
         return {
@@ -178,13 +181,18 @@ def create_app() -> FastAPI:
 
 def _authorize(
     found: list[Stream], user: Any, teams: Mapping[str, str | None], redrive_dags: Mapping[str, RedriveDag]
-) -> tuple[list[Stream], list[str | None], bool]:
-    """The streams this user sees, why each may not be redriven by them, and the no-team Dag's right."""
+) -> tuple[list[Stream], list[str | None], list[str | None], bool]:
+    """
+    The streams this user sees, why each may not be redriven by them, the redrive Dag each is
+    named with (none when it would name the team of a Dag hidden from them), and the no-team
+    Dag's right.
+    """
     shown = visible_streams(found, user, teams)
     refusals = [redrive_refusal(stream, user, teams, redrive_dags) for stream in shown]
+    named = [shown_redrive_dag(stream, user, teams) for stream in shown]
     redrive_dag = redrive_dags[REDRIVE_DAG_ID]
     allowed = may_trigger(user, redrive_dag.dag_id, redrive_dag.team)
-    return shown, [r.reason if r else None for r in refusals], allowed
+    return shown, [r.reason if r else None for r in refusals], named, allowed
 
 
 def _read() -> tuple[list[Stream], dict[str, str | None], dict[str, RedriveDag]]:

@@ -180,3 +180,86 @@ def test_a_paused_or_missing_redrive_dag_refuses_with_409() -> None:
         assert refused is not None
         assert refused.status == 409
     assert "paused" in redrive_refusal(stream, ALICE, TEAMS, paused).reason  # type: ignore[union-attr]
+
+
+BOB = SimpleAuthManagerUser(username="bob", role="user", teams=["team_b"])
+
+
+def _seen_through_a_dag_of_no_team() -> tuple[Stream, dict[str, str | None]]:
+    """team_a's queue, read by team_a's Dag and by a Dag of no team (which every team may read)."""
+    url = "https://sqs.us-east-1.amazonaws.com/000000000000/a"
+    kwargs = {"queue_url": url, "dead_letter_queue_url": url + "-dlq"}
+    (stream,) = group_streams([(1, SQS, {**kwargs, "match": "x"}, 1), (2, SQS, {**kwargs, "match": "y"}, 1)])
+    for watcher, dag in zip(stream.watchers, ["orders_a", "peek_no_team"], strict=True):
+        watcher.dags = [dag]
+        watcher.names = [f"watcher_{watcher.trigger_id}"]
+    teams = {"orders_a": "team_a", "peek_no_team": None}
+    (shown,) = visible_streams([stream], BOB, teams)
+    assert shown.hidden_dags == ["orders_a"]
+    return shown, teams
+
+
+@pytest.mark.parametrize(
+    "redrive_dags",
+    [
+        REDRIVE,
+        {**REDRIVE, REDRIVE_A: RedriveDag(dag_id=REDRIVE_A, deployed=False, paused=False, team=None)},
+        {**REDRIVE, REDRIVE_A: RedriveDag(dag_id=REDRIVE_A, deployed=True, paused=False, team="team_b")},
+    ],
+    ids=["deployed", "missing", "in-another-teams-bundle"],
+)
+def test_a_stream_seen_through_a_dag_of_no_team_names_no_team_of_its_hidden_dags(
+    redrive_dags: dict[str, RedriveDag],
+) -> None:
+    """
+    FAULT_MODEL 12 and 15 (authorized per Dag and team for reading). bob (team_b) sees team_a's
+    stream through a Dag of no team; its other Dag is team_a's, which Airflow's API hides from him.
+    The refusal he reads names neither team_a nor team_a's redrive Dag (it said "You may not
+    trigger shared_stream_redrive_dead_letters__team_a", or told him to deploy
+    redrive_dead_letters_dag(team='team_a')): he may not trigger a Dag of the stream anyway, and
+    that is what he is told. Nor does the page name that Dag in the stream's JSON.
+    """
+    shown, teams = _seen_through_a_dag_of_no_team()
+    refused = redrive_refusal(shown, BOB, teams, redrive_dags)
+    assert refused is not None
+    assert "team_a" not in refused.reason, refused.reason
+    assert "orders_a" not in refused.reason, refused.reason
+    assert refused.status == 403
+
+    from airflow_shared_stream.console.access import shown_redrive_dag
+
+    assert shown_redrive_dag(shown, BOB, teams) is None
+    assert shown_redrive_dag(shown, ADMIN, teams) == REDRIVE_A  # who reads every Dag is told which
+
+
+def test_a_redrive_dag_in_another_teams_bundle_is_refused_without_naming_that_team() -> None:
+    """
+    FAULT_MODEL 12. Someone of team_b deployed a Dag with team_a's redrive Dag id in team_b's
+    bundle: alice (team_a) is refused, without learning the name of a team she is not in.
+    """
+    (stream, *_) = visible_streams(_streams(), ALICE, TEAMS)
+    squatted = {
+        **REDRIVE,
+        REDRIVE_A: RedriveDag(dag_id=REDRIVE_A, deployed=True, paused=False, team="team_b"),
+    }
+    refused = redrive_refusal(stream, ALICE, TEAMS, squatted)
+    assert refused is not None
+    assert refused.status == 409
+    assert "team_b" not in refused.reason, refused.reason
+    assert "not of the stream's team team_a" in refused.reason
+
+
+def test_a_watcher_feeding_a_dag_of_no_team_and_a_hidden_dag_does_not_name_the_hidden_one() -> None:
+    """
+    FAULT_MODEL 12 (authorized per Dag and team for reading). One watcher (one asset) feeds a Dag of
+    no team, which bob (team_b) reads, and a Dag of team_a, which Airflow's API hides from him:
+    the stream he is shown lists the hidden Dag's id in that watcher's Dags, and redrive_refusal
+    does not count it hidden.
+    """
+    url = "https://sqs.us-east-1.amazonaws.com/000000000000/a"
+    (stream,) = group_streams([(1, SQS, {"queue_url": url, "dead_letter_queue_url": url + "-dlq"}, 1)])
+    stream.watchers[0].dags = ["orders_a", "peek_no_team"]
+    stream.watchers[0].names = ["watcher_1"]
+    (shown,) = visible_streams([stream], BOB, {"orders_a": "team_a", "peek_no_team": None})
+    assert "orders_a" not in repr(shown.to_json()), shown.to_json()
+    assert shown.hidden_dags == ["orders_a"]
