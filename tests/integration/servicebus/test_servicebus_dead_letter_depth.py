@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -192,3 +193,33 @@ async def test_the_emulators_connection_falls_back_to_peeking_up_to_the_limit(
     locked_before = servicebus.locked_deliveries
     assert await servicebus_dead_letter_depth(servicebus_connection, queue) == {"depth": 2, "at_least": False}
     assert servicebus.locked_deliveries == locked_before
+
+
+@pytest.mark.xfail(strict=True, reason="a second HostName/endpoint key sends the signed GET to a host other than the namespace")
+async def test_a_connection_string_naming_a_second_host_sends_its_signature_nowhere(
+    namespace: ServiceBusServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    FAULT_MODEL 12 (secrets). The provider resolves a connection string's namespace with the SDK's
+    public parser, which reads the ``Endpoint`` key as written; the SDK's clients (the management
+    client of the depth, the AMQP client of a stream) read ``endpoint`` and ``HostName`` in any
+    case, the last one winning. A string naming two hosts showed one namespace on the page while
+    the management GET, signed with the key, went to the other. It is refused, before any client
+    is built: nothing reaches either host.
+    """
+    queue = namespace.create_queue()
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        shown_port = unused.getsockname()[1]
+    before = {k: v for k, v in namespace.requests.items() if v}
+    for second in (f"HostName=sb://127.0.0.1:{namespace.port}", f"endpoint=sb://127.0.0.1:{namespace.port}/"):
+        conn_id = use(
+            monkeypatch,
+            {
+                "conn_type": "azure_service_bus",
+                "schema": f"Endpoint=sb://127.0.0.1:{shown_port}/;SharedAccessKeyName={KEY_NAME};"
+                f"SharedAccessKey={SAS_KEY};UseDevelopmentEmulator=true;{second}",
+            },
+        )
+        assert await servicebus_dead_letter_depth(conn_id, queue) == {"error": "ServiceBusConfigurationError"}
+        assert {k: v for k, v in namespace.requests.items() if v} == before  # no signed GET, no AMQP
