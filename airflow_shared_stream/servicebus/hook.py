@@ -166,10 +166,21 @@ def parse_connection_string(connection_string: str, conn_id: str) -> str:
     Check a Service Bus connection string and return the namespace it resolves to.
 
     Uses the SDK's own parser, so what passes here is what the client accepts; its error text
-    is replaced, since a malformed string may be quoted in it.
+    is replaced, since a malformed string may be quoted in it. The SDK's public parser reads the
+    ``Endpoint`` key as written, its clients ``endpoint`` or ``HostName`` in any case, the last one
+    winning: a string that names the host (or the emulator) twice is refused, or the clients would
+    sign for a host other than the namespace resolved here.
     """
     from azure.servicebus import parse_connection_string as sdk_parse
 
+    named = [part.split("=", 1)[0].strip().lower() for part in connection_string.split(";")]
+    for names in (("endpoint", "hostname"), ("usedevelopmentemulator",)):
+        if sum(name in names for name in named) > 1:
+            raise ServiceBusConfigurationError(
+                f"the connection string of Airflow connection {conn_id!r} names "
+                f"{' or '.join(names)} more than once: give one Endpoint=sb://<namespace>/"
+                + ("" if "endpoint" in names else " and at most one UseDevelopmentEmulator")
+            )
     try:
         properties = sdk_parse(connection_string)
     except Exception:

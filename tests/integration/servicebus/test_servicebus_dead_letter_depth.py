@@ -195,7 +195,6 @@ async def test_the_emulators_connection_falls_back_to_peeking_up_to_the_limit(
     assert servicebus.locked_deliveries == locked_before
 
 
-@pytest.mark.xfail(strict=True, reason="a second HostName/endpoint key sends the signed GET to a host other than the namespace")
 async def test_a_connection_string_naming_a_second_host_sends_its_signature_nowhere(
     namespace: ServiceBusServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
