@@ -222,3 +222,33 @@ async def test_a_connection_string_naming_a_second_host_sends_its_signature_nowh
         )
         assert await servicebus_dead_letter_depth(conn_id, queue) == {"error": "ServiceBusConfigurationError"}
         assert {k: v for k, v in namespace.requests.items() if v} == before  # no signed GET, no AMQP
+
+
+@pytest.mark.xfail(strict=True, reason="the management GET keeps the AMQP endpoint's port; the service answers HTTPS on 443")
+async def test_a_namespaces_count_is_asked_of_its_https_port_not_the_port_its_endpoint_names(
+    namespace: ServiceBusServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    FAULT_MODEL 15/16 (real behaviour) and 12. Over TLS the SDK's AMQP client reaches a namespace
+    on 5671 whatever port its ``Endpoint`` names, and the provider resolves
+    ``sb://ns.servicebus.windows.net:5671/`` to ``ns.servicebus.windows.net``; the service answers
+    its management endpoint on HTTPS 443 only. The management client kept the endpoint's port, so
+    a working stream spelled with ``:5671`` showed an error for its depth, and a signed GET went
+    to a port the namespace does not serve HTTPS on. Here the endpoint names the test server's
+    port (which also answers HTTPS): the count must not be asked of it, since it is not the
+    namespace's 443 (nothing listens on 127.0.0.1:443 here, so the depth is an error).
+    """
+    queue = namespace.create_queue()
+    dead_lettered(namespace, queue, queue, 2)
+    gets_before = namespace.requests["management GET"]
+    conn_id = use(
+        monkeypatch,
+        {
+            "conn_type": "azure_service_bus",
+            "schema": f"Endpoint=sb://127.0.0.1:{namespace.port}/;"
+            f"SharedAccessKeyName={KEY_NAME};SharedAccessKey={SAS_KEY}",
+        },
+    )
+    answer = await servicebus_dead_letter_depth(conn_id, queue)
+    assert namespace.requests["management GET"] == gets_before
+    assert list(answer) == ["error"]
