@@ -142,14 +142,23 @@ class ServiceBusClientConfig:
         A ``ServiceBusAdministrationClient`` (aio): the namespace's HTTPS/ATOM management endpoint.
 
         The SDK reaches it at ``https://<endpoint host[:port]>``; a shared access signature goes
-        through a ``SharedAccessSignature=`` connection string, the form the SDK takes it in.
+        through a ``SharedAccessSignature=`` connection string, the form the SDK takes it in. A
+        namespace answers it on HTTPS 443 only, whatever port its endpoint names (its AMQP client
+        ignores the port too): the endpoint is the resolved :attr:`namespace`; the emulator's
+        keeps its port.
         """
         from azure.servicebus.aio.management import ServiceBusAdministrationClient
 
         if self.connection_string:
-            return ServiceBusAdministrationClient.from_connection_string(
-                self.connection_string, **client_kwargs
-            )
+            connection_string = self.connection_string
+            if not self.development_emulator:
+                rest = [
+                    part
+                    for part in connection_string.split(";")
+                    if part.split("=", 1)[0].strip().lower() not in ("endpoint", "hostname")
+                ]
+                connection_string = ";".join([f"Endpoint=sb://{self.namespace}/", *rest])
+            return ServiceBusAdministrationClient.from_connection_string(connection_string, **client_kwargs)
         if self.sas_token:
             return ServiceBusAdministrationClient.from_connection_string(
                 f"Endpoint=sb://{self.namespace}/;SharedAccessSignature={self.sas_token}", **client_kwargs

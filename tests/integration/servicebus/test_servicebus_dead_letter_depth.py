@@ -224,7 +224,6 @@ async def test_a_connection_string_naming_a_second_host_sends_its_signature_nowh
         assert {k: v for k, v in namespace.requests.items() if v} == before  # no signed GET, no AMQP
 
 
-@pytest.mark.xfail(strict=True, reason="the management GET keeps the AMQP endpoint's port; the service answers HTTPS on 443")
 async def test_a_namespaces_count_is_asked_of_its_https_port_not_the_port_its_endpoint_names(
     namespace: ServiceBusServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
