@@ -251,3 +251,32 @@ async def test_a_namespaces_count_is_asked_of_its_https_port_not_the_port_its_en
     answer = await servicebus_dead_letter_depth(conn_id, queue)
     assert namespace.requests["management GET"] == gets_before
     assert list(answer) == ["error"]
+
+
+@pytest.mark.xfail(strict=True, reason="a ';' in extra.credential redirects the management GET carrying the token")
+async def test_a_shared_access_signature_cannot_name_another_host_for_the_count(
+    namespace: ServiceBusServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    FAULT_MODEL 12. A shared access signature (``extra.credential``) reaches the management client
+    inside a ``SharedAccessSignature=`` connection string built around the resolved namespace; a
+    signature holding ``;Endpoint=sb://<other>/`` (a pasted connection string) named another host,
+    and the GET carrying the token went there while the stream's AMQP client went to the
+    namespace. A signature with ``;`` is not a signature: it is refused before anything is sent.
+    """
+    queue = namespace.create_queue()
+    before = {k: v for k, v in namespace.requests.items() if v}
+    conn_id = use(
+        monkeypatch,
+        {
+            "conn_type": "azure_service_bus",
+            "extra": {
+                "fully_qualified_namespace": "127.0.0.1",
+                "credential": "SharedAccessSignature sr=sb%3A%2F%2F127.0.0.1&sig=c2lnbmF0dXJl&se=9999999999"
+                f"&skn={KEY_NAME};Endpoint=sb://127.0.0.1:{namespace.port}/",
+            },
+        },
+    )
+    answer = await servicebus_dead_letter_depth(conn_id, queue)
+    assert {k: v for k, v in namespace.requests.items() if v} == before  # the token reached no other host
+    assert answer == {"error": "ServiceBusConfigurationError"}
