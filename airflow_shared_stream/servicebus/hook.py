@@ -312,6 +312,13 @@ class ServiceBusSharedStreamHook(BaseHook):
             )
         namespace = normalise_namespace(namespace, emulator=False)
         credential = _extra(extra, "credential")
+        if credential and ";" in credential:
+            # The management client takes it inside a connection string: a ";" would add keys (a host).
+            raise ServiceBusConfigurationError(
+                f"extra.credential of Airflow connection {self.conn_id!r} must be a shared access "
+                "signature (SharedAccessSignature sr=...&sig=...&se=...&skn=...), not a connection "
+                "string: put a connection string in the Connection String field"
+            )
         if credential:
             return ServiceBusClientConfig(namespace=namespace, sas_token=credential)
         return ServiceBusClientConfig(
