@@ -142,14 +142,23 @@ class ServiceBusClientConfig:
         A ``ServiceBusAdministrationClient`` (aio): the namespace's HTTPS/ATOM management endpoint.
 
         The SDK reaches it at ``https://<endpoint host[:port]>``; a shared access signature goes
-        through a ``SharedAccessSignature=`` connection string, the form the SDK takes it in.
+        through a ``SharedAccessSignature=`` connection string, the form the SDK takes it in. A
+        namespace answers it on HTTPS 443 only, whatever port its endpoint names (its AMQP client
+        ignores the port too): the endpoint is the resolved :attr:`namespace`; the emulator's
+        keeps its port.
         """
         from azure.servicebus.aio.management import ServiceBusAdministrationClient
 
         if self.connection_string:
-            return ServiceBusAdministrationClient.from_connection_string(
-                self.connection_string, **client_kwargs
-            )
+            connection_string = self.connection_string
+            if not self.development_emulator:
+                rest = [
+                    part
+                    for part in connection_string.split(";")
+                    if part.split("=", 1)[0].strip().lower() not in ("endpoint", "hostname")
+                ]
+                connection_string = ";".join([f"Endpoint=sb://{self.namespace}/", *rest])
+            return ServiceBusAdministrationClient.from_connection_string(connection_string, **client_kwargs)
         if self.sas_token:
             return ServiceBusAdministrationClient.from_connection_string(
                 f"Endpoint=sb://{self.namespace}/;SharedAccessSignature={self.sas_token}", **client_kwargs
@@ -166,10 +175,21 @@ def parse_connection_string(connection_string: str, conn_id: str) -> str:
     Check a Service Bus connection string and return the namespace it resolves to.
 
     Uses the SDK's own parser, so what passes here is what the client accepts; its error text
-    is replaced, since a malformed string may be quoted in it.
+    is replaced, since a malformed string may be quoted in it. The SDK's public parser reads the
+    ``Endpoint`` key as written, its clients ``endpoint`` or ``HostName`` in any case, the last one
+    winning: a string that names the host (or the emulator) twice is refused, or the clients would
+    sign for a host other than the namespace resolved here.
     """
     from azure.servicebus import parse_connection_string as sdk_parse
 
+    named = [part.split("=", 1)[0].strip().lower() for part in connection_string.split(";")]
+    for names in (("endpoint", "hostname"), ("usedevelopmentemulator",)):
+        if sum(name in names for name in named) > 1:
+            raise ServiceBusConfigurationError(
+                f"the connection string of Airflow connection {conn_id!r} names "
+                f"{' or '.join(names)} more than once: give one Endpoint=sb://<namespace>/"
+                + ("" if "endpoint" in names else " and at most one UseDevelopmentEmulator")
+            )
     try:
         properties = sdk_parse(connection_string)
     except Exception:
@@ -292,6 +312,13 @@ class ServiceBusSharedStreamHook(BaseHook):
             )
         namespace = normalise_namespace(namespace, emulator=False)
         credential = _extra(extra, "credential")
+        if credential and ";" in credential:
+            # The management client takes it inside a connection string: a ";" would add keys (a host).
+            raise ServiceBusConfigurationError(
+                f"extra.credential of Airflow connection {self.conn_id!r} must be a shared access "
+                "signature (SharedAccessSignature sr=...&sig=...&se=...&skn=...), not a connection "
+                "string: put a connection string in the Connection String field"
+            )
         if credential:
             return ServiceBusClientConfig(namespace=namespace, sas_token=credential)
         return ServiceBusClientConfig(

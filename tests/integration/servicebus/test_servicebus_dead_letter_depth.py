@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -192,3 +193,89 @@ async def test_the_emulators_connection_falls_back_to_peeking_up_to_the_limit(
     locked_before = servicebus.locked_deliveries
     assert await servicebus_dead_letter_depth(servicebus_connection, queue) == {"depth": 2, "at_least": False}
     assert servicebus.locked_deliveries == locked_before
+
+
+async def test_a_connection_string_naming_a_second_host_sends_its_signature_nowhere(
+    namespace: ServiceBusServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    FAULT_MODEL 12 (secrets). The provider resolves a connection string's namespace with the SDK's
+    public parser, which reads the ``Endpoint`` key as written; the SDK's clients (the management
+    client of the depth, the AMQP client of a stream) read ``endpoint`` and ``HostName`` in any
+    case, the last one winning. A string naming two hosts showed one namespace on the page while
+    the management GET, signed with the key, went to the other. It is refused, before any client
+    is built: nothing reaches either host.
+    """
+    queue = namespace.create_queue()
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        shown_port = unused.getsockname()[1]
+    before = {k: v for k, v in namespace.requests.items() if v}
+    for second in (f"HostName=sb://127.0.0.1:{namespace.port}", f"endpoint=sb://127.0.0.1:{namespace.port}/"):
+        conn_id = use(
+            monkeypatch,
+            {
+                "conn_type": "azure_service_bus",
+                "schema": f"Endpoint=sb://127.0.0.1:{shown_port}/;SharedAccessKeyName={KEY_NAME};"
+                f"SharedAccessKey={SAS_KEY};UseDevelopmentEmulator=true;{second}",
+            },
+        )
+        assert await servicebus_dead_letter_depth(conn_id, queue) == {"error": "ServiceBusConfigurationError"}
+        assert {k: v for k, v in namespace.requests.items() if v} == before  # no signed GET, no AMQP
+
+
+async def test_a_namespaces_count_is_asked_of_its_https_port_not_the_port_its_endpoint_names(
+    namespace: ServiceBusServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    FAULT_MODEL 15/16 (real behaviour) and 12. Over TLS the SDK's AMQP client reaches a namespace
+    on 5671 whatever port its ``Endpoint`` names, and the provider resolves
+    ``sb://ns.servicebus.windows.net:5671/`` to ``ns.servicebus.windows.net``; the service answers
+    its management endpoint on HTTPS 443 only. The management client kept the endpoint's port, so
+    a working stream spelled with ``:5671`` showed an error for its depth, and a signed GET went
+    to a port the namespace does not serve HTTPS on. Here the endpoint names the test server's
+    port (which also answers HTTPS): the count must not be asked of it, since it is not the
+    namespace's 443 (nothing listens on 127.0.0.1:443 here, so the depth is an error).
+    """
+    queue = namespace.create_queue()
+    dead_lettered(namespace, queue, queue, 2)
+    gets_before = namespace.requests["management GET"]
+    conn_id = use(
+        monkeypatch,
+        {
+            "conn_type": "azure_service_bus",
+            "schema": f"Endpoint=sb://127.0.0.1:{namespace.port}/;"
+            f"SharedAccessKeyName={KEY_NAME};SharedAccessKey={SAS_KEY}",
+        },
+    )
+    answer = await servicebus_dead_letter_depth(conn_id, queue)
+    assert namespace.requests["management GET"] == gets_before
+    assert list(answer) == ["error"]
+
+
+async def test_a_shared_access_signature_cannot_name_another_host_for_the_count(
+    namespace: ServiceBusServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    FAULT_MODEL 12. A shared access signature (``extra.credential``) reaches the management client
+    inside a ``SharedAccessSignature=`` connection string built around the resolved namespace; a
+    signature holding ``;Endpoint=sb://<other>/`` (a pasted connection string) named another host,
+    and the GET carrying the token went there while the stream's AMQP client went to the
+    namespace. A signature with ``;`` is not a signature: it is refused before anything is sent.
+    """
+    queue = namespace.create_queue()
+    before = {k: v for k, v in namespace.requests.items() if v}
+    conn_id = use(
+        monkeypatch,
+        {
+            "conn_type": "azure_service_bus",
+            "extra": {
+                "fully_qualified_namespace": "127.0.0.1",
+                "credential": "SharedAccessSignature sr=sb%3A%2F%2F127.0.0.1&sig=c2lnbmF0dXJl&se=9999999999"
+                f"&skn={KEY_NAME};Endpoint=sb://127.0.0.1:{namespace.port}/",
+            },
+        },
+    )
+    answer = await servicebus_dead_letter_depth(conn_id, queue)
+    assert {k: v for k, v in namespace.requests.items() if v} == before  # the token reached no other host
+    assert answer == {"error": "ServiceBusConfigurationError"}
