@@ -144,9 +144,11 @@ async def test_a_session_wait_that_times_out_is_not_held_as_a_session(servicebus
         assert [raw.envelope["session_id"] for raw, _ in held] == ["g", "g"]
         await producer.advance([AdvanceItem(handle, AdvanceOutcome(0, 1, 0)) for _, handle in held])
         again = [await asyncio.wait_for(anext(stream), timeout=20) for _ in sent]
+        # Only the session's first message is abandoned (one delivery counted); the later one comes
+        # back uncounted when the session is given up (docs/servicebus.rst, sessions).
         assert sorted(
             (raw.envelope["message_id"], raw.envelope["delivery_count"]) for raw, _ in again
-        ) == sorted((message_id, 1) for message_id in sent)
+        ) == sorted([(sent[0], 1), (sent[1], 0)])
         assert producer.lost_locks == 0, "the session lock ran out while the producer held the session"
         assert producer.held_sessions() == ["g"]
         await producer.advance([AdvanceItem(handle, AdvanceOutcome(1, 0, 0)) for _, handle in again])
