@@ -104,7 +104,7 @@ def figures_key(broker: str, stream_id: str, carrier_trigger_id: int) -> str:
 def metric_label(trigger: Any) -> str:
     """The stream's metric label, as its producer names it (building a producer does no I/O)."""
     try:
-        producer = trigger.producer_class(**trigger.producer_kwargs())
+        producer = trigger.resolve_producer_class()(**trigger.producer_kwargs())
         return str(producer.metrics.stream)
     except Exception:
         return m.stream_label(*(str(part) for part in trigger.stream_identity()[:1]))

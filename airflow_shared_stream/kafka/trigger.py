@@ -33,7 +33,6 @@ from airflow_shared_stream.common.trigger import (
 )
 from airflow_shared_stream.kafka.errors import KafkaConfigurationError
 from airflow_shared_stream.kafka.identity import normalise_topics
-from airflow_shared_stream.kafka.producer import KafkaSharedStreamProducer
 from airflow_shared_stream.kafka.watchers import Receipt, stream_ref, watcher_digest, watchers_of
 
 # The keyword arguments the trigger took positionally before they became keyword-only, in order.
@@ -77,7 +76,7 @@ class KafkaSharedStreamTrigger(SharedStreamTrigger):
     broker: ClassVar[str] = "kafka"
     identity_fields: ClassVar[tuple[str, ...]] = ("topics", "kafka_config_id", "group_id")
     shaping_fields: ClassVar[tuple[str, ...]] = ("dead_letter_topic",)
-    producer_class = KafkaSharedStreamProducer
+    producer_path = "airflow_shared_stream.kafka.producer:KafkaSharedStreamProducer"
     every_triggerer_reads_everything: ClassVar[bool] = True
 
     def __init__(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any
 
 from airflow_shared_stream.common.matching import RawMessage
 from airflow_shared_stream.common.reject_routes import reject_routes
@@ -14,9 +14,8 @@ from airflow_shared_stream.common.trigger import (
     SharedStreamTrigger,
     connection_endpoints,
 )
-from airflow_shared_stream.pubsub.errors import PubSubConfigurationError
+from airflow_shared_stream.pubsub.errors import NOWHERE_TO_DEAD_LETTER_FIX, PubSubConfigurationError
 from airflow_shared_stream.pubsub.hook import PubSubSharedStreamHook, ResourceName, validate_project_id
-from airflow_shared_stream.pubsub.producer import NOWHERE_TO_DEAD_LETTER_FIX, PubSubSharedStreamProducer
 
 
 class PubSubSharedStreamTrigger(SharedStreamTrigger):
@@ -60,7 +59,7 @@ class PubSubSharedStreamTrigger(SharedStreamTrigger):
     broker = "pubsub"
     identity_fields = ("subscription", "project_id")
     shaping_fields = ("gcp_conn_id", "dead_letter_topic")
-    producer_class: ClassVar[type[PubSubSharedStreamProducer]] = PubSubSharedStreamProducer
+    producer_path = "airflow_shared_stream.pubsub.producer:PubSubSharedStreamProducer"
     """The producer the triggerer builds for this trigger's stream (a subclass may swap it)."""
 
     def __init__(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Hashable
-from typing import Any, ClassVar
+from typing import Any
 
 from airflow.exceptions import AirflowProviderDeprecationWarning
 
@@ -16,7 +16,6 @@ from airflow_shared_stream.common.trigger import (
 )
 from airflow_shared_stream.servicebus.errors import ServiceBusConfigurationError
 from airflow_shared_stream.servicebus.hook import Entity, ServiceBusSharedStreamHook
-from airflow_shared_stream.servicebus.producer import ServiceBusSharedStreamProducer
 
 
 class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
@@ -73,7 +72,7 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
         "max_concurrent_sessions",
         "complete_in_ranges",
     )
-    producer_class: ClassVar[type[ServiceBusSharedStreamProducer]] = ServiceBusSharedStreamProducer
+    producer_path = "airflow_shared_stream.servicebus.producer:ServiceBusSharedStreamProducer"
     """The producer the triggerer builds for this trigger's stream (a subclass may swap it)."""
 
     def __init__(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any, ClassVar
+from typing import Any
 
 from airflow_shared_stream.common.trigger import (
     DEFAULT_MAX_IN_FLIGHT,
@@ -12,7 +12,6 @@ from airflow_shared_stream.common.trigger import (
 )
 from airflow_shared_stream.sqs.errors import SqsConfigurationError
 from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook
-from airflow_shared_stream.sqs.producer import SqsSharedStreamProducer
 
 
 class SqsSharedStreamTrigger(SharedStreamTrigger):
@@ -52,7 +51,7 @@ class SqsSharedStreamTrigger(SharedStreamTrigger):
     identity_fields = ("queue_url",)
     shaping_fields = ("aws_conn_id", "region_name", "dead_letter_queue_url", "wait_time_seconds")
     connection_default_fields = frozenset({"region_name"})
-    producer_class: ClassVar[type[SqsSharedStreamProducer]] = SqsSharedStreamProducer
+    producer_path = "airflow_shared_stream.sqs.producer:SqsSharedStreamProducer"
     """The producer the triggerer builds for this trigger's stream (a subclass may swap it)."""
 
     def __init__(
