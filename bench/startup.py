@@ -54,6 +54,8 @@ from bench.startup_rigs import RIGS  # noqa: E402
 from tests.support.airflow import AirflowDeployment  # noqa: E402
 
 BLOCKED = re.compile(r"async thread was blocked for ([0-9.]+) seconds")
+SLOW_CALLBACK = re.compile(r"Executing (.{0,300}?) took ([0-9.]+) seconds")
+"""asyncio's own slow-callback line (``--asyncio-debug``): which callback or task step held the loop."""
 DEADLOCKED = re.compile(r"appears deadlocked: no communication received for ([0-9.]+)s")
 BUSY_PROCESSES = 8
 
@@ -74,6 +76,8 @@ class Cell:
     deadlocked: list[float] = field(default_factory=list)
     steady_latency: list[float] = field(default_factory=list)
     error: str | None = None
+    slow_callbacks: list[str] = field(default_factory=list)
+    """With ``--asyncio-debug``: the slowest steps asyncio itself reported, longest first."""
 
 
 # -- the Dag of each trigger ------------------------------------------------------------------
@@ -175,6 +179,7 @@ def run_cell(name: str, state: str, watchers: int, args: argparse.Namespace) -> 
                 "PYTHONPATH": str(REPO),
                 "AIRFLOW__TRIGGERER__BLOCKED_MAIN_THREAD_WARNING_THRESHOLD": "0.2",
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+                **({"PYTHONASYNCIODEBUG": "1"} if args.asyncio_debug else {}),
             },
         )
         airflow.migrate()
@@ -249,6 +254,8 @@ def run_cell(name: str, state: str, watchers: int, args: argparse.Namespace) -> 
             cell.error = f"{type(exc).__name__}: {exc}"[:500]
         log_text = airflow.log_path("triggerer").read_text(errors="replace")
         cell.longest_block = max((float(x) for x in BLOCKED.findall(log_text)), default=0.0)
+        slow = sorted(((float(t), what) for what, t in SLOW_CALLBACK.findall(log_text)), reverse=True)
+        cell.slow_callbacks = [f"{t:.2f} s {what}" for t, what in slow[:5]]
         cell.deadlocked = [float(x) for x in DEADLOCKED.findall(log_text)]
         cell.load_after = os.getloadavg()[0]
         if args.keep_logs:
@@ -299,6 +306,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--steady", type=float, default=10.0, help="steady-state seconds after consuming")
     parser.add_argument("--timeout", type=float, default=240.0)
     parser.add_argument("--keep-logs", action="store_true")
+    parser.add_argument(
+        "--asyncio-debug",
+        action="store_true",
+        help="run the triggerer with PYTHONASYNCIODEBUG=1 and record asyncio's slow-callback lines "
+        "(debug mode slows the loop: diagnosis, not figures)",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "startup.md")
     args = parser.parse_args(argv)
     cells: list[Cell] = []

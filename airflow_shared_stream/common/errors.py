@@ -113,12 +113,11 @@ def require_sdk(module: str, extra: str) -> None:
     """
     import importlib.util
 
+    cause: ImportError | None = None
     try:
         found = importlib.util.find_spec(module)
     except ImportError as exc:  # a parent package is missing
         found, cause = None, exc
-    else:
-        cause = None
     if found is None:
         raise ImportError(
             f"{module} is not installed: install the provider's {extra!r} extra "

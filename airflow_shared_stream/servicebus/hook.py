@@ -19,6 +19,7 @@ Extra fields may also be spelled with the provider's old prefix
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,6 +27,7 @@ from urllib.parse import urlsplit
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_shared_stream.common.off_loop import import_off_loop
 from airflow_shared_stream.servicebus.errors import ServiceBusConfigurationError
 
 _EXTRA_PREFIX = "extra__azure_service_bus__"
@@ -288,7 +290,13 @@ class ServiceBusSharedStreamHook(BaseHook):
             raise ServiceBusConfigurationError(
                 f"Airflow connection {self.conn_id!r} is not defined"
             ) from None
-        return self.config_from(conn)
+        config = self.config_from(conn)
+        if config.use_default_credential:
+            # Azure's credential chain is an SDK of its own (azure-identity): imported off the
+            # triggerer's loop, as the Service Bus SDK is.
+            with contextlib.suppress(ImportError):  # make_client names the missing package
+                await import_off_loop(["azure.identity.aio"])
+        return config
 
     def config_from(self, conn: Any) -> ServiceBusClientConfig:
         """Build the config from a Connection object (pure: no I/O)."""

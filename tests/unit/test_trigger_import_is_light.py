@@ -81,13 +81,30 @@ class WhereImported:
         return None
 
 sys.meta_path.insert(0, WhereImported())
-from airflow_shared_stream.common.off_loop import ImportedOffLoop, import_off_loop
+from airflow_shared_stream.common.off_loop import ImportedOffLoop
 from airflow_shared_stream.{broker}.trigger import *
 trigger = {trigger}
 producer = type(trigger).create_shared_stream_producer(trigger.serialize()[1])
 assert isinstance(producer, ImportedOffLoop), type(producer)
 before = sorted(found_in)
-asyncio.run(import_off_loop([producer.module]))  # what open_stream does first
+build = producer._build
+
+def build_not_connecting():  # the stream as built, but opening yields at once (no broker here)
+    built = build()
+    async def opened():
+        yield ("opened", None)
+    built.open_stream = opened
+    return built
+
+producer._build = build_not_connecting
+
+async def open_it():
+    stream = producer.open_stream()
+    first = await stream.__anext__()
+    await stream.aclose()
+    return first
+
+assert asyncio.run(open_it())[0] == "opened"
 print(json.dumps({{"before": before, "on_main_thread": found_in}}))
 """
 
