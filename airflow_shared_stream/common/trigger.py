@@ -263,6 +263,10 @@ class SharedStreamTrigger(BaseEventTrigger):
             raise NotImplementedError(f"{type(self).__name__} declares no identity_fields")
         return (f"airflow_shared_stream.{self.broker}", *self.stream_identity())
 
+    def metrics_stream_name(self) -> str | None:
+        """The upstream's name as the stream's producer labels its metrics (read without building it)."""
+        return None
+
     def normalized_shape(self) -> dict[str, Any]:
         """The producer-shaping values, normalised for comparison. Override to normalise."""
         return {name: getattr(self, name) for name in (*self.shaping_fields, *COMMON_SHAPING_FIELDS)}

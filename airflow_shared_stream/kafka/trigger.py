@@ -132,6 +132,9 @@ class KafkaSharedStreamTrigger(SharedStreamTrigger):
         """Deprecated alias of :attr:`kafka_config_id`."""
         return self.kafka_config_id
 
+    def metrics_stream_name(self) -> str:
+        return ".".join(sorted(set(self.topics)))
+
     def watcher_digest(self) -> str:
         """This watcher's durable identity (its own position's key; see :mod:`.watchers`)."""
         stream = stream_ref(self.topics, self.kafka_config_id, self.group_id)

@@ -94,6 +94,9 @@ class PubSubSharedStreamTrigger(SharedStreamTrigger):
         self.dead_letter_topic = dead_letter_topic
         self._resolved_project: str | None = None
 
+    def metrics_stream_name(self) -> str:
+        return self._subscription.id
+
     def project(self) -> str | None:
         """
         The subscription's project: ``project_id``, the full path's, or the connection's.

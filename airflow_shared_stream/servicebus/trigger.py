@@ -135,6 +135,9 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
         self.complete_in_ranges = complete_in_ranges
         self._namespace: str | None = None
 
+    def metrics_stream_name(self) -> str:
+        return self._entity.identity
+
     def stream_identity(self) -> tuple[Hashable, ...]:
         """The namespace the connection resolves to and the entity: not the connection id."""
         if self._namespace is None:

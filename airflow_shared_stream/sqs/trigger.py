@@ -86,6 +86,9 @@ class SqsSharedStreamTrigger(SharedStreamTrigger):
         self.dead_letter_queue_url = dead_letter_queue_url
         self.wait_time_seconds = wait_time_seconds
 
+    def metrics_stream_name(self) -> str:
+        return self._queue.name
+
     def stream_identity(self) -> tuple[Hashable, ...]:
         return self._queue.identity
 

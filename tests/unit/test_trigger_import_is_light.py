@@ -83,7 +83,11 @@ class WhereImported:
 sys.meta_path.insert(0, WhereImported())
 from airflow_shared_stream.common.off_loop import ImportedOffLoop
 from airflow_shared_stream.{broker}.trigger import *
+from airflow_shared_stream.common.figures import stream_figures
 trigger = {trigger}
+trigger.trigger_id, trigger.asset_state_store = 1, object()  # as the triggerer runs a watcher
+with stream_figures.watching(trigger):  # what a watcher's filter does first, on the loop
+    pass
 producer = type(trigger).create_shared_stream_producer(trigger.serialize()[1])
 assert isinstance(producer, ImportedOffLoop), type(producer)
 before = sorted(found_in)
@@ -122,7 +126,20 @@ def test_a_stream_imports_its_producer_and_sdk_in_a_worker_thread(broker: str) -
     )
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["before"] == [], f"built on the loop, the producer imported {seen['before']}"
+    assert seen["before"] == [], f"a watcher's start or its producer imported {seen['before']} on the loop"
     assert seen["on_main_thread"], "opening the stream imported no SDK"
     on_loop = [name for name, main in seen["on_main_thread"].items() if main]
     assert not on_loop, f"imported on the event loop's thread: {on_loop}"
+
+
+@pytest.mark.parametrize("broker", sorted(SDKS))
+def test_a_watcher_labels_its_stream_as_the_producer_will(broker: str) -> None:
+    """The label a watcher gives its stream's figures before the producer exists is the producer's."""
+    import importlib
+
+    from airflow_shared_stream.common.figures import metric_label
+    from airflow_shared_stream.common.metric_names import stream_label
+
+    trigger_module = importlib.import_module(f"airflow_shared_stream.{broker}.trigger")
+    trigger = eval(TRIGGERS[broker], vars(trigger_module))
+    assert stream_label(trigger.metrics_stream_name()) == metric_label(trigger)
