@@ -12,6 +12,7 @@ not a timing, so it holds on a loaded machine.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -65,10 +66,24 @@ def test_importing_a_trigger_class_imports_no_broker_sdk(broker: str) -> None:
 TRIGGERS: dict[str, str] = {
     "kafka": "KafkaSharedStreamTrigger(['orders'])",
     "sqs": "SqsSharedStreamTrigger('https://sqs.us-east-1.amazonaws.com/123456789012/orders')",
-    "pubsub": "PubSubSharedStreamTrigger('projects/demo-project/subscriptions/orders')",
+    "pubsub": "PubSubSharedStreamTrigger('orders')",
     "servicebus": "ServiceBusSharedStreamTrigger(queue_name='orders')",
 }
-"""Per broker: a watcher's trigger, built without a connection."""
+"""Per broker: a watcher's trigger (Pub/Sub's project and Service Bus's namespace from its connection)."""
+
+CONNECTIONS = {
+    "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(
+        {"conn_type": "google_cloud_platform", "extra": {"project": "demo-project"}}
+    ),
+    "AIRFLOW_CONN_AZURE_SERVICE_BUS_DEFAULT": json.dumps(
+        {
+            "conn_type": "azure_service_bus",
+            "schema": "Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=a;SharedAccessKey=b;"
+            "UseDevelopmentEmulator=true;",
+        }
+    ),
+}
+"""The connections the stream keys read (on the triggerer's loop): reading them imports no SDK."""
 
 OPENING = """
 import asyncio, importlib, json, sys, threading
@@ -120,6 +135,7 @@ def test_a_stream_imports_its_producer_and_sdk_in_a_worker_thread(broker: str) -
     done = subprocess.run(
         [sys.executable, "-c", OPENING.format(broker=broker, trigger=TRIGGERS[broker], sdks=sdks)],
         cwd=REPO,
+        env={**os.environ, **CONNECTIONS},
         capture_output=True,
         text=True,
         check=False,
