@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.triggers.base import TriggerEvent
 
+from airflow_shared_stream.common.errors import require_sdk
 from airflow_shared_stream.common.matching import RawMessage
 from airflow_shared_stream.common.trigger import (
     DEFAULT_MAX_IN_FLIGHT,
@@ -34,6 +35,8 @@ from airflow_shared_stream.common.trigger import (
 from airflow_shared_stream.kafka.errors import KafkaConfigurationError
 from airflow_shared_stream.kafka.identity import normalise_topics
 from airflow_shared_stream.kafka.watchers import Receipt, stream_ref, watcher_digest, watchers_of
+
+require_sdk("aiokafka", "kafka")
 
 # The keyword arguments the trigger took positionally before they became keyword-only, in order.
 _FORMER_POSITIONAL = (

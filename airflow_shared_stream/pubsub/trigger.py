@@ -6,6 +6,7 @@ from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from airflow_shared_stream.common.errors import require_sdk
 from airflow_shared_stream.common.matching import RawMessage
 from airflow_shared_stream.common.reject_routes import reject_routes
 from airflow_shared_stream.common.trigger import (
@@ -16,6 +17,8 @@ from airflow_shared_stream.common.trigger import (
 )
 from airflow_shared_stream.pubsub.errors import NOWHERE_TO_DEAD_LETTER_FIX, PubSubConfigurationError
 from airflow_shared_stream.pubsub.hook import PubSubSharedStreamHook, ResourceName, validate_project_id
+
+require_sdk("google.pubsub_v1", "pubsub")
 
 
 class PubSubSharedStreamTrigger(SharedStreamTrigger):

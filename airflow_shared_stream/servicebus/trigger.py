@@ -8,6 +8,7 @@ from typing import Any
 
 from airflow.exceptions import AirflowProviderDeprecationWarning
 
+from airflow_shared_stream.common.errors import require_sdk
 from airflow_shared_stream.common.trigger import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -16,6 +17,8 @@ from airflow_shared_stream.common.trigger import (
 )
 from airflow_shared_stream.servicebus.errors import ServiceBusConfigurationError
 from airflow_shared_stream.servicebus.hook import Entity, ServiceBusSharedStreamHook
+
+require_sdk("azure.servicebus", "servicebus")
 
 
 class ServiceBusSharedStreamTrigger(SharedStreamTrigger):

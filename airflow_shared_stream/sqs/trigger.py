@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
+from airflow_shared_stream.common.errors import require_sdk
 from airflow_shared_stream.common.trigger import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -12,6 +13,8 @@ from airflow_shared_stream.common.trigger import (
 )
 from airflow_shared_stream.sqs.errors import SqsConfigurationError
 from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook
+
+require_sdk("aiobotocore", "sqs")
 
 
 class SqsSharedStreamTrigger(SharedStreamTrigger):

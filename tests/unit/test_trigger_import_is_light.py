@@ -86,17 +86,18 @@ CONNECTIONS = {
 """The connections the stream keys read (on the triggerer's loop): reading them imports no SDK."""
 
 OPENING = """
-import asyncio, importlib, json, sys, threading
+import asyncio, importlib, json, sys, threading, traceback
 found_in = {{}}
 
 class WhereImported:
     def find_spec(self, name, path=None, target=None):
-        if name in {sdks!r}:
+        finding_only = any(f.name == "require_sdk" for f in traceback.extract_stack(limit=6))
+        if name in {sdks!r} and not finding_only:  # require_sdk finds it, without importing
             found_in.setdefault(name, threading.current_thread() is threading.main_thread())
         return None
 
 sys.meta_path.insert(0, WhereImported())
-from airflow_shared_stream.common.off_loop import ImportedOffLoop
+from airflow_shared_stream.common.off_loop import ImportedOffLoop, import_off_loop
 from airflow_shared_stream.{broker}.trigger import *
 from airflow_shared_stream.common.figures import stream_figures
 trigger = {trigger}
@@ -108,9 +109,10 @@ assert isinstance(producer, ImportedOffLoop), type(producer)
 before = sorted(found_in)
 build = producer._build
 
-def build_not_connecting():  # the stream as built, but opening yields at once (no broker here)
+def build_not_connecting():  # the stream as built; opening imports its SDK, then yields (no broker)
     built = build()
     async def opened():
+        await import_off_loop(getattr(built, "sdk_modules", ()))  # as a leased queue's open_stream
         yield ("opened", None)
     built.open_stream = opened
     return built
