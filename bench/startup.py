@@ -41,19 +41,21 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.machine import describe  # noqa: E402
+from bench.startup_rigs import RIGS  # noqa: E402
 from tests.support.airflow import AirflowDeployment  # noqa: E402
 
 BLOCKED = re.compile(r"async thread was blocked for ([0-9.]+) seconds")
+SLOW_CALLBACK = re.compile(r"Executing (.{0,300}?) took ([0-9.]+) seconds")
+"""asyncio's own slow-callback line (``--asyncio-debug``): which callback or task step held the loop."""
 DEADLOCKED = re.compile(r"appears deadlocked: no communication received for ([0-9.]+)s")
 BUSY_PROCESSES = 8
 
@@ -74,6 +76,8 @@ class Cell:
     deadlocked: list[float] = field(default_factory=list)
     steady_latency: list[float] = field(default_factory=list)
     error: str | None = None
+    slow_callbacks: list[str] = field(default_factory=list)
+    """With ``--asyncio-debug``: the slowest steps asyncio itself reported, longest first."""
 
 
 # -- the Dag of each trigger ------------------------------------------------------------------
@@ -100,127 +104,6 @@ for asset in assets[1:]:
 with DAG(dag_id="startup_probe", schedule=schedule, catchup=False, max_active_runs=1):
     EmptyOperator(task_id="nothing")
 """
-
-
-@dataclass
-class Rig:
-    """What a trigger needs: its Dag's trigger expression, connections, and how to publish."""
-
-    imports: str
-    trigger: str
-    env: dict[str, str]
-    publish: Callable[[dict[str, Any]], object]
-    payload_id: Callable[[dict[str, Any]], str | None]
-
-
-def _own_match(field: str) -> str:
-    """A ``match`` of its own per watcher, always true: identical triggers would be ONE trigger."""
-    return f"match=f\"{field}.canary != 'none-{{n}}'\""
-
-
-def _sqs_rig(stack: contextlib.ExitStack, official: bool) -> Rig:
-    from tests.support.brokers import SqsServer, moto_server
-
-    server = stack.enter_context(moto_server(own_process=True))
-    sqs = SqsServer(port=server.port)
-    queue_url = sqs.create_queue(f"startup-{uuid.uuid4().hex[:8]}", visibility_timeout=30)
-    conn = json.dumps(sqs.connection())
-    if official:
-        imports = "from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger"
-        trigger = (
-            f"MessageQueueTrigger(scheme='sqs', sqs_queue={queue_url!r}, aws_conn_id='aws_default', "
-            "waiter_delay=1 + n)"
-        )
-    else:
-        imports = "from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger"
-        trigger = f"SqsSharedStreamTrigger({queue_url!r}, aws_conn_id='aws_default', {_own_match('body')})"
-
-    def payload_id(extra: dict[str, Any]) -> str | None:
-        payload = extra.get("payload") or extra
-        body = payload.get("body")
-        if body is None and "message_batch" in payload:  # the official trigger's batch
-            body = (payload["message_batch"] or [{}])[0].get("Body")
-        if isinstance(body, str):
-            with contextlib.suppress(ValueError):
-                body = json.loads(body)
-        return body.get("canary") if isinstance(body, dict) else None
-
-    return Rig(
-        imports=imports,
-        trigger=trigger,
-        env={"AIRFLOW_CONN_AWS_DEFAULT": conn},
-        publish=lambda body: sqs.send(queue_url, [body]),
-        payload_id=payload_id,
-    )
-
-
-def _kafka_rig(stack: contextlib.ExitStack, official: bool) -> Rig:
-    from tests.support.brokers import kafka_broker_process
-
-    data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="startup-kafka-")))
-    kafka = stack.enter_context(kafka_broker_process(data_dir))
-    topic = f"startup-{uuid.uuid4().hex[:8]}"
-    kafka.create_topics([topic])
-    conn = json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka.bootstrap}})
-    if official:
-        imports = "from airflow.providers.apache.kafka.triggers.await_message import AwaitMessageTrigger"
-        trigger = (
-            f"AwaitMessageTrigger(topics=[{topic!r}], kafka_config_id='kafka_default', "
-            "apply_function='bench.startup_trivial.kafka_value', "
-            "poll_interval=0.2 + n / 100, poll_timeout=0.2)"
-        )
-        env = {
-            "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
-                {
-                    "conn_type": "kafka",
-                    "extra": {
-                        "bootstrap.servers": kafka.bootstrap,
-                        "group.id": f"official-{topic}",
-                        "auto.offset.reset": "earliest",
-                    },
-                }
-            )
-        }
-    else:
-        imports = "from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger"
-        own = _own_match("value")
-        trigger = f"KafkaSharedStreamTrigger([{topic!r}], kafka_config_id='kafka_default', {own})"
-        env = {"AIRFLOW_CONN_KAFKA_DEFAULT": conn}
-
-    def payload_id(extra: dict[str, Any]) -> str | None:
-        payload = extra.get("payload") or extra
-        value = payload.get("value", payload)
-        if isinstance(value, str):
-            with contextlib.suppress(ValueError):
-                value = json.loads(value)
-        return value.get("canary") if isinstance(value, dict) else None
-
-    return Rig(
-        imports=imports,
-        trigger=trigger,
-        env=env,
-        publish=lambda body: kafka.produce(topic, [body]),
-        payload_id=payload_id,
-    )
-
-
-def _trivial_rig(stack: contextlib.ExitStack, official: bool) -> Rig:
-    return Rig(
-        imports="from bench.startup_trivial import FireAtOnceTrigger",
-        trigger="FireAtOnceTrigger(n)",
-        env={},
-        publish=lambda body: None,
-        payload_id=lambda extra: "fired",
-    )
-
-
-RIGS: dict[str, Callable[[contextlib.ExitStack], Rig]] = {
-    "trivial": lambda stack: _trivial_rig(stack, False),
-    "sqs": lambda stack: _sqs_rig(stack, False),
-    "sqs-official": lambda stack: _sqs_rig(stack, True),
-    "kafka": lambda stack: _kafka_rig(stack, False),
-    "kafka-official": lambda stack: _kafka_rig(stack, True),
-}
 
 
 # -- measuring ----------------------------------------------------------------------------------
@@ -296,6 +179,7 @@ def run_cell(name: str, state: str, watchers: int, args: argparse.Namespace) -> 
                 "PYTHONPATH": str(REPO),
                 "AIRFLOW__TRIGGERER__BLOCKED_MAIN_THREAD_WARNING_THRESHOLD": "0.2",
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+                **({"PYTHONASYNCIODEBUG": "1"} if args.asyncio_debug else {}),
             },
         )
         airflow.migrate()
@@ -370,6 +254,8 @@ def run_cell(name: str, state: str, watchers: int, args: argparse.Namespace) -> 
             cell.error = f"{type(exc).__name__}: {exc}"[:500]
         log_text = airflow.log_path("triggerer").read_text(errors="replace")
         cell.longest_block = max((float(x) for x in BLOCKED.findall(log_text)), default=0.0)
+        slow = sorted(((float(t), what) for what, t in SLOW_CALLBACK.findall(log_text)), reverse=True)
+        cell.slow_callbacks = [f"{t:.2f} s {what}" for t, what in slow[:5]]
         cell.deadlocked = [float(x) for x in DEADLOCKED.findall(log_text)]
         cell.load_after = os.getloadavg()[0]
         if args.keep_logs:
@@ -411,7 +297,8 @@ def render(cells: list[Cell], header: str) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    parser.add_argument("--triggers", nargs="+", choices=sorted(RIGS), default=["trivial", "sqs", "kafka"])
+    default_triggers = ["trivial", "sqs", "kafka", "pubsub", "servicebus"]
+    parser.add_argument("--triggers", nargs="+", choices=sorted(RIGS), default=default_triggers)
     parser.add_argument("--states", nargs="+", choices=("idle", "busy"), default=["idle", "busy"])
     parser.add_argument("--watchers", type=int, default=3)
     parser.add_argument("--period", type=float, default=0.5, help="seconds between two messages")
@@ -419,6 +306,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--steady", type=float, default=10.0, help="steady-state seconds after consuming")
     parser.add_argument("--timeout", type=float, default=240.0)
     parser.add_argument("--keep-logs", action="store_true")
+    parser.add_argument(
+        "--asyncio-debug",
+        action="store_true",
+        help="run the triggerer with PYTHONASYNCIODEBUG=1 and record asyncio's slow-callback lines "
+        "(debug mode slows the loop: diagnosis, not figures)",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "startup.md")
     args = parser.parse_args(argv)
     cells: list[Cell] = []

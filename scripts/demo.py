@@ -49,6 +49,7 @@ from tests.support.order_events import expectation, order_stream  # noqa: E402
 from tests.support.pipeline import (  # noqa: E402
     SPARK_TASKS,
     PipelineState,
+    dag_wait_note,
     latencies,
     latency_table,
     parquet_event_ids,
@@ -473,12 +474,14 @@ def _summary(
         print(f"  start-up           {publisher.startup:.1f} s from watchers running to the stream consuming")
     print(
         f"  latency            (steady state, seconds from publishing; {args.database}; "
-        "wait = run created - could start)"
+        "the Dag's own wait and the scheduler's are rows of their own)"
     )
     table = latency_table(
         {f"{args.broker}, {args.database}": latencies(state, publisher.published_at, measured)}
     )
     print("\n".join(f"    {line}" for line in table.splitlines()))
+    if (note := dag_wait_note(state, measured, publisher.first)) is not None:
+        print(f"  Dag's own wait     {note}")
     print(f"  broker             {broker}")
     print(f"  Airflow UI         {airflow.api_url}/dags/{BROKERS[args.broker][1]}  (no login needed)")
     print(f"  Streams page       {airflow.api_url}/shared-stream/")

@@ -22,11 +22,8 @@ from airflow_shared_stream.common.errors import (
     StreamShapeConflictError,
 )
 from airflow_shared_stream.common.flow_control import CreditWindow, ack_timeout_seconds, subscriber_queue_size
-from airflow_shared_stream.common.leased_queue import DeadLetter, Delivery, LeasedQueueProducer, chunked
-from airflow_shared_stream.common.leases import LeaseKeeper
 from airflow_shared_stream.common.matching import EnvelopeMatcher, RawMessage, Verdict, build_message
-from airflow_shared_stream.common.metrics import StreamMetrics
-from airflow_shared_stream.common.settlement import Settlement, decide, split_by_settlement
+from airflow_shared_stream.common.renamed import renamed_names
 from airflow_shared_stream.common.trigger import SharedStreamTrigger
 
 __all__ = [
@@ -55,3 +52,22 @@ __all__ = [
     "split_by_settlement",
     "subscriber_queue_size",
 ]
+
+# The producers' half is imported when first used: a trigger's module (imported on the
+# triggerer's event loop) needs none of it.
+__getattr__ = renamed_names(
+    __name__,
+    globals(),
+    {},
+    {
+        **dict.fromkeys(
+            ("DeadLetter", "Delivery", "LeasedQueueProducer", "chunked"),
+            "airflow_shared_stream.common.leased_queue",
+        ),
+        "LeaseKeeper": f"{__name__}.leases",
+        "StreamMetrics": f"{__name__}.metrics",
+        **dict.fromkeys(
+            ("Settlement", "decide", "split_by_settlement"), "airflow_shared_stream.common.settlement"
+        ),
+    },
+)

@@ -106,14 +106,20 @@ def require_sdk(module: str, extra: str) -> None:
 
     Called at the top of a broker package's producer module, so ``from
     airflow_shared_stream.sqs import SqsSharedStreamTrigger`` without aiobotocore says what to
-    install instead of failing on the first message.
+    install instead of failing on the first message. It only finds the SDK, without importing
+    it: the triggerer imports a trigger's module on its event loop, and an SDK's first import
+    (hundreds of modules) held that loop; the stream imports it in a worker thread
+    (:mod:`~airflow_shared_stream.common.off_loop`).
     """
-    import importlib
+    import importlib.util
 
+    cause: ImportError | None = None
     try:
-        importlib.import_module(module)
-    except ImportError as exc:
+        found = importlib.util.find_spec(module)
+    except ImportError as exc:  # a parent package is missing
+        found, cause = None, exc
+    if found is None:
         raise ImportError(
             f"{module} is not installed: install the provider's {extra!r} extra "
             f"(pip install 'airflow-shared-stream[{extra}]')"
-        ) from exc
+        ) from cause

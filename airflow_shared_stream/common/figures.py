@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import sys
 import time
 from collections import deque
 from collections.abc import Hashable, Iterator, Mapping
@@ -101,10 +102,26 @@ def figures_key(broker: str, stream_id: str, carrier_trigger_id: int) -> str:
     return f"{FIGURES_KEY_PREFIX}.{broker}.{stream_id}.{carrier_trigger_id}"
 
 
-def metric_label(trigger: Any) -> str:
-    """The stream's metric label, as its producer names it (building a producer does no I/O)."""
+def metric_label(trigger: Any, *, import_producer: bool = True) -> str:
+    """
+    The stream's metric label, as its producer names it (building a producer does no I/O).
+
+    ``import_producer=False`` on the triggerer's loop: a producer module not imported yet (and
+    its broker SDK) is the stream's to import in a worker thread when it opens, so a label from
+    the upstream's name stands in until the producer's metrics replace it (``absorb``).
+    """
     try:
-        producer = trigger.producer_class(**trigger.producer_kwargs())
+        module = getattr(trigger, "producer_path", "").partition(":")[0]
+        if (
+            not import_producer
+            and getattr(trigger, "producer_class", None) is None
+            and module not in sys.modules
+        ):
+            name = trigger.metrics_stream_name()
+            if name is None:
+                raise LookupError(f"{module} is imported when the stream opens")
+            return m.stream_label(name)
+        producer = trigger.resolve_producer_class()(**trigger.producer_kwargs())
         return str(producer.metrics.stream)
     except Exception:
         return m.stream_label(*(str(part) for part in trigger.stream_identity()[:1]))
@@ -246,6 +263,7 @@ class FiguresPublisher:
             return
         try:
             figures = self._figures(metrics.stream_id, metrics.broker, metrics.stream)
+            figures.stream = metrics.stream  # the producer's own label, where a watcher's stood in
             now = time.time()
             figures.absorb(counts, gauges, now)
             self._publish_if_due(figures, now)
@@ -301,7 +319,8 @@ class FiguresPublisher:
                 stream_id = figures_stream_id(trigger.shared_stream_key())
                 figures = self.streams.get(stream_id)
                 if figures is None:
-                    figures = self._figures(stream_id, trigger.broker, metric_label(trigger))
+                    label = metric_label(trigger, import_producer=False)
+                    figures = self._figures(stream_id, trigger.broker, label)
                 figures.carriers[trigger_id] = one_asset_writer(store)
                 if _through_supervisor(store) and not figures.history:
                     # A triggerer that may have just started: first let its supervisor build its

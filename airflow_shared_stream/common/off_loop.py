@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import importlib
 import sys
-from collections.abc import Callable, Iterable
-from typing import TypeVar
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
 T = TypeVar("T")
 
@@ -36,3 +38,47 @@ async def import_off_loop(names: Iterable[str]) -> None:
 async def run_off_loop(work: Callable[[], T]) -> T:
     """Run synchronous start-up ``work`` (loading an SDK's data files) in a worker thread."""
     return await asyncio.to_thread(work)
+
+
+class ImportedOffLoop(SharedStreamProducer):
+    """
+    A stream's producer whose module is imported in a worker thread when the stream opens.
+
+    Airflow builds a stream's producer synchronously on the runner's event loop, and imports the
+    trigger's module there too: a producer module that imports its broker SDK held that loop.
+    This stands in for the producer until :meth:`open_stream`, which imports ``module`` off the
+    loop, then builds the producer (``build``) and hands every call to it.
+    """
+
+    def __init__(self, module: str, build: Callable[[], SharedStreamProducer]) -> None:
+        self.module = module
+        self._build = build
+        self._producer: SharedStreamProducer | None = None
+
+    @property
+    def producer(self) -> SharedStreamProducer:
+        """The producer itself; built on first use (outside the triggerer, where no loop waits)."""
+        if self._producer is None:
+            self._producer = self._build()
+        return self._producer
+
+    async def open_stream(self) -> AsyncIterator[tuple[Any, Any]]:
+        await import_off_loop([self.module])
+        async for item in self.producer.open_stream():
+            yield item
+
+    async def advance(self, batch: Sequence[AdvanceItem]) -> None:
+        await self.producer.advance(batch)
+
+    def get_advance_lane(self, broker_payload: Any) -> Hashable:
+        return self.producer.get_advance_lane(broker_payload)
+
+    async def aclose(self) -> None:
+        if self._producer is not None:
+            await self._producer.aclose()
+
+    def __getattr__(self, name: str) -> Any:
+        # What the stream's own producer offers beyond the four calls (its metrics, its ids).
+        if name.startswith("__") or name in {"module", "_build", "_producer"}:
+            raise AttributeError(name)
+        return getattr(self.producer, name)

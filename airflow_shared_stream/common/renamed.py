@@ -10,6 +10,7 @@ caller's line.
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -18,11 +19,22 @@ from airflow.exceptions import AirflowProviderDeprecationWarning
 
 
 def renamed_names(
-    module: str, namespace: Mapping[str, Any], renamed: Mapping[str, str]
+    module: str,
+    namespace: Mapping[str, Any],
+    renamed: Mapping[str, str],
+    imported_on_use: Mapping[str, str] | None = None,
 ) -> Callable[[str], Any]:
-    """A module ``__getattr__`` that answers each old name in ``renamed`` with the new object."""
+    """
+    A module ``__getattr__`` that answers each old name in ``renamed`` with the new object.
+
+    ``imported_on_use`` maps current names to the module defining them, imported only when the
+    name is used: a package whose producer imports its broker SDK stays light to import (the
+    triggerer imports a trigger's package on its event loop).
+    """
 
     def __getattr__(name: str) -> Any:
+        if imported_on_use and name in imported_on_use:
+            return getattr(importlib.import_module(imported_on_use[name]), name)
         new = renamed.get(name)
         if new is None:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")

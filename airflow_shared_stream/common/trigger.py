@@ -34,7 +34,9 @@ built the group; the producer factory also records the shape it was built with.
 
 from __future__ import annotations
 
+import importlib
 import logging
+import sys
 import warnings
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
@@ -48,6 +50,7 @@ from airflow_shared_stream.common.errors import SharedStreamConfigurationError, 
 from airflow_shared_stream.common.figures import figures_stream_id, stream_figures
 from airflow_shared_stream.common.flow_control import validate_max_in_flight
 from airflow_shared_stream.common.matching import EnvelopeMatcher, RawMessage, Verdict
+from airflow_shared_stream.common.off_loop import ImportedOffLoop
 from airflow_shared_stream.common.process_scope import scoped
 
 log = logging.getLogger(__name__)
@@ -187,7 +190,7 @@ class SharedStreamTrigger(BaseEventTrigger):
             identity_fields = ("queue_url",)
             shaping_fields = ("aws_conn_id", "region_name", "dead_letter_queue_url", "wait_time_seconds")
             connection_default_fields = frozenset({"region_name"})
-            producer_class = SqsSharedStreamProducer
+            producer_path = "airflow_shared_stream.sqs.producer:SqsSharedStreamProducer"
 
     The subscriber half is the same for every broker: evaluate ``match``/``reject`` on each
     broadcast message, yield one :class:`TriggerEvent` whose payload is the message envelope
@@ -212,8 +215,13 @@ class SharedStreamTrigger(BaseEventTrigger):
     """Broker-specific arguments shaping the shared consumer (besides COMMON_SHAPING_FIELDS)."""
     connection_default_fields: ClassVar[frozenset[str]] = frozenset()
     """Shaping fields where ``None`` means "as the connection says", and so agrees with any value."""
-    producer_class: ClassVar[type[SharedStreamProducer]]
-    """The producer the triggerer builds for the stream, from :meth:`producer_kwargs`."""
+    producer_class: ClassVar[type[SharedStreamProducer] | None] = None
+    """The producer the triggerer builds for the stream, from :meth:`producer_kwargs` (or
+    ``producer_path``)."""
+    producer_path: ClassVar[str] = ""
+    """``module:Class`` of the producer when ``producer_class`` is not given: the trigger's module
+    then imports neither it nor its broker SDK, and a stream imports them in a worker thread when
+    it opens (the triggerer imports a trigger's module on its event loop)."""
     every_triggerer_reads_everything: ClassVar[bool] = False
     """Whether each triggerer running watchers of a stream gets every message (Kafka), or the
     triggerers compete for them (leased queues). With several triggerers on one stream, a
@@ -255,6 +263,10 @@ class SharedStreamTrigger(BaseEventTrigger):
             raise NotImplementedError(f"{type(self).__name__} declares no identity_fields")
         return (f"airflow_shared_stream.{self.broker}", *self.stream_identity())
 
+    def metrics_stream_name(self) -> str | None:
+        """The upstream's name as the stream's producer labels its metrics (read without building it)."""
+        return None
+
     def normalized_shape(self) -> dict[str, Any]:
         """The producer-shaping values, normalised for comparison. Override to normalise."""
         return {name: getattr(self, name) for name in (*self.shaping_fields, *COMMON_SHAPING_FIELDS)}
@@ -270,16 +282,37 @@ class SharedStreamTrigger(BaseEventTrigger):
         )
 
     @classmethod
+    def resolve_producer_class(cls) -> type[SharedStreamProducer]:
+        """``producer_class``, or the class ``producer_path`` names (imported here if need be)."""
+        if cls.producer_class is not None:
+            return cls.producer_class
+        module, _, name = cls.producer_path.partition(":")
+        found: type[SharedStreamProducer] = getattr(importlib.import_module(module), name)
+        return found
+
+    @classmethod
     def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> SharedStreamProducer:
-        """Build the stream's producer from the first watcher's kwargs (no I/O here)."""
+        """
+        Build the stream's producer from the first watcher's kwargs (no I/O here).
+
+        Airflow calls this on the runner's event loop: a producer module not imported yet is
+        imported in a worker thread when the stream opens (:class:`~.off_loop.ImportedOffLoop`).
+        """
         trigger = cls(**kwargs)
         key = trigger.shared_stream_key()
         stream_shapes.record_producer(key, trigger.normalized_shape())
-        producer = cls.producer_class(**trigger.producer_kwargs())
-        metrics = getattr(producer, "metrics", None)
-        if metrics is not None:  # the console's figures are keyed by the stream, not its label
-            metrics.stream_id = figures_stream_id(key)
-        return producer
+
+        def build() -> SharedStreamProducer:
+            producer = cls.resolve_producer_class()(**trigger.producer_kwargs())
+            metrics = getattr(producer, "metrics", None)
+            if metrics is not None:  # the console's figures are keyed by the stream, not its label
+                metrics.stream_id = figures_stream_id(key)
+            return producer
+
+        module = cls.producer_path.partition(":")[0]
+        if cls.producer_class is None and module not in sys.modules:
+            return ImportedOffLoop(module, build)
+        return build()
 
     @classmethod
     def check_shape_agrees(cls, stream_shape: Mapping[str, Any], watcher_shape: Mapping[str, Any]) -> None:

@@ -12,7 +12,6 @@ from airflow_shared_stream.kafka.errors import (
     KafkaTopicNotFoundError,
 )
 from airflow_shared_stream.kafka.hook import KafkaClientConfig, KafkaSharedStreamHook
-from airflow_shared_stream.kafka.producer import KafkaSharedStreamProducer
 from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger
 
 __all__ = [
@@ -29,5 +28,8 @@ __all__ = [
 ]
 
 __getattr__ = renamed_names(
-    __name__, globals(), {"KafkaHook": "KafkaSharedStreamHook", "KafkaConfigError": "KafkaConfigurationError"}
+    __name__,
+    globals(),
+    {"KafkaHook": "KafkaSharedStreamHook", "KafkaConfigError": "KafkaConfigurationError"},
+    {"KafkaSharedStreamProducer": "airflow_shared_stream.kafka.producer"},
 )

@@ -25,6 +25,7 @@ from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk import BaseHook
 
 from airflow_shared_stream.common.errors import SecretScrubber
+from airflow_shared_stream.common.off_loop import run_off_loop
 from airflow_shared_stream.common.renamed import renamed_names
 from airflow_shared_stream.kafka.errors import KafkaConfigurationError
 
@@ -339,8 +340,12 @@ class KafkaSharedStreamHook(BaseHook):
     async def aget_client_config(self) -> KafkaClientConfig:
         """Fetch the connection and translate it; raises :class:`KafkaConfigurationError` on bad settings."""
         connection = await BaseHook.aget_connection(self.kafka_config_id)
-        config = client_config_from_extra(
-            connection.extra_dejson, login=connection.login, password=connection.password
+        # In a worker thread, as Pub/Sub's: a TLS connection's context reads and parses its CA
+        # and certificate files, file I/O that must not hold the triggerer's loop.
+        config = await run_off_loop(
+            lambda: client_config_from_extra(
+                connection.extra_dejson, login=connection.login, password=connection.password
+            )
         )
         protect_secrets(config)
         if config.ignored:

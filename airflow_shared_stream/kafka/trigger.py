@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.triggers.base import TriggerEvent
 
+from airflow_shared_stream.common.errors import require_sdk
 from airflow_shared_stream.common.matching import RawMessage
 from airflow_shared_stream.common.trigger import (
     DEFAULT_MAX_IN_FLIGHT,
@@ -33,8 +34,9 @@ from airflow_shared_stream.common.trigger import (
 )
 from airflow_shared_stream.kafka.errors import KafkaConfigurationError
 from airflow_shared_stream.kafka.identity import normalise_topics
-from airflow_shared_stream.kafka.producer import KafkaSharedStreamProducer
 from airflow_shared_stream.kafka.watchers import Receipt, stream_ref, watcher_digest, watchers_of
+
+require_sdk("aiokafka", "kafka")
 
 # The keyword arguments the trigger took positionally before they became keyword-only, in order.
 _FORMER_POSITIONAL = (
@@ -77,7 +79,7 @@ class KafkaSharedStreamTrigger(SharedStreamTrigger):
     broker: ClassVar[str] = "kafka"
     identity_fields: ClassVar[tuple[str, ...]] = ("topics", "kafka_config_id", "group_id")
     shaping_fields: ClassVar[tuple[str, ...]] = ("dead_letter_topic",)
-    producer_class = KafkaSharedStreamProducer
+    producer_path = "airflow_shared_stream.kafka.producer:KafkaSharedStreamProducer"
     every_triggerer_reads_everything: ClassVar[bool] = True
 
     def __init__(
@@ -132,6 +134,9 @@ class KafkaSharedStreamTrigger(SharedStreamTrigger):
     def kafka_conn_id(self) -> str:
         """Deprecated alias of :attr:`kafka_config_id`."""
         return self.kafka_config_id
+
+    def metrics_stream_name(self) -> str:
+        return ".".join(sorted(set(self.topics)))
 
     def watcher_digest(self) -> str:
         """This watcher's durable identity (its own position's key; see :mod:`.watchers`)."""

@@ -11,7 +11,6 @@ from airflow_shared_stream.pubsub.errors import (
     PubSubSharedStreamError,
 )
 from airflow_shared_stream.pubsub.hook import PubSubClientConfig, PubSubSharedStreamHook, ResourceName
-from airflow_shared_stream.pubsub.producer import PubSubSharedStreamProducer
 from airflow_shared_stream.pubsub.trigger import PubSubSharedStreamTrigger
 
 __all__ = [
@@ -31,4 +30,5 @@ __getattr__ = renamed_names(
     __name__,
     globals(),
     {"PubSubHook": "PubSubSharedStreamHook", "PubSubClientSettings": "PubSubClientConfig"},
+    {"PubSubSharedStreamProducer": "airflow_shared_stream.pubsub.producer"},
 )

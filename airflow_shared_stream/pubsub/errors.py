@@ -79,3 +79,6 @@ def explain(
         message = scrubber.scrub(str(getattr(exc, "message", "") or exc))
         return PubSubSharedStreamError(f"{where} failed: {type(exc).__name__}: {message}")
     return PubSubSharedStreamError(f"{where} failed: {type(exc).__name__}: {scrubber.scrub(str(exc))}")
+
+
+NOWHERE_TO_DEAD_LETTER_FIX = "Give the trigger a dead_letter_topic or the subscription a dead-letter policy."

@@ -56,7 +56,7 @@ from airflow_shared_stream.pubsub.dead_letter import (
     request_size,
     truncate_utf8,
 )
-from airflow_shared_stream.pubsub.errors import PubSubConfigurationError
+from airflow_shared_stream.pubsub.errors import NOWHERE_TO_DEAD_LETTER_FIX, PubSubConfigurationError
 from airflow_shared_stream.pubsub.hook import PubSubSharedStreamHook, ResourceName
 
 require_sdk("google.pubsub_v1", "pubsub")
@@ -84,7 +84,6 @@ PUBLISH_BYTES = PUBLISH_REQUEST_BYTES - 512
 name (``projects/<at most 30>/topics/<at most 255>``). A copy fitted to the limit with its topic
 (:func:`~airflow_shared_stream.pubsub.dead_letter.copy_for_dead_letter`) goes alone."""
 
-NOWHERE_TO_DEAD_LETTER_FIX = "Give the trigger a dead_letter_topic or the subscription a dead-letter policy."
 """What a refused ``reject`` says to do (:mod:`~airflow_shared_stream.common.reject_routes`)."""
 
 

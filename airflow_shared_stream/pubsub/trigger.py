@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any
 
+from airflow_shared_stream.common.errors import require_sdk
 from airflow_shared_stream.common.matching import RawMessage
 from airflow_shared_stream.common.reject_routes import reject_routes
 from airflow_shared_stream.common.trigger import (
@@ -14,9 +15,10 @@ from airflow_shared_stream.common.trigger import (
     SharedStreamTrigger,
     connection_endpoints,
 )
-from airflow_shared_stream.pubsub.errors import PubSubConfigurationError
+from airflow_shared_stream.pubsub.errors import NOWHERE_TO_DEAD_LETTER_FIX, PubSubConfigurationError
 from airflow_shared_stream.pubsub.hook import PubSubSharedStreamHook, ResourceName, validate_project_id
-from airflow_shared_stream.pubsub.producer import NOWHERE_TO_DEAD_LETTER_FIX, PubSubSharedStreamProducer
+
+require_sdk("google.pubsub_v1", "pubsub")
 
 
 class PubSubSharedStreamTrigger(SharedStreamTrigger):
@@ -60,7 +62,7 @@ class PubSubSharedStreamTrigger(SharedStreamTrigger):
     broker = "pubsub"
     identity_fields = ("subscription", "project_id")
     shaping_fields = ("gcp_conn_id", "dead_letter_topic")
-    producer_class: ClassVar[type[PubSubSharedStreamProducer]] = PubSubSharedStreamProducer
+    producer_path = "airflow_shared_stream.pubsub.producer:PubSubSharedStreamProducer"
     """The producer the triggerer builds for this trigger's stream (a subclass may swap it)."""
 
     def __init__(
@@ -94,6 +96,9 @@ class PubSubSharedStreamTrigger(SharedStreamTrigger):
         self.gcp_conn_id = gcp_conn_id
         self.dead_letter_topic = dead_letter_topic
         self._resolved_project: str | None = None
+
+    def metrics_stream_name(self) -> str:
+        return self._subscription.id
 
     def project(self) -> str | None:
         """

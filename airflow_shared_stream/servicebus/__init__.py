@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from airflow_shared_stream.common.renamed import renamed_names
 from airflow_shared_stream.servicebus.errors import (
     ServiceBusAccessError,
     ServiceBusConfigurationError,
@@ -10,7 +11,6 @@ from airflow_shared_stream.servicebus.errors import (
     ServiceBusSharedStreamError,
 )
 from airflow_shared_stream.servicebus.hook import Entity, ServiceBusClientConfig, ServiceBusSharedStreamHook
-from airflow_shared_stream.servicebus.producer import ServiceBusSharedStreamProducer
 from airflow_shared_stream.servicebus.trigger import ServiceBusSharedStreamTrigger
 
 __all__ = [
@@ -25,3 +25,7 @@ __all__ = [
     "ServiceBusSharedStreamProducer",
     "ServiceBusSharedStreamTrigger",
 ]
+
+__getattr__ = renamed_names(
+    __name__, globals(), {}, {"ServiceBusSharedStreamProducer": "airflow_shared_stream.servicebus.producer"}
+)

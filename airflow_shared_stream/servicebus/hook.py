@@ -19,6 +19,7 @@ Extra fields may also be spelled with the provider's old prefix
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,6 +27,7 @@ from urllib.parse import urlsplit
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_shared_stream.common.off_loop import import_off_loop
 from airflow_shared_stream.servicebus.errors import ServiceBusConfigurationError
 
 _EXTRA_PREFIX = "extra__azure_service_bus__"
@@ -170,7 +172,7 @@ EMULATOR_AMQP_PORT = 5672
 """The development emulator's port (plain AMQP) when its endpoint names none, as the SDK's."""
 
 
-def parse_connection_string(connection_string: str, conn_id: str) -> str:
+def parse_connection_string(connection_string: str, conn_id: str, *, with_sdk: bool = True) -> str:
     """
     Check a Service Bus connection string and return the namespace it resolves to.
 
@@ -179,9 +181,11 @@ def parse_connection_string(connection_string: str, conn_id: str) -> str:
     ``Endpoint`` key as written, its clients ``endpoint`` or ``HostName`` in any case, the last one
     winning: a string that names the host (or the emulator) twice is refused, or the clients would
     sign for a host other than the namespace resolved here.
-    """
-    from azure.servicebus import parse_connection_string as sdk_parse
 
+    ``with_sdk=False`` reads the endpoint plainly, without importing the SDK: the stream key is
+    computed on the triggerer's event loop, where the SDK's first import held it. The stream
+    refuses to connect where the two readings differ (``aget_client_config``).
+    """
     named = [part.split("=", 1)[0].strip().lower() for part in connection_string.split(";")]
     for names in (("endpoint", "hostname"), ("usedevelopmentemulator",)):
         if sum(name in names for name in named) > 1:
@@ -190,6 +194,10 @@ def parse_connection_string(connection_string: str, conn_id: str) -> str:
                 f"{' or '.join(names)} more than once: give one Endpoint=sb://<namespace>/"
                 + ("" if "endpoint" in names else " and at most one UseDevelopmentEmulator")
             )
+    if not with_sdk:
+        return _namespace_read_plainly(connection_string, conn_id)
+    from azure.servicebus import parse_connection_string as sdk_parse
+
     try:
         properties = sdk_parse(connection_string)
     except Exception:
@@ -204,6 +212,22 @@ def parse_connection_string(connection_string: str, conn_id: str) -> str:
             f"the connection string of Airflow connection {conn_id!r} names no namespace endpoint"
         )
     return normalise_namespace(namespace, emulator=_uses_development_emulator(connection_string))
+
+
+def _namespace_read_plainly(connection_string: str, conn_id: str) -> str:
+    """The namespace the ``Endpoint`` (or ``HostName``) key names, read without the SDK."""
+    values = {}
+    for part in connection_string.split(";"):
+        name, sep, value = part.partition("=")
+        if sep:
+            values[name.strip().lower()] = value.strip()
+    endpoint = values.get("endpoint") or values.get("hostname") or ""
+    host = urlsplit(endpoint).netloc if "://" in endpoint else endpoint.strip("/")
+    if not host:
+        raise ServiceBusConfigurationError(
+            f"the connection string of Airflow connection {conn_id!r} names no namespace endpoint"
+        )
+    return normalise_namespace(host, emulator=_uses_development_emulator(connection_string))
 
 
 def normalise_namespace(host: str, *, emulator: bool) -> str:
@@ -278,7 +302,7 @@ class ServiceBusSharedStreamHook(BaseHook):
             raise ServiceBusConfigurationError(
                 f"Airflow connection {self.conn_id!r} is not defined"
             ) from None
-        return self.config_from(conn).namespace
+        return self.config_from(conn, with_sdk=False).namespace
 
     async def aget_client_config(self) -> ServiceBusClientConfig:
         """Read the connection (through the triggerer's secrets backends) and build the config."""
@@ -288,15 +312,27 @@ class ServiceBusSharedStreamHook(BaseHook):
             raise ServiceBusConfigurationError(
                 f"Airflow connection {self.conn_id!r} is not defined"
             ) from None
-        return self.config_from(conn)
+        config = self.config_from(conn)
+        if config.connection_string and config.namespace != self.config_from(conn, with_sdk=False).namespace:
+            # The stream key read the string without the SDK: connect only where it says.
+            raise ServiceBusConfigurationError(
+                f"the connection string of Airflow connection {self.conn_id!r} names its namespace "
+                "in a form read two ways: give one Endpoint=sb://<namespace>/"
+            )
+        if config.use_default_credential:
+            # Azure's credential chain is an SDK of its own (azure-identity): imported off the
+            # triggerer's loop, as the Service Bus SDK is.
+            with contextlib.suppress(ImportError):  # make_client names the missing package
+                await import_off_loop(["azure.identity.aio"])
+        return config
 
-    def config_from(self, conn: Any) -> ServiceBusClientConfig:
-        """Build the config from a Connection object (pure: no I/O)."""
+    def config_from(self, conn: Any, *, with_sdk: bool = True) -> ServiceBusClientConfig:
+        """Build the config from a Connection object (pure: no I/O; see :func:`parse_connection_string`)."""
         extra = conn.extra_dejson or {}
         connection_string = (conn.schema or "").strip() or _extra(extra, "connection_string")
         if connection_string:
             return ServiceBusClientConfig(
-                namespace=parse_connection_string(connection_string, self.conn_id),
+                namespace=parse_connection_string(connection_string, self.conn_id, with_sdk=with_sdk),
                 connection_string=connection_string,
             )
         namespace = (_extra(extra, "fully_qualified_namespace") or "").strip()

@@ -29,7 +29,7 @@ share an advance lane.
 from __future__ import annotations
 
 import asyncio
-import importlib
+import importlib.metadata
 import logging
 from collections.abc import Awaitable, Collection, Iterable, Sequence
 from typing import Any
@@ -67,7 +67,7 @@ from airflow_shared_stream.servicebus.sessions import (
 )
 
 require_sdk("azure.servicebus", "servicebus")
-require_sdk_version(importlib.import_module("azure.servicebus").__version__)
+require_sdk_version(importlib.metadata.version("azure-servicebus"))  # its metadata: no import on the loop
 
 log = logging.getLogger(__name__)
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Hashable
-from typing import Any, ClassVar
+from typing import Any
 
 from airflow.exceptions import AirflowProviderDeprecationWarning
 
+from airflow_shared_stream.common.errors import require_sdk
 from airflow_shared_stream.common.trigger import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -16,7 +17,8 @@ from airflow_shared_stream.common.trigger import (
 )
 from airflow_shared_stream.servicebus.errors import ServiceBusConfigurationError
 from airflow_shared_stream.servicebus.hook import Entity, ServiceBusSharedStreamHook
-from airflow_shared_stream.servicebus.producer import ServiceBusSharedStreamProducer
+
+require_sdk("azure.servicebus", "servicebus")
 
 
 class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
@@ -73,7 +75,7 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
         "max_concurrent_sessions",
         "complete_in_ranges",
     )
-    producer_class: ClassVar[type[ServiceBusSharedStreamProducer]] = ServiceBusSharedStreamProducer
+    producer_path = "airflow_shared_stream.servicebus.producer:ServiceBusSharedStreamProducer"
     """The producer the triggerer builds for this trigger's stream (a subclass may swap it)."""
 
     def __init__(
@@ -135,6 +137,9 @@ class ServiceBusSharedStreamTrigger(SharedStreamTrigger):
         self.max_concurrent_sessions = max_concurrent_sessions
         self.complete_in_ranges = complete_in_ranges
         self._namespace: str | None = None
+
+    def metrics_stream_name(self) -> str:
+        return self._entity.identity
 
     def stream_identity(self) -> tuple[Hashable, ...]:
         """The namespace the connection resolves to and the entity: not the connection id."""

@@ -11,7 +11,6 @@ from airflow_shared_stream.sqs.errors import (
     SqsSharedStreamError,
 )
 from airflow_shared_stream.sqs.hook import QueueUrl, SqsClientConfig, SqsSharedStreamHook
-from airflow_shared_stream.sqs.producer import SqsSharedStreamProducer
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
 
 __all__ = [
@@ -28,4 +27,9 @@ __all__ = [
 ]
 
 
-__getattr__ = renamed_names(__name__, globals(), {"SqsHook": "SqsSharedStreamHook"})
+__getattr__ = renamed_names(
+    __name__,
+    globals(),
+    {"SqsHook": "SqsSharedStreamHook"},
+    {"SqsSharedStreamProducer": "airflow_shared_stream.sqs.producer"},
+)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any, ClassVar
+from typing import Any
 
+from airflow_shared_stream.common.errors import require_sdk
 from airflow_shared_stream.common.trigger import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -12,7 +13,8 @@ from airflow_shared_stream.common.trigger import (
 )
 from airflow_shared_stream.sqs.errors import SqsConfigurationError
 from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook
-from airflow_shared_stream.sqs.producer import SqsSharedStreamProducer
+
+require_sdk("aiobotocore", "sqs")
 
 
 class SqsSharedStreamTrigger(SharedStreamTrigger):
@@ -52,7 +54,7 @@ class SqsSharedStreamTrigger(SharedStreamTrigger):
     identity_fields = ("queue_url",)
     shaping_fields = ("aws_conn_id", "region_name", "dead_letter_queue_url", "wait_time_seconds")
     connection_default_fields = frozenset({"region_name"})
-    producer_class: ClassVar[type[SqsSharedStreamProducer]] = SqsSharedStreamProducer
+    producer_path = "airflow_shared_stream.sqs.producer:SqsSharedStreamProducer"
     """The producer the triggerer builds for this trigger's stream (a subclass may swap it)."""
 
     def __init__(
@@ -86,6 +88,9 @@ class SqsSharedStreamTrigger(SharedStreamTrigger):
         self.region_name = region_name
         self.dead_letter_queue_url = dead_letter_queue_url
         self.wait_time_seconds = wait_time_seconds
+
+    def metrics_stream_name(self) -> str:
+        return self._queue.name
 
     def stream_identity(self) -> tuple[Hashable, ...]:
         return self._queue.identity

@@ -252,11 +252,14 @@ def latencies(
     ``published_at`` holds wall-clock publish times (``time.time()``). Milestones: the first
     asset event; the moment the Dag could start a run for it (:func:`could_start_at`); the
     creation and the start of the Dag run that consumed it (a created run waits while an earlier
-    one runs: ``max_active_runs``); the end of each Spark task of that run. ``scheduler_wait``
-    is not from the message: it is run created minus could start, the delay the scheduler adds.
+    one runs: ``max_active_runs``); the end of each Spark task of that run. ``dag_wait`` and
+    ``scheduler_wait`` are not from the message: could start minus the asset event (the Dag's own
+    wait, while the runs before it hold its ``max_active_runs`` slots: their Spark tasks) and run
+    created minus could start (the delay the scheduler adds).
     """
     out: dict[str, list[float]] = {
         "asset_event": [],
+        "dag_wait": [],
         "could_start": [],
         "dag_run_created": [],
         "dag_run_started": [],
@@ -269,6 +272,7 @@ def latencies(
         out["asset_event"].append(_epoch(event_time) - sent)
         could_start = could_start_at(event_time, state.all_runs or state.runs, state.max_active_runs)
         out["could_start"].append(_epoch(could_start) - sent)
+        out["dag_wait"].append(_epoch(could_start) - _epoch(event_time))
         run = state.run_of_event[event_id]
         if run.created_at is not None:
             out["dag_run_created"].append(_epoch(run.created_at) - sent)
@@ -288,12 +292,34 @@ def _epoch(value: datetime) -> float:
 
 LATENCY_COLUMNS = (
     ("asset_event", "message -> asset event"),
-    ("could_start", "message -> Dag could start a run"),
+    ("could_start", "message -> Dag below max_active_runs (could start a run)"),
     ("dag_run_created", "message -> run created"),
     ("dag_run_started", "message -> run started"),
     *((f"{t}_finished", f"message -> {t} done") for t in SPARK_TASKS),
+    ("dag_wait", "Dag's own wait: runs before it hold max_active_runs (could start - asset event)"),
     ("scheduler_wait", "scheduler wait (run created - could start)"),
 )
+
+
+def slot_holders(state: PipelineState, event_ids: Iterable[str]) -> dict[str, int]:
+    """
+    Run id -> how many of ``event_ids`` waited for that run's end before the Dag could start one.
+
+    Names the run a message queued behind (with ``max_active_runs=1``, a burst published while
+    the run before it runs its Spark tasks waits for that run's end).
+    """
+    runs = state.all_runs or state.runs
+    held: dict[str, int] = {}
+    for event_id in event_ids:
+        event_time = state.first_asset_event[event_id].timestamp
+        could_start = could_start_at(event_time, runs, state.max_active_runs)
+        if could_start == event_time:
+            continue
+        for run in runs:
+            if run.end_date == could_start:
+                held[run.run_id] = held.get(run.run_id, 0) + 1
+                break
+    return held
 
 
 def latency_table(rows: dict[str, dict[str, Latency]]) -> str:
@@ -314,3 +340,19 @@ def summarize_runs(state: PipelineState) -> dict[str, Any]:
         "succeeded": sum(r.state == "success" for r in state.runs),
         "spark_applications": sum(1 for key in state.task_end if key[1] in SPARK_TASKS),
     }
+
+
+def dag_wait_note(state: PipelineState, event_ids: set[str], start_up_event: str | None) -> str | None:
+    """A summary line naming the run most of ``event_ids`` queued behind, or None if none did."""
+    held = slot_holders(state, event_ids)
+    if not held:
+        return None
+    holder, count = max(held.items(), key=lambda item: item[1])
+    start_up_run = state.run_of_event.get(start_up_event or "")
+    start_up = start_up_run is not None and start_up_run.run_id == holder
+    whose = " (the start-up event's run)" if start_up else ""
+    return (
+        f"{count} of {len(event_ids)} events waited for run {holder}{whose} to end: the Dag runs "
+        f"{state.max_active_runs} run(s) at a time (max_active_runs) and a run lasts its Spark "
+        "tasks; the scheduler's own delay is its wait row"
+    )

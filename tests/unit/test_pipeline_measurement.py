@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from tests.support.airflow import DagRunRow
-from tests.support.pipeline import could_start_at
+import pytest
+
+from tests.support.airflow import AssetEventRow, DagRunRow
+from tests.support.pipeline import (
+    LATENCY_COLUMNS,
+    PipelineState,
+    could_start_at,
+    dag_wait_note,
+    latencies,
+    slot_holders,
+)
 
 T0 = datetime(2026, 11, 22, 4, 0, tzinfo=timezone.utc)
 
@@ -52,3 +61,42 @@ def test_an_event_after_a_runs_window_closed_waits_for_that_run() -> None:
     run = _run(created=10, ended=60, run_after=9.5)
     assert could_start_at(T0 + timedelta(seconds=9.8), [run], max_active_runs=1) == T0 + timedelta(seconds=60)
     assert could_start_at(T0 + timedelta(seconds=9.0), [run], max_active_runs=1) == T0 + timedelta(seconds=9)
+
+
+def _state_with_one_slot_held(event_at: float, holder_end: float, own_run_created: float) -> PipelineState:
+    """One event persisted while an earlier run (the start-up event's) holds the only slot."""
+    holder = _run(created=0, ended=holder_end, run_after=0)
+    own = _run(created=own_run_created, ended=own_run_created + 60, run_after=own_run_created)
+    event = AssetEventRow(
+        id=1, asset_name="a", asset_uri="a", timestamp=T0 + timedelta(seconds=event_at), extra={}
+    )
+    return PipelineState(
+        first_asset_event={"e": event},
+        runs=[own],
+        run_of_event={"e": own},
+        all_runs=[holder, own],
+        max_active_runs=1,
+    )
+
+
+def test_the_dags_own_wait_is_reported_apart_from_the_message_and_the_scheduler() -> None:
+    """Issue 50: a message waiting ~3 min for the run before it is the Dag's max_active_runs, said so."""
+    state = _state_with_one_slot_held(event_at=1.0, holder_end=180.0, own_run_created=180.4)
+    published = {"e": T0.timestamp() + 0.5}
+    found = latencies(state, published, ["e"])
+    assert found["asset_event"].p50 == pytest.approx(0.5)
+    assert found["dag_wait"].p50 == pytest.approx(179.0)  # the run before held the only slot
+    assert found["scheduler_wait"].p50 == pytest.approx(0.4)
+    labels = dict(LATENCY_COLUMNS)
+    assert "max_active_runs" in labels["could_start"]
+    assert "max_active_runs" in labels["dag_wait"]
+
+
+def test_the_summary_names_the_run_that_held_the_slot() -> None:
+    state = _state_with_one_slot_held(event_at=1.0, holder_end=180.0, own_run_created=180.4)
+    held = slot_holders(state, ["e"])
+    assert held == {"r0": 1}
+    state.run_of_event["start-up"] = state.all_runs[0]
+    note = dag_wait_note(state, {"e"}, "start-up")
+    assert note is not None
+    assert "run r0 (the start-up event's run)" in note

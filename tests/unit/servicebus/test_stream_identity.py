@@ -109,3 +109,32 @@ def test_the_last_endpoint_read_stands_in_where_a_connection_cannot_be_read():
 
     assert endpoints.resolve("servicebus", "sb", unreadable) == "localhost:5672"
     assert endpoints.resolve("servicebus", "other", unreadable) is None
+
+
+@pytest.mark.parametrize(
+    "connection_string",
+    [
+        f"Endpoint=sb://ns.servicebus.windows.net/;{KEY}",
+        f"Endpoint=SB://NS.servicebus.windows.net:5671/;{KEY}",
+        f"Endpoint=amqps://ns.servicebus.windows.net:443/;{KEY}",
+        f"Endpoint=sb://localhost;{KEY};{EMULATOR};",
+        f"Endpoint=sb://LOCALHOST:5672/;{KEY};{EMULATOR};",
+        f"Endpoint=sb://127.0.0.1:5999;{KEY};{EMULATOR};",
+    ],
+)
+def test_the_stream_key_reads_the_namespace_as_the_sdk_does_without_importing_it(connection_string):
+    """Issue 50: the key is computed on the triggerer's loop; the SDK's parser is imported off it."""
+    plain = parse_connection_string(connection_string, "sb", with_sdk=False)
+    assert plain == parse_connection_string(connection_string, "sb")
+
+
+async def test_a_string_the_two_readings_disagree_on_is_refused_at_connect(monkeypatch):
+    """Where the key's plain reading and the SDK's differ, the stream connects nowhere."""
+    from airflow_shared_stream.servicebus import hook as hook_module
+    from airflow_shared_stream.servicebus.errors import ServiceBusConfigurationError
+    from airflow_shared_stream.servicebus.hook import ServiceBusSharedStreamHook
+
+    conn_id = define(monkeypatch, "sb_two_ways", schema=f"Endpoint=sb://ns.servicebus.windows.net/;{KEY}")
+    monkeypatch.setattr(hook_module, "_namespace_read_plainly", lambda *_: "elsewhere.servicebus.windows.net")
+    with pytest.raises(ServiceBusConfigurationError, match="read two ways"):
+        await ServiceBusSharedStreamHook(conn_id).aget_client_config()
