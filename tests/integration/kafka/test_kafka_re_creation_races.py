@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from airflow_shared_stream.kafka import cluster_watch
+from airflow_shared_stream.kafka.dead_letter import DeadLetterWriter
 from airflow_shared_stream.kafka.producer import KafkaSharedStreamProducer
 from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger
 from airflow_shared_stream.kafka.watchers import watcher_group_id
@@ -93,4 +94,57 @@ async def test_acks_of_the_old_log_folded_after_the_re_creation_move_no_position
         assert await kafka.wait_committed(own_group, topic, {0: 4}) == {0: 4}
         assert await kafka.wait_committed(group, topic, {0: 4}) == {0: 4}
         assert w.error is None, w.error
-    await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("kafka_broker", ["tansu", "noida-db"], indirect=True)
+async def test_a_dead_letter_of_the_old_log_sent_across_the_re_creation_moves_no_position_on_the_new_log(
+    kafka, monkeypatch, caplog
+):
+    """
+    Record 0 of the topic is rejected; its dead-letter send is slow (held) while record 1 fires,
+    and the topic is deleted and created again meanwhile. The send then completes and the batch
+    is folded: it must move no position on the new log. Broke (before the fold checked the log):
+    the watcher's position and the stream's commit moved over the new log's first offsets.
+    """
+    caplog.set_level(logging.INFO, logger=POSITIONS_LOG)
+    monkeypatch.setattr(cluster_watch, "CLUSTER_CHECK_INTERVAL", 0.2)
+    sending, release, sent = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    write = DeadLetterWriter.write
+
+    async def slow_write(writer: DeadLetterWriter, payloads: Any) -> None:
+        sending.set()
+        await release.wait()
+        await write(writer, payloads)
+        sent.set()
+
+    monkeypatch.setattr(DeadLetterWriter, "write", slow_write)
+    topic, dead, group = kafka.name("t"), kafka.name("dl"), kafka.name("g")
+    await kafka.create_topics(topic, dead)
+    trigger = KafkaSharedStreamTrigger(
+        [topic],
+        kafka_config_id=kafka.conn_id,
+        group_id=group,
+        dead_letter_topic=dead,
+        reject="value.kind == 'bad'",
+    )
+    own_group = watcher_group_id(group, trigger.watcher_digest())
+    async with SharedStreamHarness(confirm_after=0.0) as triggerer:
+        w = triggerer.add(trigger)
+        assert await kafka.wait_committed(own_group, topic, {0: 0}) == {0: 0}
+        await kafka.produce(topic, [{"round": 1, "kind": "bad", "i": 0}, {"round": 1, "kind": "ok", "i": 1}])
+        await asyncio.wait_for(sending.wait(), 30)
+        await w.wait_for_events(1)
+        await kafka.delete_topic(topic, groups=(group, own_group))
+        await kafka.create_topics(topic)
+        await _until(
+            lambda: any("is a new log" in r.getMessage() for r in caplog.records), "the new log's detection"
+        )
+        release.set()
+        await asyncio.wait_for(sent.wait(), 30)
+        await kafka.produce(topic, [{"round": 2, "kind": "ok", "i": i} for i in range(4)])
+        with contextlib.suppress(AssertionError):
+            await _until(lambda: set(_round(w, 2)) >= set(range(4)), "0-3 of the new log")
+        assert set(_round(w, 2)) == set(range(4)), f"the new log's records were skipped: {_round(w, 2)}"
+        assert await kafka.wait_committed(own_group, topic, {0: 4}) == {0: 4}
+        assert await kafka.wait_committed(group, topic, {0: 4}) == {0: 4}
+        assert w.error is None, w.error
