@@ -87,10 +87,11 @@ async def test_a_watcher_paused_across_two_re_creations_reads_the_last_new_log_f
     Class 14 (held): the paused watcher stays away while its topic is deleted and created again
     twice, the running watcher reading each new log. Resumed, it reads the last log from its
     start (the second log is gone with its topic: nobody can read it).
-    Was intermittent on a loaded machine (reproduced under four busy loops, noida-db): the running watcher's ACKs of log 2 (offsets 0-14), still kept for the committer's
-    next round, were folded after log 3 started, moved its position from 0 to 15 on log 3, and
-    its filter skipped log 3's records as passed (test_kafka_re_creation_races.py holds the
-    round, so it fails every time on that code).
+    Was intermittent on a loaded machine (reproduced with four busy loops, on noida-db): the
+    running watcher's ACKs of log 2 (offsets 0-14), still kept for the committer's next round,
+    were folded after log 3 started, moved its position from 0 to 15 on log 3, and its filter
+    skipped log 3's records as passed (test_kafka_re_creation_races.py holds the round, so it
+    fails every time on that code).
     """
     caplog.set_level(logging.INFO, logger=POSITIONS_LOG)
     rig = _Rig(kafka, monkeypatch)
