@@ -19,6 +19,7 @@ import pytest
 
 from airflow_shared_stream.kafka import cluster_watch
 from airflow_shared_stream.kafka.dead_letter import DeadLetterWriter
+from airflow_shared_stream.kafka.positions import PositionStore
 from airflow_shared_stream.kafka.producer import KafkaSharedStreamProducer
 from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger
 from airflow_shared_stream.kafka.watchers import watcher_group_id
@@ -148,3 +149,66 @@ async def test_a_dead_letter_of_the_old_log_sent_across_the_re_creation_moves_no
         assert await kafka.wait_committed(own_group, topic, {0: 4}) == {0: 4}
         assert await kafka.wait_committed(group, topic, {0: 4}) == {0: 4}
         assert w.error is None, w.error
+
+
+@pytest.mark.parametrize("kafka_broker", ["tansu", "noida-db"], indirect=True)
+async def test_a_position_commit_while_the_topic_is_gone_does_not_fail_the_stream(kafka, monkeypatch, caplog):
+    """
+    Class 11 / 14: the topic stays deleted for a while (an operator re-creating it by hand) and
+    the running watcher's position is committed meanwhile (its minutely refresh, here every
+    0.2 s; or a commit of records it read, late under load). Kafka answers a commit of a deleted
+    topic's offsets ``UNKNOWN_TOPIC_OR_PARTITION``. Broke: that failed the whole stream, and the
+    restarted stream had forgotten which watchers were away, so the paused watcher resumed at
+    the read position and skipped the new log (seen under load: ``skipped: [4]``). The commit
+    is dropped (the new log's start is committed when the stream sees it) and the stream lives on.
+    """
+    from airflow_shared_stream.kafka import producer as producer_module
+
+    caplog.set_level(logging.INFO, logger=POSITIONS_LOG)
+    monkeypatch.setattr(cluster_watch, "CLUSTER_CHECK_INTERVAL", 0.2)
+    monkeypatch.setattr(producer_module, "POSITION_REFRESH_INTERVAL", 0.2)
+    topic, group = kafka.name("t"), kafka.name("g")
+    await kafka.create_topics(topic)
+
+    def watcher(name: str) -> KafkaSharedStreamTrigger:
+        return KafkaSharedStreamTrigger(
+            [topic], kafka_config_id=kafka.conn_id, group_id=group, match=f"'{name}' != 'never'"
+        )
+
+    running, paused = watcher("running"), watcher("paused")
+    groups = (group, *(watcher_group_id(group, w.watcher_digest()) for w in (running, paused)))
+    gone, committed_while_gone = [False], asyncio.Event()
+    commit = PositionStore.commit
+
+    async def noting_commit(store: PositionStore, *args: Any, **kwargs: Any) -> None:
+        try:
+            await commit(store, *args, **kwargs)
+        finally:
+            if gone[0]:
+                committed_while_gone.set()
+
+    monkeypatch.setattr(PositionStore, "commit", noting_commit)
+    async with SharedStreamHarness(confirm_after=0.0) as triggerer:
+        a = triggerer.add(running)
+        b = triggerer.add(paused)
+        await kafka.produce(topic, [{"round": 1, "i": i} for i in range(5)])
+        await a.wait_for_events(5)
+        await b.wait_for_events(5)
+        assert await kafka.wait_committed(groups[2], topic, {0: 5}) == {0: 5}
+        await triggerer.remove(b)
+        assert await kafka.wait_committed(groups[2], topic, {0: 5}) == {0: 5}
+        await kafka.delete_topic(topic, groups=groups)
+        gone[0] = True
+        await asyncio.wait_for(committed_while_gone.wait(), 30)
+        gone[0] = False
+        await kafka.create_topics(topic)
+        await kafka.produce(topic, [{"round": 2, "i": i} for i in range(6)])
+        with contextlib.suppress(AssertionError):
+            await _until(lambda: set(_round(a, 2)) >= set(range(6)), "the running watcher's new log")
+        assert a.error is None, a.error
+        assert set(_round(a, 2)) >= set(range(6)), _round(a, 2)
+        resumed = triggerer.add(paused)
+        await kafka.produce(topic, [{"round": 2, "i": 6}])
+        with contextlib.suppress(AssertionError):
+            await _until(lambda: set(_round(resumed, 2)) >= set(range(7)), "0-6 of the new log")
+        assert set(_round(resumed, 2)) >= set(range(7)), f"skipped: {_round(resumed, 2)}"
