@@ -82,7 +82,8 @@ class ClusterWatch:
 
         Runs between fetches, in the task that yields, like :meth:`.WatcherPositions.admit`. The
         stream's and every watcher's position on each such lane become its log start, committed
-        now; records of an old log still in flight settle nothing (``producer.renewed_at``).
+        now; records of an old log still in flight, or kept for a later fold, settle nothing
+        (``producer.renewed_at``, checked where the settler folds them).
         """
         try:
             added, renewed = await self.check(consumer, producer.positions.lanes)
@@ -94,6 +95,9 @@ class ClusterWatch:
             fresh = added + [tp for tp in lanes if tp.topic in renewed]
             if not fresh:
                 return
+            for tp in fresh:  # what was yielded so far is of the old logs (nothing is yielded now)
+                if tp.topic in renewed:
+                    producer.renewed_at[(tp.topic, tp.partition)] = producer._seq
             if added:  # assign() forgets every position: keep the ones read so far
                 kept = {tp: await consumer.position(tp) for tp in lanes if tp.topic not in renewed}
                 lanes.extend(added)
@@ -110,8 +114,6 @@ class ClusterWatch:
             producer.ledger.forget(lane)
             producer.committer.queue(tp, start)
             new_log = tp.topic in renewed
-            if new_log:
-                producer.renewed_at[lane] = producer._seq
             log.warning(
                 "Kafka %s/%d %s: reading it from its start %d",
                 tp.topic,

@@ -28,6 +28,7 @@ from aiokafka.errors import (
     CoordinatorNotAvailableError,
     KafkaError,
     NotCoordinatorForGroupError,
+    UnknownTopicOrPartitionError,
     for_code,
 )
 from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
@@ -138,8 +139,16 @@ class PositionStore:
             group, NO_GENERATION, NO_MEMBER, DEFAULT_RETENTION, sorted(by_topic.items())
         )
         response = await self._send(group, request)
-        for _topic, parts in response.topics:
+        for topic, parts in response.topics:
             for fields in parts:  # (partition, error code)
+                if fields[-1] == UnknownTopicOrPartitionError.errno:
+                    # Deleted (maybe being created again): a position on a gone log means nothing,
+                    # and failing the stream would forget which watchers were away from the new
+                    # one. The stream commits the new log's start when it sees it.
+                    log.info(
+                        "Position of %r on %s/%d not committed: the topic is gone", group, topic, fields[0]
+                    )
+                    continue
                 self._raise_for(group, fields[-1])
 
     def _raise_for(self, group: str, error_code: int) -> None:

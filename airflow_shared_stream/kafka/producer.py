@@ -172,9 +172,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self.cluster = ClusterWatch(self.topics)
         self._offset_reset = "latest"
         """The connection's ``auto.offset.reset``, applied by :meth:`_off_the_log`."""
-        self.renewed_at: dict[tuple[str, int], int] = {}
-        """Per lane created again: the first sequence number of its new log; records yielded
-        before are of the old log, and settling them must move no position of the new one."""
+        self.renewed_at = self.settler.renewed_at
+        """Per lane created again: the first sequence number of its new log (the settler's)."""
 
     @property
     def kafka_conn_id(self) -> str:
@@ -400,8 +399,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self.credits.release(len(batch))  # every advanced message returns its credit, whatever happens
         if self.committer.error is not None:
             raise self.committer.error
-        if self.renewed_at:
-            batch = self._of_current_logs(batch)
+        if self.renewed_at:  # an old log's dead letters are not sent (the settler checks again)
+            batch = self.settler.of_current_logs(batch)
             if not batch:
                 return
         # One decision per message, made here (the manager often advances one message at a time).
@@ -421,16 +420,6 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             with self.metrics.timed(m.ADVANCE_LATENCY):  # the one broker call an advance makes
                 await self._dead_letter(dead)
         self.settler.fold(tp, batch, plan)
-
-    def _of_current_logs(self, batch: Sequence[AdvanceItem]) -> Sequence[AdvanceItem]:
-        """Leave out records of a topic's old log (yielded before it was created again)."""
-        renewed_at = self.renewed_at
-        return [
-            item
-            for item in batch
-            if item.broker_payload.seq
-            >= renewed_at.get((item.broker_payload.topic, item.broker_payload.partition), -1)
-        ]
 
     def fold_advanced_acks(self) -> None:
         """Fold the ACKs kept for the committer's round (before each round and a watcher's leave)."""

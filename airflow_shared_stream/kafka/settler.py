@@ -11,6 +11,12 @@ folded together: at the committer's round, before a watcher's last position is s
 batch that is not all ACKs (so each lane still folds in advance order), or once ``FOLD_ACKS_AT``
 messages wait (folding early frees the advance items, which otherwise live long enough to reach
 the garbage collector's older generations).
+
+A topic deleted and created again numbers its records from 0 again. The records of its old log
+still in flight, or kept here unfolded, name offsets of a log that is gone: settling them moves
+nothing (:attr:`LaneSettler.renewed_at`), checked where they are folded, so a fold that comes late
+(a loaded loop, a slow commit, a dead-letter send) cannot move a position over the new log's
+records.
 """
 
 from __future__ import annotations
@@ -66,6 +72,21 @@ class LaneSettler:
         """ACK-only batches advanced since the last fold."""
         self._kept_count = 0
         """Messages in :attr:`_kept`."""
+        self.renewed_at: dict[tuple[str, int], int] = {}
+        """Per lane created again: the first sequence number of its new log; records yielded
+        before are of the old log, and settling them must move no position of the new one."""
+
+    def of_current_logs(self, items: Sequence[AdvanceItem]) -> Sequence[AdvanceItem]:
+        """``items`` without the records of a lane's old log (yielded before it was created again)."""
+        renewed_at = self.renewed_at
+        if not renewed_at:
+            return items
+        return [
+            item
+            for item in items
+            if item.broker_payload.seq
+            >= renewed_at.get((item.broker_payload.topic, item.broker_payload.partition), -1)
+        ]
 
     def keep_acks(self, batch: Sequence[AdvanceItem]) -> None:
         """Keep an ACK-only batch for the next fold; the first one kept wakes the committer's round."""
@@ -93,7 +114,10 @@ class LaneSettler:
             else:
                 lane.extend(batch)
         metrics = self.metrics
-        for (topic, partition), items in lanes.items():
+        for (topic, partition), lane_items in lanes.items():
+            items = self.of_current_logs(lane_items)
+            if not items:
+                continue
             settled = [item.broker_payload for item in items]
             commit = self.ledger.settle_acks((topic, partition), [payload.offset for payload in settled])
             self._carry_out(TopicPartition(topic, partition), commit, None, settled)
@@ -103,8 +127,17 @@ class LaneSettler:
         """
         Settle a lane's batch, ``plan`` its settlements in order (dead letters already sent).
 
-        The caller folds the kept ACKs first, so the lane folds in advance order.
+        The caller folds the kept ACKs first, so the lane folds in advance order. Records of the
+        lane's old log (created again while their dead letters were sent) are left out.
         """
+        if self.renewed_at:
+            first_new = self.renewed_at.get((tp.topic, tp.partition), -1)
+            current = [
+                pair for pair in zip(batch, plan, strict=True) if pair[0].broker_payload.seq >= first_new
+            ]
+            if not current:
+                return
+            batch, plan = [item for item, _ in current], [settlement for _, settlement in current]
         items: list[tuple[int, Settlement]] = []
         settled: list[KafkaBrokerPayload] = []
         counts = dict.fromkeys(Settlement, 0)
