@@ -204,11 +204,6 @@ async def test_a_redrive_stops_at_its_end_offsets_whatever_the_dead_letterers_cl
     assert summary.moved == 6  # the snapshot's six, not one copy chased
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="two Kafka redrives of one dead-letter topic and group at once both read from the group's "
-    "committed offsets (assigned, no membership): each copies every record",
-)
 async def test_two_redrives_of_one_dead_letter_topic_at_once_move_each_record_once(
     kafka: KafkaSandbox,
 ) -> None:
