@@ -26,8 +26,9 @@ each partition to one redrive at a time and fences commits by generation, so two
 dead-letter topic at once move each record once. Its snapshot is each partition's end offset when
 the redrive started, before its first copy: the high watermark (the last stable offset under
 ``read_committed``) a fetch answers with. It never reads at or past it, so copies that come back
-to the dead-letter topic while it runs (a watcher rejected them again) wait for the next redrive. Offsets only: no clock is compared, so
-neither the worker's nor the dead-letterer's clock moves the bound.
+to the dead-letter topic while it runs (a watcher rejected them again) wait for the next redrive.
+Offsets only: no clock is compared, so neither the worker's nor the dead-letterer's clock moves
+the bound.
 
 Records the ``filter`` leaves are appended again to the end of their partition of the
 dead-letter topic (acknowledged) before the group commits past them: they stay in the topic,
