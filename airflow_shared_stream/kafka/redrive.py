@@ -238,8 +238,11 @@ class KafkaDeadLetterSource:
                 membership.begin_batch()  # settled in remove or release before a rebalance goes on
                 return items
             for tp in reading:  # nothing more within the snapshot
-                if tp not in batches and await consumer.position(tp) >= self._ends[tp]:
-                    self._done.add(tp)
+                try:
+                    if tp not in batches and await consumer.position(tp) >= self._ends[tp]:
+                        self._done.add(tp)
+                except IllegalStateError:  # given away by a rebalance meanwhile: not this one's now
+                    break
 
     def _item(self, record: Any) -> RedriveItem:
         tp = TopicPartition(record.topic, record.partition)
