@@ -12,6 +12,7 @@ See docs/redrive.rst.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,10 +28,13 @@ from airflow_shared_stream.common.redrive import (
     redrive,
     refuse_loop,
 )
-from airflow_shared_stream.redrive_grant import check_grant
+from airflow_shared_stream.redrive_grant import GRANT_PARAM, GrantNotBoundError, check_grant
 
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off", "")
+GRANT_BIND_WAIT_SECONDS = 120.0
+"""How long a task that started before the page bound its grant asks its run again."""
+GRANT_BIND_POLL_SECONDS = 1.0
 
 
 def dead_letter_source(
@@ -188,22 +192,48 @@ class RedriveDeadLettersOperator(BaseOperator):
         return summary.as_dict()
 
     def _check_grant(self, context: Any) -> None:
-        """Refuse a run the Streams page did not grant for its triggering user and these addresses."""
+        """
+        Refuse a run the Streams page did not grant for this task instance, its triggering user
+        and these addresses. The page binds the grant to the task instance just after Airflow
+        created the run: a task that starts before that asks its run for the bound grant again.
+        """
         dag_run = context["dag_run"]
-        stream = check_grant(
-            self.grant,
-            run_id=dag_run.run_id,
-            dag_id=dag_run.dag_id,
-            team=getattr(dag_run, "team_name", None),  # the Dag's bundle's team, from the api-server
-            triggering_user_name=getattr(dag_run, "triggering_user_name", None),
-            params={
-                "broker": str(self.broker or "").strip().lower(),
-                "conn_id": self.conn_id,
-                "source": self.source,
-                "dead_letter": self.dead_letter,
-            },
-        )
-        self.log.info("Redrive granted for stream %s", stream)
+        grant = self.grant
+        waited = 0.0
+        while True:
+            try:
+                stream = check_grant(
+                    grant,
+                    run_id=dag_run.run_id,
+                    dag_id=dag_run.dag_id,
+                    team=getattr(dag_run, "team_name", None),  # the Dag's bundle's team, from the api-server
+                    triggering_user_name=getattr(dag_run, "triggering_user_name", None),
+                    params={
+                        "broker": str(self.broker or "").strip().lower(),
+                        "conn_id": self.conn_id,
+                        "source": self.source,
+                        "dead_letter": self.dead_letter,
+                    },
+                    task_instance_id=str(context["ti"].id),
+                )
+            except GrantNotBoundError:
+                if waited >= GRANT_BIND_WAIT_SECONDS:
+                    raise
+                time.sleep(GRANT_BIND_POLL_SECONDS)
+                waited += GRANT_BIND_POLL_SECONDS
+                grant = (_current_conf(dag_run.dag_id, dag_run.run_id) or {}).get(GRANT_PARAM)
+                continue
+            self.log.info("Redrive granted for stream %s", stream)
+            return
+
+
+def _current_conf(dag_id: str, run_id: str) -> dict[str, Any] | None:
+    """The run's conf as the metadata database holds it now (through the task's execution API)."""
+    from airflow.sdk.execution_time.comms import GetDagRun
+    from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS
+
+    answer = SUPERVISOR_COMMS.send(GetDagRun(dag_id=dag_id, run_id=run_id))
+    return getattr(answer, "conf", None)
 
 
 def _templated(*values: Any) -> bool:

@@ -29,10 +29,12 @@ from airflow.sdk import DAG, Param
 from airflow_shared_stream.brokers import broker_names
 from airflow_shared_stream.redrive import RedriveDeadLettersOperator
 
-__all__ = ["REDRIVE_DAG_ID", "redrive_dag_id", "redrive_dead_letters_dag"]
+__all__ = ["REDRIVE_DAG_ID", "REDRIVE_TASK_ID", "redrive_dag_id", "redrive_dead_letters_dag"]
 
 REDRIVE_DAG_ID = "shared_stream_redrive_dead_letters"
 """The redrive Dag of no team: ``RedriveDeadLettersOperator`` from its params (one run per redrive)."""
+REDRIVE_TASK_ID = "redrive"
+"""Its one task: the page binds a run's grant to this task's instance (redrive_grant.bind_grant)."""
 TEAM_SEPARATOR = "__"
 
 
@@ -112,7 +114,7 @@ def redrive_dead_letters_dag(dag_id: str | None = None, *, team: str | None = No
         **dag_kwargs,
     ) as dag:
         RedriveDeadLettersOperator(
-            task_id="redrive",
+            task_id=REDRIVE_TASK_ID,
             broker="{{ params.broker }}",
             conn_id="{{ params.conn_id }}",
             source="{{ params.source }}",

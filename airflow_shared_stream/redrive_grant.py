@@ -14,6 +14,14 @@ recorded from the authenticated caller (never from conf) and the addresses it is
 A conf written by hand, copied from another run or Dag or edited after signing is refused before
 anything is read.
 
+A run id names no one run: a run deleted and triggered again under its run id, with the conf
+copied, has the same Dag, team, user and addresses. So once Airflow created the run, the page binds
+the grant to the id of the run's redrive task instance (a random UUID the metadata database gives
+the task instance when the run is created, and a new one at each retry or clear), rewriting the
+run's conf in the metadata database (:func:`bind_grant`); the task refuses a grant bound to another
+task instance than its own, or never bound. A re-created run, a cleared task or a conf copied
+anywhere else has another task instance id, which no one but the page can sign for.
+
 The key is Airflow's ``[api] secret_key``, which every component already shares (the api-server
 signs with it, workers check log requests with it); it never leaves the deployment.
 """
@@ -31,11 +39,17 @@ GRANT_MAX_AGE_SECONDS = 24 * 3600
 """A grant older than this is refused: a run queued for a day is started again from the page."""
 GRANTED_FIELDS = ("broker", "conn_id", "source", "dead_letter")
 """What a grant fixes: the stream's own params, never the person's choices (filter, count, flags)."""
+TASK_INSTANCE_FIELD = "task_instance"
+"""The grant's field naming the one task instance (its id) that may use it (:func:`bind_grant`)."""
 _SALT = "airflow-shared-stream.redrive-grant.v1"
 
 
 class RedriveNotGrantedError(SharedStreamError, PermissionError):
     """A redrive run without a valid grant for what it would move (see docs/redrive.rst)."""
+
+
+class GrantNotBoundError(RedriveNotGrantedError):
+    """A grant the page has not (yet) bound to the run's task instance: the task asks its run again."""
 
 
 def _serializer() -> Any:
@@ -84,6 +98,15 @@ def sign_grant(
     )
 
 
+def bind_grant(grant: str, task_instance_id: str) -> str:
+    """
+    ``grant`` (the page's own, for the run it just created) bound to the id of that run's redrive
+    task instance: only that task instance accepts it.
+    """
+    signed = _serializer().loads(grant, max_age=GRANT_MAX_AGE_SECONDS)
+    return str(_serializer().dumps({**signed, TASK_INSTANCE_FIELD: str(task_instance_id)}))
+
+
 def check_grant(
     grant: Any,
     *,
@@ -92,10 +115,12 @@ def check_grant(
     team: str | None,
     triggering_user_name: str | None,
     params: Mapping[str, Any],
+    task_instance_id: str,
 ) -> str:
     """
-    The stream id a grant names, if it was made for this very run of this Dag, of this team, for
-    this user and these addresses; raises :class:`RedriveNotGrantedError` otherwise.
+    The stream id a grant names, if it was made for this very run of this Dag (bound to this task
+    instance of it), of this team, for this user and these addresses; raises
+    :class:`RedriveNotGrantedError` otherwise (:class:`GrantNotBoundError`: not bound yet).
     """
     from itsdangerous import BadSignature, SignatureExpired
 
@@ -130,5 +155,17 @@ def check_grant(
         raise RedriveNotGrantedError(
             f"this run's {', '.join(changed)} differ from what the grant of stream {signed.get('stream')!r} "
             "allows"
+        )
+    bound_to = signed.get(TASK_INSTANCE_FIELD)
+    if bound_to is None:
+        raise GrantNotBoundError(
+            "the redrive grant was never bound to this run's task instance by the Streams page "
+            "(a run created by hand with a copied conf): start the redrive from the page"
+        )
+    if bound_to != str(task_instance_id):
+        raise RedriveNotGrantedError(
+            f"the redrive grant was made for another instance of run {run_id!r} (a run deleted and "
+            "created again under its run id, or a task cleared or retried): start the redrive from "
+            "the Streams page"
         )
     return str(signed.get("stream"))

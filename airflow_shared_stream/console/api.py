@@ -14,7 +14,8 @@ with their teams, as Airflow's REST API does (:mod:`.access`):
   team for a stream of a team: whoever may read a Dag reads its runs' conf and XCom. The page
   then signs a grant for the run it creates (:mod:`airflow_shared_stream.redrive_grant`),
   which the task checks at run time, and creates the run through Airflow's REST API with the
-  user's own credential, so Airflow checks it again, and audits and logs it like any manual run.
+  user's own credential, so Airflow checks it again, and audits and logs it like any manual run;
+  once created, it binds the grant to the run's task instance (a re-created run has another).
   That request goes to ``[api] base_url`` when it is absolute, else to the api-server's own
   ``[api] host`` and ``port``: never to the address the request's ``Host`` header names.
 
@@ -52,8 +53,8 @@ from airflow_shared_stream.console.access import (
 )
 from airflow_shared_stream.console.backlog import broker_backlog
 from airflow_shared_stream.console.streams import Stream, read_streams
-from airflow_shared_stream.redrive_dag import REDRIVE_DAG_ID
-from airflow_shared_stream.redrive_grant import GRANT_PARAM, sign_grant
+from airflow_shared_stream.redrive_dag import REDRIVE_DAG_ID, REDRIVE_TASK_ID
+from airflow_shared_stream.redrive_grant import GRANT_PARAM, bind_grant, sign_grant
 
 MAX_REDRIVE_MESSAGES = 100_000
 SECURITY_HEADERS = {
@@ -174,6 +175,7 @@ def create_app() -> FastAPI:
         if answer.status_code >= 400:
             detail = answer.json().get("detail") if "json" in answer.headers.get("content-type", "") else None
             raise HTTPException(answer.status_code, detail or "Airflow refused to create the run")
+        await run_in_threadpool(_bind_grant, redrive_dag.dag_id, run_id, grant)
         return {"dag_id": redrive_dag.dag_id, "dag_run_id": answer.json().get("dag_run_id"), "conf": params}
 
     return app
@@ -204,6 +206,37 @@ def _read() -> tuple[list[Stream], dict[str, str | None], dict[str, RedriveDag]]
         teams = dag_teams(session, {d for s in found for d in stream_dags(s) | set(s.hidden_dags)})
         wanted = {REDRIVE_DAG_ID} | {d for s in found if (d := redrive_dag_of(s, teams)) is not None}
         return found, teams, {d: read_redrive_dag(session, d) for d in sorted(wanted)}
+
+
+def _bind_grant(dag_id: str, run_id: str, grant: str) -> None:
+    """
+    Bind the grant in the run the page just created to that run's redrive task instance
+    (:func:`airflow_shared_stream.redrive_grant.bind_grant`): a run deleted and created again under
+    its run id with the conf copied has another task instance, and its task refuses the grant.
+    Only a conf still holding the page's own grant is rewritten.
+    """
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        run = session.scalar(
+            select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id).with_for_update()
+        )
+        task_instance_id = session.scalar(
+            select(TaskInstance.id).where(
+                TaskInstance.dag_id == dag_id,
+                TaskInstance.run_id == run_id,
+                TaskInstance.task_id == REDRIVE_TASK_ID,
+                TaskInstance.map_index == -1,
+            )
+        )
+        if run is None or task_instance_id is None or (run.conf or {}).get(GRANT_PARAM) != grant:
+            raise HTTPException(
+                409, f"the redrive run {run_id!r} changed before its grant was bound: start it again"
+            )
+        run.conf = {**run.conf, GRANT_PARAM: bind_grant(grant, str(task_instance_id))}
 
 
 def _credential(request: Request) -> str:

@@ -21,12 +21,14 @@ too. A pointer record (what our dead-lettering writes for a record too large to 
 original and is never produced as one: it is refused, named in the log with where the original
 is, and nothing in its partition is committed past it.
 
-The consumer is assigned the partitions (no group membership, so no rebalance and no session
-to time out). Its snapshot is each partition's end offset when the redrive started, before its
-first copy: the high watermark (the last stable offset under ``read_committed``) a fetch answers
-with. It never reads at or past it, so copies that come back to the dead-letter topic while it runs
-(a watcher rejected them again) wait for the next redrive. Offsets only: no clock is compared, so
-neither the worker's nor the dead-letterer's clock moves the bound.
+The consumer is a member of the group (``kafka/redrive_membership.py``): the coordinator gives
+each partition to one redrive at a time and fences commits by generation, so two redrives of one
+dead-letter topic at once move each record once. Its snapshot is each partition's end offset when
+the redrive started, before its first copy: the high watermark (the last stable offset under
+``read_committed``) a fetch answers with. It never reads at or past it, so copies that come back
+to the dead-letter topic while it runs (a watcher rejected them again) wait for the next redrive.
+Offsets only: no clock is compared, so neither the worker's nor the dead-letterer's clock moves
+the bound.
 
 Records the ``filter`` leaves are appended again to the end of their partition of the
 dead-letter topic (acknowledged) before the group commits past them: they stay in the topic,
@@ -43,7 +45,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute, RedriveSnapshot
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
@@ -61,6 +63,7 @@ from airflow_shared_stream.kafka.errors import (
 from airflow_shared_stream.kafka.hook import KafkaSharedStreamHook
 from airflow_shared_stream.kafka.log_bounds import fetched_log_ends
 from airflow_shared_stream.kafka.producer import build_raw_message
+from airflow_shared_stream.kafka.redrive_membership import RedriveMembership
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +142,7 @@ class KafkaDeadLetterSource:
         self._unsettled: dict[TopicPartition, list[int]] = {}
         """Offsets read and not yet moved or passed, per partition, in order."""
         self._handled: dict[TopicPartition, set[int]] = {}
+        self._membership: RedriveMembership | None = None
         self.label = dead_letter
 
     @property
@@ -168,19 +172,21 @@ class KafkaDeadLetterSource:
         partitions = [
             TopicPartition(self._topic, p) for p in sorted(consumer.partitions_for_topic(self._topic) or ())
         ]
-        consumer.assign(partitions)
         try:
             self._ends = await fetched_log_ends(kwargs, partitions)
-            for tp in partitions:
-                committed = await consumer.committed(tp)
-                if committed is None:
-                    await consumer.seek_to_beginning(tp)
-                else:
-                    consumer.seek(tp, committed)
         except KafkaError as exc:
-            raise self._error(f"cannot read the positions of group {self._group_id!r}", exc) from None
+            raise self._error(f"cannot read the end offsets of {self._topic!r}", exc) from None
+        # A member of its group (redrive_membership.py): two redrives at once never read one partition.
+        self._membership = RedriveMembership(consumer, self._group_id)
+        consumer.subscribe([self._topic], listener=self._membership)
+        try:
+            await self._membership.wait_assigned()
+        except TimeoutError as exc:
+            raise self._error("joining the redrive group failed", exc) from None
 
     async def close(self) -> None:
+        if self._membership is not None:
+            self._membership.end_batch()  # a rebalance never waits on a redrive that is over
         for client in (self._producer, self._consumer):
             if client is not None:
                 try:
@@ -197,16 +203,27 @@ class KafkaDeadLetterSource:
         return RedriveSnapshot(depth=None, bound=f"end offsets {ends} of {self._topic!r}")
 
     async def read(self, limit: int) -> Sequence[RedriveItem]:
-        consumer = self._consumer
+        consumer, membership = self._consumer, self._membership
         assert consumer is not None
+        assert membership is not None
         while True:
-            reading = [tp for tp in self._ends if tp not in self._stopped and tp not in self._done]
-            if not reading:
+            await membership.wait_assigned()
+            epoch = membership.epoch
+            reading = [
+                tp
+                for tp in sorted(consumer.assignment())
+                if tp in self._ends and tp not in self._stopped and tp not in self._done
+            ]
+            if not reading:  # what the group gave this redrive is read up to the snapshot
                 return []
             try:
                 batches = await consumer.getmany(*reading, timeout_ms=READ_TIMEOUT_MS, max_records=limit)
+            except IllegalStateError:  # a rebalance took a partition away while fetching
+                continue
             except KafkaError as exc:
                 raise self._error("reading failed", exc) from None
+            if not membership.still_current(epoch):
+                continue  # fetched under the old assignment: the new one reads it from the commits
             items = []
             for tp, records in batches.items():
                 for record in records:
@@ -216,11 +233,16 @@ class KafkaDeadLetterSource:
                         self._done.add(tp)  # past the snapshot: this and what follows wait
                         break
                     items.append(self._item(record))
+                    membership.next_offsets[tp] = record.offset + 1
             if items:
+                membership.begin_batch()  # settled in remove or release before a rebalance goes on
                 return items
             for tp in reading:  # nothing more within the snapshot
-                if tp not in batches and await consumer.position(tp) >= self._ends[tp]:
-                    self._done.add(tp)
+                try:
+                    if tp not in batches and await consumer.position(tp) >= self._ends[tp]:
+                        self._done.add(tp)
+                except IllegalStateError:  # given away by a rebalance meanwhile: not this one's now
+                    break
 
     def _item(self, record: Any) -> RedriveItem:
         tp = TopicPartition(record.topic, record.partition)
@@ -306,14 +328,44 @@ class KafkaDeadLetterSource:
                 offsets[tp] = pending[passed - 1] + 1
                 handled.difference_update(pending[:passed])
                 del pending[:passed]
-        if offsets:
-            assert self._consumer is not None
-            try:
-                await self._consumer.commit(offsets)
-            except KafkaError as exc:
-                raise self._error(
-                    f"committing group {self._group_id!r} on {self._topic!r} failed", exc
-                ) from None
+        try:
+            if offsets:
+                await self._commit(offsets)
+        finally:
+            assert self._membership is not None
+            self._membership.end_batch()
+
+    async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        """
+        Commit with this member's generation. If the group rebalanced first (the coordinator fences
+        the commit), commit again what of it the new generation left to this redrive; the rest was
+        copied and goes to another member uncommitted: it copies it again (a duplicate, never a loss).
+        """
+        consumer, membership = self._consumer, self._membership
+        assert consumer is not None
+        assert membership is not None
+        try:
+            await consumer.commit(offsets)
+            return
+        except CommitFailedError:
+            fenced = membership.epoch
+        except KafkaError as exc:
+            raise self._error(f"committing group {self._group_id!r} on {self._topic!r} failed", exc) from None
+        membership.end_batch()  # the rebalance goes on; this redrive waits for what it gives
+        try:
+            await membership.wait_reassigned(fenced)
+            kept = {tp: offset for tp, offset in offsets.items() if tp in consumer.assignment()}
+            if len(kept) < len(offsets):
+                log.warning(
+                    "Redrive group %s rebalanced before it committed %s: their copies will be made again "
+                    "by the redrive that has them now (duplicates)",
+                    self._group_id,
+                    sorted(tp.partition for tp in set(offsets) - set(kept)),
+                )
+            if kept:
+                await consumer.commit(kept)
+        except (KafkaError, TimeoutError) as exc:
+            raise self._error(f"committing group {self._group_id!r} on {self._topic!r} failed", exc) from None
 
     async def _append_again(self, skipped: Sequence[RedriveItem]) -> list[RedriveItem]:
         """
@@ -375,6 +427,8 @@ class KafkaDeadLetterSource:
             pending = self._unsettled.get(TopicPartition(record.topic, record.partition))
             if pending is not None and record.offset in pending:
                 pending.remove(record.offset)
+        if self._membership is not None:
+            self._membership.end_batch()
         await asyncio.sleep(0)
 
     def _error(self, what: str, exc: BaseException) -> KafkaSharedStreamError:

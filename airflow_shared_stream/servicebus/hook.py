@@ -117,7 +117,10 @@ class ServiceBusClientConfig:
             from azure.core.credentials import AzureSasCredential
 
             return ServiceBusClient(self.namespace, AzureSasCredential(self.sas_token), **client_kwargs)
-        return ServiceBusClient(self.namespace, self._default_credential(), **client_kwargs)
+        credential = self._default_credential()
+        return ClientOwningCredential(
+            ServiceBusClient(self.namespace, credential, **client_kwargs), credential
+        )
 
     def _default_credential(self) -> Any:
         """Azure's default credential chain (``azure-identity``), for a connection with no secret."""
@@ -165,7 +168,46 @@ class ServiceBusClientConfig:
             return ServiceBusAdministrationClient.from_connection_string(
                 f"Endpoint=sb://{self.namespace}/;SharedAccessSignature={self.sas_token}", **client_kwargs
             )
-        return ServiceBusAdministrationClient(self.namespace, self._default_credential(), **client_kwargs)
+        credential = self._default_credential()
+        return ClientOwningCredential(
+            ServiceBusAdministrationClient(self.namespace, credential, **client_kwargs), credential
+        )
+
+
+class ClientOwningCredential:
+    """
+    A Service Bus client and the default credential made for it alone: closing the client (``close``
+    or ``async with``) closes the credential too. The SDK leaves a credential to whoever made it,
+    and Azure's default chain holds HTTP sessions (managed identity, workload identity) of its own.
+    """
+
+    def __init__(self, client: Any, credential: Any) -> None:
+        self._client = client
+        self._credential = credential
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    async def __aenter__(self) -> ClientOwningCredential:
+        await self._client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_details: Any) -> None:
+        try:
+            await self._client.__aexit__(*exc_details)
+        finally:
+            await self._close_credential()
+
+    async def close(self) -> None:
+        try:
+            await self._client.close()
+        finally:
+            await self._close_credential()
+
+    async def _close_credential(self) -> None:
+        credential, self._credential = self._credential, None
+        if credential is not None:
+            await credential.close()
 
 
 EMULATOR_AMQP_PORT = 5672

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_shared_stream.redrive_grant import RedriveNotGrantedError, check_grant, sign_grant
+from airflow_shared_stream.redrive_grant import (
+    GrantNotBoundError,
+    RedriveNotGrantedError,
+    bind_grant,
+    check_grant,
+    sign_grant,
+)
 
 PARAMS = {
     "broker": "sqs",
@@ -21,6 +27,8 @@ PARAMS = {
 
 DAG_A = "shared_stream_redrive_dead_letters__team_a"
 OF_TEAM_A = {"dag_id": DAG_A, "team": "team_a"}
+TASK_INSTANCE = "0193a1b2-0000-7000-8000-00000000000a"
+"""The id of the run's redrive task instance the page bound the grant to."""
 """The run's own Dag and that Dag's team (Airflow gives a task its run's team: its bundle's)."""
 
 
@@ -37,12 +45,19 @@ def _grant(**overrides: object) -> str:
         "stream_id": "sqs-orders-1",
         "params": PARAMS,
     }
-    return sign_grant(**{**arguments, **overrides})  # type: ignore[arg-type]
+    return bind_grant(sign_grant(**{**arguments, **overrides}), TASK_INSTANCE)  # type: ignore[arg-type]
 
 
 def test_a_grant_lets_its_own_run_user_and_addresses_through() -> None:
     assert (
-        check_grant(_grant(), run_id="run-1", **OF_TEAM_A, triggering_user_name="alice", params=PARAMS)
+        check_grant(
+            _grant(),
+            run_id="run-1",
+            **OF_TEAM_A,
+            triggering_user_name="alice",
+            params=PARAMS,
+            task_instance_id=TASK_INSTANCE,
+        )
         == "sqs-orders-1"
     )
 
@@ -51,39 +66,107 @@ def test_an_empty_source_matches_whether_it_renders_to_none_or_to_nothing() -> N
     kafka = {"broker": "kafka", "conn_id": None, "source": None, "dead_letter": "orders-dlq"}
     rendered = {**kafka, "conn_id": "None", "source": ""}
     check_grant(
-        _grant(params=kafka), run_id="run-1", **OF_TEAM_A, triggering_user_name="alice", params=rendered
+        _grant(params=kafka),
+        run_id="run-1",
+        **OF_TEAM_A,
+        triggering_user_name="alice",
+        params=rendered,
+        task_instance_id=TASK_INSTANCE,
     )
 
 
 @pytest.mark.parametrize("grant", [None, "", "None", "not-a-grant"])
 def test_a_run_without_a_signed_grant_is_refused(grant: object) -> None:
     with pytest.raises(RedriveNotGrantedError):
-        check_grant(grant, run_id="run-1", **OF_TEAM_A, triggering_user_name="alice", params=PARAMS)
+        check_grant(
+            grant,
+            run_id="run-1",
+            **OF_TEAM_A,
+            triggering_user_name="alice",
+            params=PARAMS,
+            task_instance_id=TASK_INSTANCE,
+        )
 
 
 def test_a_grant_signed_with_another_key_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     grant = _grant()
     monkeypatch.setenv("AIRFLOW__API__SECRET_KEY", "another-deployments-key")
     with pytest.raises(RedriveNotGrantedError, match="not signed by this deployment"):
-        check_grant(grant, run_id="run-1", **OF_TEAM_A, triggering_user_name="alice", params=PARAMS)
+        check_grant(
+            grant,
+            run_id="run-1",
+            **OF_TEAM_A,
+            triggering_user_name="alice",
+            params=PARAMS,
+            task_instance_id=TASK_INSTANCE,
+        )
 
 
 def test_a_grant_copied_into_another_run_is_refused() -> None:
     with pytest.raises(RedriveNotGrantedError, match="made for another run"):
-        check_grant(_grant(), run_id="run-2", **OF_TEAM_A, triggering_user_name="alice", params=PARAMS)
+        check_grant(
+            _grant(),
+            run_id="run-2",
+            **OF_TEAM_A,
+            triggering_user_name="alice",
+            params=PARAMS,
+            task_instance_id=TASK_INSTANCE,
+        )
 
 
 @pytest.mark.parametrize("user", ["bob", None, ""])
 def test_a_grant_used_by_another_user_is_refused(user: str | None) -> None:
     with pytest.raises(RedriveNotGrantedError, match="another user"):
-        check_grant(_grant(), run_id="run-1", **OF_TEAM_A, triggering_user_name=user, params=PARAMS)
+        check_grant(
+            _grant(),
+            run_id="run-1",
+            **OF_TEAM_A,
+            triggering_user_name=user,
+            params=PARAMS,
+            task_instance_id=TASK_INSTANCE,
+        )
+
+
+def test_a_grant_bound_to_another_task_instance_is_refused() -> None:
+    """A run deleted and created again under its run id (or a task cleared) has another task instance."""
+    with pytest.raises(RedriveNotGrantedError, match="another instance of run"):
+        check_grant(
+            _grant(),
+            run_id="run-1",
+            **OF_TEAM_A,
+            triggering_user_name="alice",
+            params=PARAMS,
+            task_instance_id="0193a1b2-0000-7000-8000-00000000000b",
+        )
+
+
+def test_a_grant_the_page_never_bound_is_refused() -> None:
+    unbound = sign_grant(
+        run_id="run-1", **OF_TEAM_A, user_name="alice", stream_id="sqs-orders-1", params=PARAMS
+    )
+    with pytest.raises(GrantNotBoundError, match="never bound"):
+        check_grant(
+            unbound,
+            run_id="run-1",
+            **OF_TEAM_A,
+            triggering_user_name="alice",
+            params=PARAMS,
+            task_instance_id=TASK_INSTANCE,
+        )
 
 
 @pytest.mark.parametrize("field", sorted(PARAMS))
 def test_a_run_whose_addresses_differ_from_the_grant_is_refused(field: str) -> None:
     changed = {**PARAMS, field: "kafka" if field == "broker" else "team_b-" + PARAMS[field]}
     with pytest.raises(RedriveNotGrantedError, match=field):
-        check_grant(_grant(), run_id="run-1", **OF_TEAM_A, triggering_user_name="alice", params=changed)
+        check_grant(
+            _grant(),
+            run_id="run-1",
+            **OF_TEAM_A,
+            triggering_user_name="alice",
+            params=changed,
+            task_instance_id=TASK_INSTANCE,
+        )
 
 
 @pytest.mark.parametrize("team", ["team_b", None])
@@ -97,6 +180,7 @@ def test_a_grant_for_a_stream_of_another_team_is_refused_by_a_dag_of_that_team(t
             team=team,
             triggering_user_name="alice",
             params=PARAMS,
+            task_instance_id=TASK_INSTANCE,
         )
 
 
@@ -109,6 +193,7 @@ def test_a_grant_for_another_redrive_dag_is_refused() -> None:
             team="team_a",
             triggering_user_name="alice",
             params=PARAMS,
+            task_instance_id=TASK_INSTANCE,
         )
 
 
@@ -121,6 +206,7 @@ def test_a_grant_of_no_team_passes_a_dag_of_no_team() -> None:
         team=None,
         triggering_user_name="alice",
         params=PARAMS,
+        task_instance_id=TASK_INSTANCE,
     )
 
 
@@ -147,7 +233,7 @@ def test_the_redrive_task_refuses_a_run_without_a_grant_before_reading_anything(
     task.grant = None  # what the Dag's empty param renders to
     run = SimpleNamespace(run_id="manual__1", dag_id="d", team_name=None, triggering_user_name="alice")
     with pytest.raises(RedriveNotGrantedError, match="carries no grant"):
-        task.execute({"dag_run": run})
+        task.execute({"dag_run": run, "ti": SimpleNamespace(id=TASK_INSTANCE)})
 
 
 def test_the_redrive_task_refuses_a_grant_of_another_team_than_its_runs() -> None:
@@ -165,4 +251,4 @@ def test_the_redrive_task_refuses_a_grant_of_another_team_than_its_runs() -> Non
     task.grant = _grant()  # team_a's grant for run-1 of team_a's Dag
     run = SimpleNamespace(run_id="run-1", dag_id=DAG_A, team_name="team_b", triggering_user_name="alice")
     with pytest.raises(RedriveNotGrantedError, match="another team"):
-        task.execute({"dag_run": run})
+        task.execute({"dag_run": run, "ti": SimpleNamespace(id=TASK_INSTANCE)})

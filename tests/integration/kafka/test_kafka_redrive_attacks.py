@@ -204,13 +204,8 @@ async def test_a_redrive_stops_at_its_end_offsets_whatever_the_dead_letterers_cl
     assert summary.moved == 6  # the snapshot's six, not one copy chased
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="two Kafka redrives of one dead-letter topic and group at once both read from the group's "
-    "committed offsets (assigned, no membership): each copies every record",
-)
 async def test_two_redrives_of_one_dead_letter_topic_at_once_move_each_record_once(
-    kafka: KafkaSandbox,
+    kafka: KafkaSandbox, request: pytest.FixtureRequest
 ) -> None:
     """
     FAULT_MODEL 15 (two redrives of one dead-letter source at once). The shipped redrive Dag runs
@@ -219,6 +214,15 @@ async def test_two_redrives_of_one_dead_letter_topic_at_once_move_each_record_on
     on Kafka nothing is held: both read from the same committed offsets and each copies every
     record, so every watcher of the origin fires twice for each.
     """
+    if kafka.broker.name == "noida-db":
+        # Not strict: it fails only when the group's leader is the redrive that ends first.
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=False,
+                reason="noida-db elects no new leader when the leader leaves its group: the redrive "
+                "still working rejoins for ever (Kafka and Tansu elect one; Tansu runs this test)",
+            )
+        )
     dlq, origin = await topics(kafka)
     await dead_letters(kafka, dlq, origin, 20)
 

@@ -1,0 +1,96 @@
+"""
+A Kafka redrive's membership of its consumer group: how two redrives of one dead-letter topic at
+once move each record once.
+
+A redrive joins its group (``subscribe``), so the group coordinator gives each partition of the
+dead-letter topic to one member at a time and refuses a commit from a member of an older
+generation (aiokafka raises ``CommitFailedError``). Before a rebalance takes a partition away,
+the member finishes the batch it read (copies acknowledged, offsets committed with its
+generation) and reads nothing more until it has its new assignment; a batch fetched while the
+rebalance began is dropped unread. A member that joins reads each partition it is given from
+the group's committed offset, or from where this redrive itself got to if that is further (a
+dry run commits nothing and must not count a record twice).
+
+A redrive killed mid-way stays a member until its session times out; then its partitions go to
+a live member, which reads from the committed offsets: what the killed one copied and had not
+committed is copied again (the documented at-least-once duplicate), nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+
+log = logging.getLogger(__name__)
+
+ASSIGNMENT_TIMEOUT_SECONDS = 600.0
+"""How long a redrive waits for the coordinator to give it its partitions (a killed member's
+session must time out first); past it, the redrive fails loudly."""
+
+
+class RedriveMembership(ConsumerRebalanceListener):
+    """The rebalance listener of one redrive's consumer, and what its reads need to know of it."""
+
+    def __init__(self, consumer: Any, group_id: str) -> None:
+        self._consumer = consumer
+        self._group_id = group_id
+        self._assigned = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._changed = asyncio.Event()
+        self.epoch = 0
+        """Moves on when a rebalance begins: a fetch begun before it is dropped (:meth:`current`)."""
+        self.next_offsets: dict[TopicPartition, int] = {}
+        """Where this redrive got to in each partition it read (the offset after its last record)."""
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        """Stop reading, and let the batch in flight settle (copied, committed) before giving it away."""
+        self.epoch += 1
+        self._assigned.clear()
+        self._changed.set()
+        await self._idle.wait()
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        """Read each partition from the committed offset, or from further on where this redrive got to."""
+        for tp in assigned:
+            ours = self.next_offsets.get(tp)
+            if ours is None:
+                continue
+            committed = await self._consumer.committed(tp)
+            if committed is None or ours > committed:
+                self._consumer.seek(tp, ours)
+        log.info("Redrive group %s gave this redrive %s", self._group_id, sorted(assigned))
+        self._assigned.set()
+        self._changed.set()
+
+    async def wait_assigned(self) -> None:
+        """Until the coordinator gave this member its partitions (none is an answer too)."""
+        try:
+            await asyncio.wait_for(self._assigned.wait(), ASSIGNMENT_TIMEOUT_SECONDS)
+        except asyncio.TimeoutError:
+            raise TimeoutError(
+                f"the group coordinator gave redrive group {self._group_id!r} no assignment"
+            ) from None
+
+    async def wait_reassigned(self, since_epoch: int) -> None:
+        """Until a rebalance begun after ``since_epoch`` gave this member its new partitions."""
+        while self.epoch == since_epoch or not self._assigned.is_set():
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), ASSIGNMENT_TIMEOUT_SECONDS)
+            except asyncio.TimeoutError:
+                raise TimeoutError(f"redrive group {self._group_id!r} did not rebalance") from None
+
+    def still_current(self, epoch: int) -> bool:
+        """Whether no rebalance began since ``epoch`` (what was fetched may be used)."""
+        return epoch == self.epoch and self._assigned.is_set()
+
+    def begin_batch(self) -> None:
+        """A batch was read: a rebalance waits until :meth:`end_batch`."""
+        self._idle.clear()
+
+    def end_batch(self) -> None:
+        self._idle.set()
