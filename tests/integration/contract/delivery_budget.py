@@ -47,11 +47,12 @@ class DeliveryBudgetContract:
         harness: SharedStreamHarness,
         unstick: asyncio.Event,
         lane: str | None = None,
+        offers_each: int = DELIVERY_LIMIT + 1,
     ) -> tuple[Watcher, list[str]]:
         """
         Get a watcher stuck, publish two messages and wait until every message the stream held
-        unseen has reached nobody more times than the broker's limit allows deliveries; return the
-        stuck watcher and their ids.
+        unseen has reached nobody ``offers_each`` times (by default one more than the broker's
+        limit allows deliveries); return the stuck watcher and their ids.
         """
 
         async def hang(event: Any) -> None:
@@ -105,7 +106,7 @@ class DeliveryBudgetContract:
             # starts, so a round may offer the stuck one's alone.
             await eventually(
                 offers_and_dead_letters,
-                lambda seen: seen[1] > 0 or min(seen[0].values()) > DELIVERY_LIMIT,
+                lambda seen: seen[1] > 0 or min(seen[0].values()) >= offers_each,
                 timeout=180,
                 what="every message held unseen offered to nobody past the delivery limit",
             )
