@@ -14,8 +14,8 @@ trap 'rm -rf "$docs_out"' EXIT
 .venv/bin/python -m sphinx -E -W --keep-going -q -b html docs "$docs_out"
 # tests/docs/test_rendering.py opens these pages in Chromium instead of building them again.
 export SHARED_STREAM_DOCS_HTML="$docs_out"
-# Four xdist workers, one per group of tests/conftest.py (Airflow and Spark; SQS and Pub/Sub; Service
-# Bus and the fault scenarios; the rest). PYTEST_WORKERS=0 runs everything in this process.
+# Four xdist workers, one per group of tests/conftest.py (Airflow and Spark; SQS and the fault scenarios;
+# Pub/Sub and Service Bus; the rest). PYTEST_WORKERS=0 runs everything in this process.
 workers=${PYTEST_WORKERS:-4}
 xdist=()
 if [ "$workers" != 0 ]; then xdist=(-n "$workers"); fi

@@ -32,34 +32,34 @@ NO_JVM_IN_SPARK = (
 """Spark tests against the fake master only (no JVM): off the critical path, with the brokers."""
 
 
-LEASED_QUEUES = ("tests/integration/sqs/", "tests/integration/pubsub/")
-"""SQS and Pub/Sub integration tests: mostly waiting on leases and redeliveries."""
+SQS_AND_FAULTS = ("tests/integration/sqs/", "tests/reliability/")
+"""SQS integration tests (waiting on visibility timeouts and redeliveries) and the fault scenarios
+(waiting on kills, outages and redeliveries of every broker)."""
 
-SERVICE_BUS_AND_FAULTS = ("tests/integration/servicebus/", "tests/reliability/")
-"""Service Bus integration tests (waiting on locks) and the fault scenarios (waiting on kills,
-outages and redeliveries of every broker)."""
+PUBSUB_AND_SERVICE_BUS = ("tests/integration/pubsub/", "tests/integration/servicebus/")
+"""Pub/Sub and Service Bus integration tests: mostly waiting on ack deadlines, locks and redeliveries."""
 
 
 def worker_group(nodeid: str) -> str:
     """
     Which of the four xdist workers runs a test (``scripts/test.sh`` runs ``-n 4``).
 
-    The Airflow deployments and Spark clusters (e2e, Spark integration) are the longest group and
-    set the suite's time; the other three are cut to finish before it: the SQS and Pub/Sub
-    integration tests; the Service Bus integration tests with the fault scenarios; everything
-    else (Kafka, the contract mutants, unit tests, docs, the Spark tests that only talk to a fake
-    master). The three leased-queue and fault groups spend most of their time waiting for leases,
-    locks, redeliveries and outages rather than on a core, so four workers fit two cores. A group
-    runs on one worker in collection order, so module- and session-scoped fixtures (the e2e
-    deployments, one Spark cluster, one emulator) are built once, and two Airflow deployments or
-    Spark clusters never compete for the machine's two cores at once.
+    The Airflow deployments and Spark clusters (e2e, Spark integration) are the longest group
+    under load; the other three are cut to finish before it: the SQS integration tests with the
+    fault scenarios; the Pub/Sub and Service Bus integration tests; everything else (Kafka, the
+    contract mutants, unit tests, docs, the Spark tests that only talk to a fake master). The two
+    leased-queue groups spend most of their time waiting for leases, locks, redeliveries and
+    outages rather than on a core (split so their waits are about even), so four workers fit two
+    cores. A group runs on one worker in collection order, so module- and session-scoped fixtures
+    (the e2e deployments, one Spark cluster, one emulator) are built once, and two Airflow
+    deployments or Spark clusters never compete for the machine's two cores at once.
     """
     if nodeid.startswith(AIRFLOW_AND_SPARK) and not nodeid.startswith(NO_JVM_IN_SPARK):
         return "airflow-and-spark"
-    if nodeid.startswith(LEASED_QUEUES):
-        return "leased-queues"
-    if nodeid.startswith(SERVICE_BUS_AND_FAULTS):
-        return "service-bus-and-faults"
+    if nodeid.startswith(SQS_AND_FAULTS):
+        return "sqs-and-faults"
+    if nodeid.startswith(PUBSUB_AND_SERVICE_BUS):
+        return "pubsub-and-service-bus"
     return "brokers"
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from airflow.triggers.shared_stream import AdvanceItem
 
 from airflow_shared_stream.testing import SharedStreamHarness, Watcher
-from tests.integration.contract.broker import DELIVERY_LIMIT, ContractBroker, ids
+from tests.integration.contract.broker import DELIVERY_LIMIT, NOBODY, ContractBroker, ids
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -44,49 +47,69 @@ class DeliveryBudgetContract:
         harness: SharedStreamHarness,
         unstick: asyncio.Event,
         lane: str | None = None,
+        offers_each: int = DELIVERY_LIMIT + 1,
     ) -> tuple[Watcher, list[str]]:
         """
-        Get a watcher stuck, publish two messages and wait until they have reached nobody more
-        times than the broker's limit allows deliveries; return the stuck watcher and their ids.
+        Get a watcher stuck, publish two messages and wait until every message the stream held
+        unseen has reached nobody ``offers_each`` times (by default one more than the broker's
+        limit allows deliveries); return the stuck watcher and their ids.
         """
 
         async def hang(event: Any) -> None:
             await unstick.wait()
 
-        stuck = harness.add(broker.trigger(stream), before_bind=hang)
-        broker.publish(stream, [{"n": 0}], lane=lane)  # the watcher sees this one and hangs on it
-        group = await eventually(
-            lambda: harness.manager._groups.get(stuck.key),
-            lambda g: g is not None and stuck.trigger_id in g._failed_subscribers,
-            timeout=60,
-            what="the ack timeout leaving the stuck watcher out of the fan-out",
-        )
-        failed_at = group._next_event_id
-        # The stuck one's redelivery comes back to nobody first. (On a broker that does not lock a
-        # lane, Pub/Sub, a later message of its key handed out before that redelivery comes back
-        # with it and counts one attempt: the cost of the watcher's failure, docs/pubsub.rst.)
-        await eventually(
-            lambda: group._next_event_id,
-            lambda n: n > failed_at,
-            timeout=60,
-            what="the stuck watcher's message offered to nobody",
-        )
-        first = group._next_event_id
-        unseen = broker.publish(stream, [{"n": 1}, {"n": 2}], lane=lane)
-        dead: list[Any] = []
+        trigger = broker.trigger(stream)
+        producer_class = trigger.producer_class
+        advance = producer_class.advance
+        reached_nobody: Counter[str] = Counter()
 
-        def offers_and_dead_letters() -> tuple[int, int]:
-            dead.extend(broker.dead_letters(stream))
-            return group._next_event_id - first, len(dead)
+        async def counted(self: Any, batch: Sequence[AdvanceItem]) -> None:
+            # Read before the advance: an ACK replaces a delivery's message (none is counted here).
+            reached_nobody.update(
+                broker.message_id(item.broker_payload.delivery.message.envelope)
+                for item in batch
+                if item.outcome == NOBODY
+            )
+            await advance(self, batch)
 
-        # The three messages (the stuck one's comes back too) each reach nobody more often than
-        # the broker allows deliveries, or the broker dead-letters them first.
-        await eventually(
-            offers_and_dead_letters,
-            lambda seen: seen[0] >= 3 * (DELIVERY_LIMIT + 1) or seen[1] > 0,
-            timeout=180,
-            what="messages offered to nobody past the delivery limit",
-        )
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(producer_class, "advance", counted)
+            stuck = harness.add(trigger, before_bind=hang)
+            # The watcher sees this one and hangs on it.
+            [first] = broker.publish(stream, [{"n": 0}], lane=lane)
+            await eventually(
+                lambda: harness.manager._groups.get(stuck.key),
+                lambda g: g is not None and stuck.trigger_id in g._failed_subscribers,
+                timeout=60,
+                what="the ack timeout leaving the stuck watcher out of the fan-out",
+            )
+            # The stuck one's redelivery comes back to nobody first. (On a broker that does not
+            # lock a lane, Pub/Sub, a later message of its key handed out before that redelivery
+            # comes back with it and counts one attempt: the cost of the watcher's failure,
+            # docs/pubsub.rst.)
+            await eventually(
+                lambda: reached_nobody[first],
+                lambda n: n > 0,
+                timeout=60,
+                what="the stuck watcher's message offered to nobody",
+            )
+            unseen = broker.publish(stream, [{"n": 1}, {"n": 2}], lane=lane)
+            dead: list[Any] = []
+
+            def offers_and_dead_letters() -> tuple[dict[str, int], int]:
+                dead.extend(broker.dead_letters(stream))
+                return dict(reached_nobody), len(dead)
+
+            # Every message held unseen (the stuck one's, and the later ones once a receive
+            # brought them) reaches nobody more often than the broker allows deliveries, or the
+            # broker dead-letters one first. Counted per message: while one is held no receive
+            # starts, so a round may offer the stuck one's alone.
+            await eventually(
+                offers_and_dead_letters,
+                lambda seen: seen[1] > 0 or min(seen[0].values()) >= offers_each,
+                timeout=180,
+                what="every message held unseen offered to nobody past the delivery limit",
+            )
         assert not dead, f"the broker dead-lettered messages no watcher saw: {dead}"
         return stuck, unseen
 
@@ -95,12 +118,13 @@ class DeliveryBudgetContract:
     ):
         """
         Held for as long as ``[shared_stream] unseen_hold_seconds`` says, far past the ack
-        timeout (the triggerer's setting here is the manager's 2 s), leases renewed meanwhile.
+        timeout (the triggerer's setting here is the manager's 2 s), leases renewed meanwhile:
+        the broker's shortest lease, so the hold spans several of its terms.
         """
         monkeypatch.setenv(ACK_TIMEOUT_ENV, "2.0")
         monkeypatch.setenv(HOLD_OPTION_ENV, LONG_HOLD)
         broker = contract_broker
-        stream = broker.create_stream(max_deliveries=DELIVERY_LIMIT)
+        stream = broker.create_stream(max_deliveries=DELIVERY_LIMIT, lease_seconds=broker.lease_seconds_min)
         unstick = asyncio.Event()
         async with SharedStreamHarness(confirm_after=0.0, ack_timeout=2.0) as harness:
             try:
@@ -225,7 +249,9 @@ class OrderedDeliveryBudgetContract(DeliveryBudgetContract):
     ):
         monkeypatch.setenv(HOLD_OPTION_ENV, LONG_HOLD)
         broker = contract_broker
-        stream = broker.create_stream(max_deliveries=DELIVERY_LIMIT, ordered=True)
+        stream = broker.create_stream(
+            max_deliveries=DELIVERY_LIMIT, lease_seconds=broker.lease_seconds_min, ordered=True
+        )
         unstick = asyncio.Event()
         async with SharedStreamHarness(confirm_after=0.0, ack_timeout=2.0) as harness:
             try:

@@ -19,6 +19,9 @@ from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
+MANY_DEADLINES_OFFERS = 3 * (DELIVERY_LIMIT + 1)
+"""Times each held message reaches nobody while its leases must outlive many ack deadlines."""
+
 
 async def test_two_interleaved_keys_given_back_keep_their_order_and_spend_one_attempt_per_give_back(
     pubsub_service, caplog
@@ -127,8 +130,8 @@ async def test_a_key_held_on_the_shortest_ack_deadline_spends_no_attempt(pubsub_
     """
     FAULT_MODEL classes 4 and 5: a subscription with the shortest ack deadline Pub/Sub allows
     (10 s). The held key's leases (renewed without the ack-timeout limit while nobody saw them)
-    must outlive many deadlines (offered to nobody 18 times, paced up to 5 s: over a minute):
-    when a watcher is back, the unseen messages spent no attempt.
+    must outlive many deadlines (each held message offered to nobody 18 times, paced up to 5 s:
+    over a minute): when a watcher is back, the unseen messages spent no attempt.
     """
     from tests.integration.contract.delivery_budget import HOLD_OPTION_ENV, LONG_HOLD, DeliveryBudgetContract
 
@@ -139,7 +142,9 @@ async def test_a_key_held_on_the_shortest_ack_deadline_spends_no_attempt(pubsub_
     async with SharedStreamHarness(confirm_after=0.0, ack_timeout=2.0) as harness:
         try:
             hold = DeliveryBudgetContract()._hold_unseen_behind_a_stuck_watcher
-            _, unseen = await hold(broker, stream, harness, unstick, lane="g")
+            _, unseen = await hold(
+                broker, stream, harness, unstick, lane="g", offers_each=MANY_DEADLINES_OFFERS
+            )
             back = harness.add(broker.trigger(stream))
             await back.wait_for_events(3, timeout=60)
             await eventually(lambda: broker.remaining(stream), lambda r: r == 0, timeout=60, what="acked")
