@@ -138,6 +138,12 @@ class ClusterWatch:
         for topic in self.topics:
             now, before = shapes.get(topic), self.shapes.get(topic)
             if now is None:
+                if topic not in self.gone:  # deleted (for good, or to be created again): say so once
+                    log.warning(
+                        "Kafka topic %s is gone (deleted): its positions are not committed until it "
+                        "is created again, and then it is read from its start",
+                        topic,
+                    )
                 self.gone.add(topic)
                 continue
             if topic in self.gone or (before is not None and before.topic_id != now.topic_id):

@@ -151,6 +151,28 @@ class PositionStore:
                     continue
                 self._raise_for(group, fields[-1])
 
+    async def commit_asking_again(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """
+        :meth:`commit`, asked again (bounded, as :meth:`fetch` is) after a retriable error: a
+        coordinator loading or moved, a connection closed, a request timed out.
+
+        The stream's own commits go through here, not ``AIOKafkaConsumer.commit``: that one takes
+        ``UNKNOWN_TOPIC_OR_PARTITION`` (a topic deleted for good) for retriable and asks again for
+        ever, so the committer's round, which folds every watcher's ACKs, would never end and no
+        position of the stream would move again. Here that partition is dropped, as for a watcher.
+        """
+        wait, longest = FETCH_BACKOFF
+        for _ in range(FETCH_ATTEMPTS - 1):
+            try:
+                return await self.commit(group, offsets)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                log.info("Position of %r not committed (%s): asking again", group, type(exc).__name__)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, longest)
+        await self.commit(group, offsets)  # the last answer, whatever it is
+
     def _raise_for(self, group: str, error_code: int) -> None:
         if not error_code:
             return
