@@ -24,10 +24,13 @@ from typing import Any, NamedTuple
 
 from aiokafka import TopicPartition
 from aiokafka.errors import (
+    CommitFailedError,
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    IllegalGenerationError,
     KafkaError,
     NotCoordinatorForGroupError,
+    UnknownMemberIdError,
     UnknownTopicOrPartitionError,
     for_code,
 )
@@ -206,6 +209,9 @@ class PositionStore:
         for _ in range(FETCH_ATTEMPTS - 1):
             try:
                 return await self.commit(group, offsets)
+            except (UnknownMemberIdError, IllegalGenerationError) as exc:
+                # A consumer joined the group: what AIOKafkaConsumer.commit says (redelivery).
+                raise CommitFailedError(f"offsets of group {group!r}: {type(exc).__name__}") from None
             except KafkaError as exc:
                 if not exc.retriable:
                     raise
