@@ -237,3 +237,39 @@ async def test_a_topic_created_again_with_fewer_partitions_is_read_from_its_star
             await _until(lambda: set(_round(w, 2)) >= set(range(3)) or w.error is not None, "the new log")
         assert w.error is None, w.error
         assert set(_round(w, 2)) == set(range(3)), f"the new log's records were skipped: {_round(w, 2)}"
+
+
+@pytest.mark.parametrize("kafka_broker", ["noida-db"], indirect=True)  # Tansu: no DeleteRecords
+async def test_retention_on_a_topic_just_created_again_is_said_and_the_rest_read(kafka, monkeypatch, caplog):
+    """
+    Class 14: the topic (read up to 10) is deleted and created again, filled with 6 records,
+    and retention deletes the new log's first 2 (DeleteRecords) before the stream saw any of it.
+    The stream must read 2-5 (what is left of the new log) and keep running; 0-1 are lost to
+    retention, which at-least-once does not cover, but nothing still in the log is skipped.
+    """
+    from aiokafka import TopicPartition
+    from aiokafka.admin import RecordsToDelete
+
+    caplog.set_level(logging.INFO)
+    monkeypatch.setattr(cluster_watch, "CLUSTER_CHECK_INTERVAL", 0.2)
+    topic, group = kafka.name("t"), kafka.name("g")
+    await kafka.create_topics(topic)
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group)
+    own_group = watcher_group_id(group, trigger.watcher_digest())
+    async with SharedStreamHarness(confirm_after=0.0) as triggerer:
+        w = triggerer.add(trigger)
+        await kafka.produce(topic, [{"round": 1, "i": i} for i in range(10)])
+        await w.wait_for_events(10)
+        await kafka.delete_topic(topic, groups=(group, own_group))
+        await kafka.create_topics(topic)
+        await kafka.produce(topic, [{"round": 2, "i": i} for i in range(6)])
+        tp = TopicPartition(topic, 0)
+        await _admin(kafka, lambda admin: admin.delete_records({tp: RecordsToDelete(2)}))
+        with contextlib.suppress(AssertionError):
+            await _until(lambda: set(_round(w, 2)) >= set(range(2, 6)) or w.error is not None, "the new log")
+        assert w.error is None, w.error
+        assert set(_round(w, 2)) >= set(range(2, 6)), (
+            f"records still in the new log were skipped: {_round(w, 2)}"
+        )
+        await kafka.produce(topic, [{"round": 2, "i": 6}])
+        await _until(lambda: 6 in _round(w, 2), "the next record")
