@@ -92,20 +92,29 @@ class ClusterWatch:
             return
         try:
             lanes = producer.positions.lanes
-            fresh = added + [tp for tp in lanes if tp.topic in renewed]
-            if not fresh:
+            dropped = [
+                tp for tp in lanes if tp.topic in renewed and tp.partition >= self.shapes[tp.topic].partitions
+            ]
+            fresh = added + [tp for tp in lanes if tp.topic in renewed and tp not in dropped]
+            if not fresh and not dropped:
                 return
             for tp in fresh:  # what was yielded so far is of the old logs (nothing is yielded now)
                 if tp.topic in renewed:
                     producer.renewed_at[(tp.topic, tp.partition)] = producer._seq
-            if added:  # assign() forgets every position: keep the ones read so far
+            for tp in dropped:  # created again with fewer partitions: these lanes are gone
+                producer.renewed_at[(tp.topic, tp.partition)] = producer._seq
+                lanes.remove(tp)
+                producer.ledger.forget((tp.topic, tp.partition))
+                log.warning("Kafka %s/%d is gone (the topic was created again with fewer partitions)", *tp)
+            if added or dropped:  # assign() forgets every position: keep the ones read so far
                 kept = {tp: await consumer.position(tp) for tp in lanes if tp.topic not in renewed}
                 lanes.extend(added)
                 consumer.assign(lanes)
                 for tp, position in kept.items():
                     consumer.seek(tp, position)
             starts = {tp: bounds.start for tp, bounds in (await read_log_bounds(consumer, fresh)).items()}
-            await consumer.commit(starts)
+            if starts:
+                await consumer.commit(starts)
         except KafkaError as exc:
             raise producer._error("following the partitions of the stream's topics", exc) from None
         for tp, start in starts.items():
@@ -138,14 +147,27 @@ class ClusterWatch:
         for topic in self.topics:
             now, before = shapes.get(topic), self.shapes.get(topic)
             if now is None:
+                if topic not in self.gone:  # deleted (for good, or to be created again): say so once
+                    log.warning(
+                        "Kafka topic %s is gone (deleted): its positions are not committed until it "
+                        "is created again, and then it is read from its start",
+                        topic,
+                    )
                 self.gone.add(topic)
                 continue
             if topic in self.gone or (before is not None and before.topic_id != now.topic_id):
                 renewed.add(topic)
             self.gone.discard(topic)
         self.shapes.update(shapes)
+        # A topic's partitions are never taken away: fewer of them is a topic created again.
+        renewed |= {
+            tp.topic for tp in lanes if tp.topic in shapes and tp.partition >= shapes[tp.topic].partitions
+        }
         if not self.has_topic_ids:  # a broker with ids may report its log end late (Tansu)
-            renewed |= await self._ending_below(consumer, [tp for tp in lanes if tp.topic in shapes])
+            renewed |= await self._ending_below(
+                consumer,
+                [tp for tp in lanes if tp.topic in shapes and tp.partition < shapes[tp.topic].partitions],
+            )
         read = set(lanes)
         added = [
             TopicPartition(topic, partition)

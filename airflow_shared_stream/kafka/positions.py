@@ -24,14 +24,19 @@ from typing import Any, NamedTuple
 
 from aiokafka import TopicPartition
 from aiokafka.errors import (
+    CommitFailedError,
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    IllegalGenerationError,
     KafkaError,
     NotCoordinatorForGroupError,
+    UnknownMemberIdError,
     UnknownTopicOrPartitionError,
     for_code,
 )
 from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
+
+from airflow_shared_stream.kafka.topic_ids import read_topic_shapes
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +137,36 @@ class PositionStore:
         """
         if not offsets:
             return
+        refused = await self._commit_once(group, offsets, metadata)
+        wait, longest = FETCH_BACKOFF
+        for _ in range(FETCH_ATTEMPTS - 1):
+            if not refused:
+                return
+            live = await self._live(refused)
+            for tp in [tp for tp in refused if tp not in live]:
+                # Deleted (maybe being created again): a position on a gone log means nothing,
+                # and failing the stream would forget which watchers were away from the new
+                # one. The stream commits the new log's start when it sees it.
+                log.info(
+                    "Position of %r on %s/%d not committed: the topic is gone", group, tp.topic, tp.partition
+                )
+                del refused[tp]
+            if not refused:
+                return
+            # A live partition the coordinator does not know yet (added, or its topic just
+            # created: a broker learns of it after the controller). Dropped, it would be lost to
+            # a kill before the next refresh: asked again until the coordinator has it.
+            log.info("Position of %r on %s not committed yet: asking again", group, sorted(refused))
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, longest)
+            refused = await self._commit_once(group, refused, metadata)
+        if refused:
+            raise UnknownTopicOrPartitionError(f"offsets of group {group!r} on {sorted(refused)}")
+
+    async def _commit_once(
+        self, group: str, offsets: Mapping[TopicPartition, int], metadata: str
+    ) -> dict[TopicPartition, int]:
+        """One OffsetCommit; the partitions the coordinator does not know (UNKNOWN_TOPIC_OR_PARTITION)."""
         by_topic: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
         for tp, offset in offsets.items():
             by_topic[tp.topic].append((tp.partition, offset, metadata))
@@ -139,17 +174,51 @@ class PositionStore:
             group, NO_GENERATION, NO_MEMBER, DEFAULT_RETENTION, sorted(by_topic.items())
         )
         response = await self._send(group, request)
+        refused: dict[TopicPartition, int] = {}
         for topic, parts in response.topics:
             for fields in parts:  # (partition, error code)
                 if fields[-1] == UnknownTopicOrPartitionError.errno:
-                    # Deleted (maybe being created again): a position on a gone log means nothing,
-                    # and failing the stream would forget which watchers were away from the new
-                    # one. The stream commits the new log's start when it sees it.
-                    log.info(
-                        "Position of %r on %s/%d not committed: the topic is gone", group, topic, fields[0]
-                    )
+                    tp = TopicPartition(topic, fields[0])
+                    refused[tp] = offsets[tp]
                     continue
                 self._raise_for(group, fields[-1])
+        return refused
+
+    async def _live(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """Those of ``partitions`` the cluster's metadata has now (asked afresh, no auto-creation)."""
+        wanted = list(partitions)
+        shapes = await read_topic_shapes(self._client, sorted({tp.topic for tp in wanted}))
+        if shapes is not None:
+            counts = {topic: shape.partitions for topic, shape in shapes.items()}
+        else:  # no Metadata v10
+            cluster = await self._client.fetch_all_metadata()
+            counts = {tp.topic: len(cluster.partitions_for_topic(tp.topic) or ()) for tp in wanted}
+        return {tp for tp in wanted if tp.partition < counts.get(tp.topic, 0)}
+
+    async def commit_asking_again(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """
+        :meth:`commit`, asked again (bounded, as :meth:`fetch` is) after a retriable error: a
+        coordinator loading or moved, a connection closed, a request timed out.
+
+        The stream's own commits go through here, not ``AIOKafkaConsumer.commit``: that one takes
+        ``UNKNOWN_TOPIC_OR_PARTITION`` (a topic deleted for good) for retriable and asks again for
+        ever, so the committer's round, which folds every watcher's ACKs, would never end and no
+        position of the stream would move again. Here that partition is dropped, as for a watcher.
+        """
+        wait, longest = FETCH_BACKOFF
+        for _ in range(FETCH_ATTEMPTS - 1):
+            try:
+                return await self.commit(group, offsets)
+            except (UnknownMemberIdError, IllegalGenerationError) as exc:
+                # A consumer joined the group: what AIOKafkaConsumer.commit says (redelivery).
+                raise CommitFailedError(f"offsets of group {group!r}: {type(exc).__name__}") from None
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                log.info("Position of %r not committed (%s): asking again", group, type(exc).__name__)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, longest)
+        await self.commit(group, offsets)  # the last answer, whatever it is
 
     def _raise_for(self, group: str, error_code: int) -> None:
         if not error_code:

@@ -189,7 +189,10 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self.watchers.before_leave = self.fold_advanced_acks
 
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
-        if self._consumer is not None:
+        store, group = self.positions.store, self.positions.stream_group
+        if store is not None and group is not None:  # a gone topic's lane is dropped, not retried for ever
+            await store.commit_asking_again(group, offsets)
+        elif self._consumer is not None:
             await self._consumer.commit(offsets)
 
     def _rewind(self, tp: TopicPartition, offset: int) -> None:
