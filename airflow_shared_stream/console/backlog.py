@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,9 +58,13 @@ async def read_depth(depth: DepthRead, deadline: float | None = None) -> dict[st
 
 
 def _backlog_reads(broker: str, trigger_kwargs: Mapping[str, Any]) -> Backlog | None:
-    """What to read for the stream; imports the broker's operations (and its SDK) on first use."""
+    """What to read for the stream; imports the broker's operations and the SDK its reads use."""
     operations = broker_operations(broker)
-    return operations.backlog(trigger_kwargs) if operations is not None else None
+    reads = operations.backlog(trigger_kwargs) if operations is not None else None
+    for read in (reads or {}).values():
+        for module in read.sdk_modules if isinstance(read, DepthRead) else ():
+            importlib.import_module(module)
+    return reads
 
 
 async def _answer(read: DepthRead | Mapping[str, Any], deadline: float) -> dict[str, Any]:

@@ -21,6 +21,8 @@ from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook
 from airflow_shared_stream.sqs.redrive import dead_letter_source
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
 
+SDK_MODULES = ("aiobotocore.session", "aiobotocore.credentials")
+"""What a depth read's client imports on first use (the module imports only the client's config)."""
 SDK_TIMEOUT_SECONDS = 3
 """The SDK's own connect and read timeouts of a depth read, inside the page's bound."""
 
@@ -31,6 +33,7 @@ def queue_depth(conn_id: str, queue_url: str, region_name: str | None) -> DepthR
         ("sqs:" + conn_id, queue_url, region_name or ""),
         "the depth of an SQS queue",
         lambda: _read_depth(conn_id, queue_url, region_name),
+        SDK_MODULES,
     )
 
 
