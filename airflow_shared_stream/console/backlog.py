@@ -20,9 +20,9 @@ so nothing the broker echoes back (a signed URL, a key id) can show.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import time
-import importlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,13 +48,17 @@ async def read_depth(depth: DepthRead, deadline: float | None = None) -> dict[st
     if deadline is None:
         deadline = asyncio.get_running_loop().time() + TIMEOUT_SECONDS
     try:
-        async with asyncio.timeout_at(deadline):
-            answer: dict[str, Any] = await depth.read()
+        answer: dict[str, Any] = await asyncio.wait_for(depth.read(), _left(deadline))
     except Exception as exc:
         log.info("Could not read %s of connection %s: %s", depth.what, depth.cache_key[0], type(exc).__name__)
         answer = {"error": type(exc).__name__}
     _cache[depth.cache_key] = (time.monotonic(), answer)
     return answer
+
+
+def _left(deadline: float) -> float:
+    """The seconds from now to ``deadline``, on the loop's clock (``wait_for`` takes a delay)."""
+    return max(0.0, deadline - asyncio.get_running_loop().time())
 
 
 def _backlog_reads(broker: str, trigger_kwargs: Mapping[str, Any]) -> Backlog | None:
@@ -79,10 +83,11 @@ async def broker_backlog(broker: str, trigger_kwargs: dict[str, Any]) -> dict[st
     read_at = time.time()
     deadline = asyncio.get_running_loop().time() + TIMEOUT_SECONDS
     try:
-        async with asyncio.timeout_at(deadline):
-            # The import goes on in its thread past the deadline: the next look finds it done.
-            reads = await asyncio.to_thread(_backlog_reads, broker, trigger_kwargs)
-    except TimeoutError:
+        # The import goes on in its thread past the deadline: the next look finds it done.
+        reads = await asyncio.wait_for(
+            asyncio.to_thread(_backlog_reads, broker, trigger_kwargs), _left(deadline)
+        )
+    except asyncio.TimeoutError:
         log.info("The operations of broker %s were not imported in time", broker)
         return {"read_at": read_at, "error": "TimeoutError"}
     if reads is None:
