@@ -41,6 +41,8 @@ class DepthRead:
     what: str
     """What is read, for the log of a failed read (``the depth of an SQS queue``)."""
     read: Callable[[], Awaitable[dict[str, Any]]]
+    sdk_modules: tuple[str, ...] = ()
+    """SDK modules ``read`` imports on first use: the page imports them first, in a worker thread."""
 
 
 Backlog = Mapping[str, "DepthRead | dict[str, Any]"]

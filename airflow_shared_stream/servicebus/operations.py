@@ -48,6 +48,7 @@ def dead_letter_depth(conn_id: str, entity_path: str) -> DepthRead:
         ("servicebus:" + conn_id, entity_path, ""),
         "a Service Bus dead-letter depth",
         lambda: _runtime_count(conn_id, entity_path),
+        ("azure.servicebus.aio", "azure.servicebus.aio.management"),
     )
 
 

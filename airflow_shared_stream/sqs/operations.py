@@ -21,6 +21,11 @@ from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook
 from airflow_shared_stream.sqs.redrive import dead_letter_source
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
 
+SDK_MODULES = ("aiobotocore.session", "aiobotocore.credentials")
+"""What a depth read's client imports on first use (the module imports only the client's config)."""
+SDK_TIMEOUT_SECONDS = 3
+"""The SDK's own connect and read timeouts of a depth read, inside the page's bound."""
+
 
 def queue_depth(conn_id: str, queue_url: str, region_name: str | None) -> DepthRead:
     """``{"visible": n, "in_flight": n, "depth": n}`` of one queue."""
@@ -28,13 +33,16 @@ def queue_depth(conn_id: str, queue_url: str, region_name: str | None) -> DepthR
         ("sqs:" + conn_id, queue_url, region_name or ""),
         "the depth of an SQS queue",
         lambda: _read_depth(conn_id, queue_url, region_name),
+        SDK_MODULES,
     )
 
 
 async def _read_depth(conn_id: str, queue_url: str, region_name: str | None) -> dict[str, Any]:
     queue = QueueUrl.parse(queue_url)
     config = await SqsSharedStreamHook(conn_id).aget_client_config(region_name=region_name, queue=queue)
-    botocore_config = AioConfig(connect_timeout=3, read_timeout=3, retries={"max_attempts": 1})
+    botocore_config = AioConfig(
+        connect_timeout=SDK_TIMEOUT_SECONDS, read_timeout=SDK_TIMEOUT_SECONDS, retries={"max_attempts": 1}
+    )
     async with open_sqs_client(config, botocore_config, on_secrets=lambda _secrets: None) as client:
         answer = await client.get_queue_attributes(
             QueueUrl=queue.url,

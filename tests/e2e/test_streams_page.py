@@ -18,6 +18,7 @@ created, its conf checked against the Dag's params by Airflow, and never runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ import pytest
 from tests.support.airflow import AirflowDeployment, airflow_deployment
 from tests.support.brokers import SqsServer
 from tests.support.postgres import PostgresServer
-from tests.support.processes import wait_until
+from tests.support.processes import tail, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -71,10 +72,27 @@ class Console:
         return self.airflow.api_url
 
     def get(self, path: str, user: str | None = None) -> httpx.Response:
-        return httpx.get(self.url + path, headers=self._auth(user), timeout=30)
+        with self._answer_expected("GET", path):
+            return httpx.get(self.url + path, headers=self._auth(user), timeout=30)
 
     def post(self, path: str, body: dict[str, Any], user: str | None = None) -> httpx.Response:
-        return httpx.post(self.url + path, json=body, headers=self._auth(user), timeout=60)
+        with self._answer_expected("POST", path):
+            return httpx.post(self.url + path, json=body, headers=self._auth(user), timeout=60)
+
+    @contextlib.contextmanager
+    def _answer_expected(self, method: str, path: str) -> Iterator[None]:
+        """
+        The timeouts detect a failure, they do not tune a wait: the failure names what the
+        api-server finished meanwhile (its access log), so a server that answered nothing at all
+        (every request held, the Execution API's too) is told from a slow page.
+        """
+        try:
+            yield
+        except httpx.TimeoutException as exc:
+            raise AssertionError(
+                f"{method} {path} got no answer in time; the api-server's log:\n"
+                f"{tail(self.airflow.log_path('api-server'), lines=25)}"
+            ) from exc
 
     def _auth(self, user: str | None) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[user]}"} if user else {}
