@@ -28,9 +28,23 @@ def _import_all(names: Iterable[str]) -> None:
         importlib.import_module(name)
 
 
+def imported(name: str) -> bool:
+    """
+    Whether module ``name`` is imported: in ``sys.modules`` and done initialising.
+
+    Python puts a module into ``sys.modules`` when its import starts. One still being imported
+    by another thread (another stream's, inside its SDK's import) is not imported: importing it
+    on the loop would wait there, on the import lock, for the whole of that thread's import.
+    """
+    module = sys.modules.get(name)
+    if module is None:
+        return False
+    return not getattr(getattr(module, "__spec__", None), "_initializing", False)
+
+
 async def import_off_loop(names: Iterable[str]) -> None:
     """Import the modules ``names`` that are not imported yet, in a worker thread."""
-    missing = [name for name in names if name not in sys.modules]
+    missing = [name for name in names if not imported(name)]
     if missing:
         await asyncio.to_thread(_import_all, missing)
 

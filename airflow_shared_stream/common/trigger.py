@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import sys
 import warnings
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
@@ -50,7 +49,7 @@ from airflow_shared_stream.common.errors import SharedStreamConfigurationError, 
 from airflow_shared_stream.common.figures import figures_stream_id, stream_figures
 from airflow_shared_stream.common.flow_control import validate_max_in_flight
 from airflow_shared_stream.common.matching import EnvelopeMatcher, RawMessage, Verdict
-from airflow_shared_stream.common.off_loop import ImportedOffLoop
+from airflow_shared_stream.common.off_loop import ImportedOffLoop, imported
 from airflow_shared_stream.common.process_scope import scoped
 
 log = logging.getLogger(__name__)
@@ -310,7 +309,7 @@ class SharedStreamTrigger(BaseEventTrigger):
             return producer
 
         module = cls.producer_path.partition(":")[0]
-        if cls.producer_class is None and module not in sys.modules:
+        if cls.producer_class is None and not imported(module):
             return ImportedOffLoop(module, build)
         return build()
 
