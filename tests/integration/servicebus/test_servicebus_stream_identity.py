@@ -86,7 +86,9 @@ def test_the_split_stream_check_groups_two_connection_ids_of_one_entity(serviceb
     strict=True,
     reason="the stream key reads a connection string the SDK refuses: its refusal fails the stream",
 )
-async def test_a_connection_string_the_sdk_refuses_fails_its_own_watcher_only(servicebus, monkeypatch, harness):
+async def test_a_connection_string_the_sdk_refuses_fails_its_own_watcher_only(
+    servicebus, monkeypatch, harness
+):
     """
     A watcher whose connection string the SDK refuses fails alone; other watchers keep the stream.
 
