@@ -82,10 +82,6 @@ def test_the_split_stream_check_groups_two_connection_ids_of_one_entity(serviceb
     assert SAS_KEY not in errors[0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the stream key reads a connection string the SDK refuses: its refusal fails the stream",
-)
 async def test_a_connection_string_the_sdk_refuses_fails_its_own_watcher_only(
     servicebus, monkeypatch, harness
 ):
