@@ -39,7 +39,6 @@ def cases(tmp_path):
     }
 
 
-@pytest.mark.xfail(strict=True, reason="a TLS file error reaches the watchers as a bare OSError/SSLError")
 @pytest.mark.parametrize("case", ["missing_ca", "ca_is_a_directory", "unreadable_key"])
 async def test_a_tls_file_that_cannot_be_read_fails_the_stream_with_a_named_configuration_error(
     case, tmp_path, monkeypatch
