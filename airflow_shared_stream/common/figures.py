@@ -112,7 +112,8 @@ def metric_label(trigger: Any, *, import_producer: bool = True) -> str:
     """
     try:
         module = getattr(trigger, "producer_path", "").partition(":")[0]
-        if not import_producer and getattr(trigger, "producer_class", None) is None and not imported(module):
+        explicit = getattr(type(trigger), "explicit_producer_class", None)
+        if not import_producer and (explicit is None or explicit() is None) and not imported(module):
             name = trigger.metrics_stream_name()
             if name is None:
                 raise LookupError(f"{module} is imported when the stream opens")

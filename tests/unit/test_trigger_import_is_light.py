@@ -177,7 +177,6 @@ PRODUCERS: dict[str, tuple[str, str]] = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="producer_class of the shipped triggers reads None since issue 50")
 @pytest.mark.parametrize("broker", sorted(PRODUCERS))
 def test_a_trigger_class_still_names_its_producer_class(broker: str) -> None:
     """
