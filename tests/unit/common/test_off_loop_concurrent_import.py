@@ -41,6 +41,18 @@ class GatedTrigger(InMemoryTrigger):
         return producer
 
 
+resolved: list[str] = []
+
+
+class CountingTrigger(GatedTrigger):
+    """Records each time a producer is built (its class resolved)."""
+
+    @classmethod
+    def resolve_producer_class(cls) -> Any:
+        resolved.append("built")
+        return super().resolve_producer_class()
+
+
 async def test_a_second_stream_starting_during_the_first_ones_import_does_not_hold_the_loop() -> None:
     sys.modules.pop(GATED, None)
     import_gate.entered.clear()
@@ -71,6 +83,42 @@ async def test_a_second_stream_starting_during_the_first_ones_import_does_not_ho
             await second.wait_for_events(1)
             assert first.error is None
             assert second.error is None
+    finally:
+        import_gate.release.set()
+        watchdog.cancel()
+        sys.modules.pop(GATED, None)
+
+
+async def test_a_stream_cancelled_while_its_producer_module_imports_builds_no_producer() -> None:
+    """
+    The last watcher leaves while the stream's thread is still inside the producer module's import
+    (attack on issue 50): the stream stops at once, the import finishes in its thread, and no
+    producer is built or connected after the cancel; a watcher added later gets a stream of its
+    own that reads what was published meanwhile.
+    """
+    sys.modules.pop(GATED, None)
+    import_gate.entered.clear()
+    import_gate.release.clear()
+    built.clear()
+    InMemoryProducer.reset()
+    resolved.clear()
+    watchdog = threading.Timer(20, import_gate.release.set)
+    watchdog.start()
+    try:
+        async with SharedStreamHarness(confirm_after=0.0) as harness:
+            leaving = harness.add(CountingTrigger("c"))
+            await asyncio.to_thread(import_gate.entered.wait, 30)
+            await harness.remove(leaving)
+            assert not import_gate.release.is_set(), "the stream's stop waited for the import"
+            assert harness.manager._groups == {}
+            import_gate.release.set()
+            await asyncio.to_thread(lambda: [__import__(GATED)])  # the import finishes in its thread
+            assert resolved == [], "a producer was built after its stream was cancelled"
+            InMemoryProducer.queue("c").publish({"n": 1})
+            later = harness.add(CountingTrigger("c"))
+            events = await later.wait_for_events(1)
+            assert [e.payload["body"] for e in events] == [{"n": 1}]
+            assert later.error is None
     finally:
         import_gate.release.set()
         watchdog.cancel()
