@@ -20,6 +20,8 @@ import sys
 import threading
 from typing import Any
 
+import pytest
+
 from airflow_shared_stream.testing import InMemoryProducer, InMemoryTrigger, SharedStreamHarness
 from tests.support import import_gate
 
@@ -123,3 +125,30 @@ async def test_a_stream_cancelled_while_its_producer_module_imports_builds_no_pr
         import_gate.release.set()
         watchdog.cancel()
         sys.modules.pop(GATED, None)
+
+
+class BrokenSdkTrigger(InMemoryTrigger):
+    """An in-memory stream whose producer module's SDK is installed but cannot be imported."""
+
+    broker = "broken"
+    producer_class = None
+    producer_path = "tests.support.broken_producer:BrokenProducer"
+
+
+@pytest.mark.xfail(strict=True, reason="a broken SDK reaches the watchers as a bare ModuleNotFoundError")
+async def test_a_producer_module_that_cannot_be_imported_fails_its_stream_once_naming_it() -> None:
+    """
+    A broker SDK found (``require_sdk`` only finds it) but broken (a dependency missing) fails its
+    stream once, with an error naming the producer module it could not import and what was missing
+    (attack on issue 50). Before issue 50 the trigger module imported the SDK and the error named
+    the provider's extra; imported in the stream's thread, the watchers got a bare
+    ``No module named '...'`` naming neither the stream's producer nor its broker.
+    """
+    InMemoryProducer.reset()
+    async with SharedStreamHarness(confirm_after=0.0) as harness:
+        watcher = harness.add(BrokenSdkTrigger("d"))
+        error = await watcher.wait_for_error()
+    assert isinstance(error, ImportError), repr(error)
+    assert "tests.support.broken_producer" in str(error), str(error)
+    assert "airflow_shared_stream_missing_sdk_dependency" in str(error), str(error)
+    assert "tests.support.broken_producer" not in sys.modules
