@@ -77,7 +77,17 @@ class ImportedOffLoop(SharedStreamProducer):
         return self._producer
 
     async def open_stream(self) -> AsyncIterator[tuple[Any, Any]]:
-        await import_off_loop([self.module])
+        try:
+            await import_off_loop([self.module])
+        except ImportError as exc:
+            # The trigger's module only found the SDK: one found but broken (a dependency missing)
+            # fails here, where a bare "No module named ..." would name neither stream nor broker.
+            raise ImportError(
+                f"the stream's producer module {self.module} could not be imported: {exc} (its "
+                "broker SDK, or a dependency of it, is missing or broken: reinstall the "
+                "provider's extra for this broker)",
+                name=exc.name,
+            ) from exc
         async for item in self.producer.open_stream():
             yield item
 

@@ -20,8 +20,6 @@ import sys
 import threading
 from typing import Any
 
-import pytest
-
 from airflow_shared_stream.testing import InMemoryProducer, InMemoryTrigger, SharedStreamHarness
 from tests.support import import_gate
 
@@ -135,7 +133,6 @@ class BrokenSdkTrigger(InMemoryTrigger):
     producer_path = "tests.support.broken_producer:BrokenProducer"
 
 
-@pytest.mark.xfail(strict=True, reason="a broken SDK reaches the watchers as a bare ModuleNotFoundError")
 async def test_a_producer_module_that_cannot_be_imported_fails_its_stream_once_naming_it() -> None:
     """
     A broker SDK found (``require_sdk`` only finds it) but broken (a dependency missing) fails its
