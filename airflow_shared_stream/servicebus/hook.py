@@ -182,9 +182,10 @@ def parse_connection_string(connection_string: str, conn_id: str, *, with_sdk: b
     winning: a string that names the host (or the emulator) twice is refused, or the clients would
     sign for a host other than the namespace resolved here.
 
-    ``with_sdk=False`` reads the endpoint plainly, without importing the SDK: the stream key is
-    computed on the triggerer's event loop, where the SDK's first import held it. The stream
-    refuses to connect where the two readings differ (``aget_client_config``).
+    ``with_sdk=False`` reads the string as the SDK's parser does, refusals included, without
+    importing the SDK: the stream key is computed on the triggerer's event loop, where the SDK's
+    first import held it. The stream refuses to connect where the two readings differ
+    (``aget_client_config``).
     """
     named = [part.split("=", 1)[0].strip().lower() for part in connection_string.split(";")]
     for names in (("endpoint", "hostname"), ("usedevelopmentemulator",)):
