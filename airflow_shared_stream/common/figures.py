@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import sys
 import time
 from collections import deque
 from collections.abc import Hashable, Iterator, Mapping
@@ -42,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from airflow_shared_stream.common import metric_names as m
+from airflow_shared_stream.common.off_loop import imported
 from airflow_shared_stream.common.process_scope import scoped
 
 log = logging.getLogger(__name__)
@@ -112,11 +112,8 @@ def metric_label(trigger: Any, *, import_producer: bool = True) -> str:
     """
     try:
         module = getattr(trigger, "producer_path", "").partition(":")[0]
-        if (
-            not import_producer
-            and getattr(trigger, "producer_class", None) is None
-            and module not in sys.modules
-        ):
+        explicit = getattr(type(trigger), "explicit_producer_class", None)
+        if not import_producer and (explicit is None or explicit() is None) and not imported(module):
             name = trigger.metrics_stream_name()
             if name is None:
                 raise LookupError(f"{module} is imported when the stream opens")

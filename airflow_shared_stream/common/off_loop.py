@@ -28,9 +28,23 @@ def _import_all(names: Iterable[str]) -> None:
         importlib.import_module(name)
 
 
+def imported(name: str) -> bool:
+    """
+    Whether module ``name`` is imported: in ``sys.modules`` and done initialising.
+
+    Python puts a module into ``sys.modules`` when its import starts. One still being imported
+    by another thread (another stream's, inside its SDK's import) is not imported: importing it
+    on the loop would wait there, on the import lock, for the whole of that thread's import.
+    """
+    module = sys.modules.get(name)
+    if module is None:
+        return False
+    return not getattr(getattr(module, "__spec__", None), "_initializing", False)
+
+
 async def import_off_loop(names: Iterable[str]) -> None:
     """Import the modules ``names`` that are not imported yet, in a worker thread."""
-    missing = [name for name in names if name not in sys.modules]
+    missing = [name for name in names if not imported(name)]
     if missing:
         await asyncio.to_thread(_import_all, missing)
 
@@ -63,7 +77,17 @@ class ImportedOffLoop(SharedStreamProducer):
         return self._producer
 
     async def open_stream(self) -> AsyncIterator[tuple[Any, Any]]:
-        await import_off_loop([self.module])
+        try:
+            await import_off_loop([self.module])
+        except ImportError as exc:
+            # The trigger's module only found the SDK: one found but broken (a dependency missing)
+            # fails here, where a bare "No module named ..." would name neither stream nor broker.
+            raise ImportError(
+                f"the stream's producer module {self.module} could not be imported: {exc} (its "
+                "broker SDK, or a dependency of it, is missing or broken: reinstall the "
+                "provider's extra for this broker)",
+                name=exc.name,
+            ) from exc
         async for item in self.producer.open_stream():
             yield item
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import sys
 import warnings
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
@@ -50,7 +49,7 @@ from airflow_shared_stream.common.errors import SharedStreamConfigurationError, 
 from airflow_shared_stream.common.figures import figures_stream_id, stream_figures
 from airflow_shared_stream.common.flow_control import validate_max_in_flight
 from airflow_shared_stream.common.matching import EnvelopeMatcher, RawMessage, Verdict
-from airflow_shared_stream.common.off_loop import ImportedOffLoop
+from airflow_shared_stream.common.off_loop import ImportedOffLoop, imported
 from airflow_shared_stream.common.process_scope import scoped
 
 log = logging.getLogger(__name__)
@@ -177,6 +176,19 @@ connection_endpoints = ConnectionEndpoints()
 """This process's record of what each connection id resolved to (see :class:`ConnectionEndpoints`)."""
 
 
+class _ProducerFromPath:
+    """
+    ``producer_class`` of a trigger that names its producer by ``producer_path``: reads as the
+    class the path names, imported when read (by a test, a subclass deriving its producer), so
+    ``Trigger.producer_class`` keeps meaning the stream's producer class.
+    """
+
+    def __get__(
+        self, instance: object, owner: type[SharedStreamTrigger]
+    ) -> type[SharedStreamProducer] | None:
+        return owner.resolve_producer_class() if owner.producer_path else None
+
+
 class SharedStreamTrigger(BaseEventTrigger):
     """
     Base of this provider's broker triggers: declare the spec, get the shared-stream plumbing.
@@ -215,9 +227,10 @@ class SharedStreamTrigger(BaseEventTrigger):
     """Broker-specific arguments shaping the shared consumer (besides COMMON_SHAPING_FIELDS)."""
     connection_default_fields: ClassVar[frozenset[str]] = frozenset()
     """Shaping fields where ``None`` means "as the connection says", and so agrees with any value."""
-    producer_class: ClassVar[type[SharedStreamProducer] | None] = None
-    """The producer the triggerer builds for the stream, from :meth:`producer_kwargs` (or
-    ``producer_path``)."""
+    producer_class: ClassVar[type[SharedStreamProducer] | None] = _ProducerFromPath()  # type: ignore[assignment]
+    """The producer the triggerer builds for the stream, from :meth:`producer_kwargs`. A subclass
+    may set it; otherwise it reads as the class ``producer_path`` names, imported when read (the
+    triggerer itself never reads it: :meth:`explicit_producer_class`)."""
     producer_path: ClassVar[str] = ""
     """``module:Class`` of the producer when ``producer_class`` is not given: the trigger's module
     then imports neither it nor its broker SDK, and a stream imports them in a worker thread when
@@ -282,10 +295,23 @@ class SharedStreamTrigger(BaseEventTrigger):
         )
 
     @classmethod
+    def explicit_producer_class(cls) -> type[SharedStreamProducer] | None:
+        """
+        The ``producer_class`` a class in the trigger's hierarchy sets, or ``None`` where the
+        trigger names its producer by ``producer_path`` (read without importing anything).
+        """
+        for klass in cls.__mro__:
+            if "producer_class" in vars(klass):
+                value = vars(klass)["producer_class"]
+                return None if isinstance(value, _ProducerFromPath) else value
+        return None
+
+    @classmethod
     def resolve_producer_class(cls) -> type[SharedStreamProducer]:
         """``producer_class``, or the class ``producer_path`` names (imported here if need be)."""
-        if cls.producer_class is not None:
-            return cls.producer_class
+        explicit = cls.explicit_producer_class()
+        if explicit is not None:
+            return explicit
         module, _, name = cls.producer_path.partition(":")
         found: type[SharedStreamProducer] = getattr(importlib.import_module(module), name)
         return found
@@ -310,7 +336,7 @@ class SharedStreamTrigger(BaseEventTrigger):
             return producer
 
         module = cls.producer_path.partition(":")[0]
-        if cls.producer_class is None and module not in sys.modules:
+        if cls.explicit_producer_class() is None and not imported(module):
             return ImportedOffLoop(module, build)
         return build()
 

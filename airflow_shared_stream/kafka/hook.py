@@ -156,17 +156,39 @@ class KafkaClientConfig:
         return kwargs
 
 
+TLS_FILE_SETTINGS = ("ssl.ca.location", "ssl.ca.pem", "ssl.certificate.location", "ssl.key.location")
+"""The TLS settings a Kafka connection names its CA, certificate and key with."""
+
+
 def _ssl_context(extra: Mapping[str, Any]) -> tuple[ssl.SSLContext, str | None]:
     from aiokafka.helpers import create_ssl_context
 
     key_password = extra.get("ssl.key.password")
-    context = create_ssl_context(
-        cafile=extra.get("ssl.ca.location"),
-        cadata=extra.get("ssl.ca.pem"),
-        certfile=extra.get("ssl.certificate.location"),
-        keyfile=extra.get("ssl.key.location"),
-        password=key_password,
-    )
+    for setting in ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location"):
+        path = extra.get(setting)
+        if path:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as exc:
+                raise KafkaConfigurationError(
+                    f"the Kafka connection's {setting} {path!r} cannot be read: {exc.strerror or exc}"
+                ) from None
+    try:
+        context = create_ssl_context(
+            cafile=extra.get("ssl.ca.location"),
+            cadata=extra.get("ssl.ca.pem"),
+            certfile=extra.get("ssl.certificate.location"),
+            keyfile=extra.get("ssl.key.location"),
+            password=key_password,
+        )
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError: OpenSSL refused a file's content
+        given = [name for name in TLS_FILE_SETTINGS if extra.get(name)]
+        raise KafkaConfigurationError(
+            f"the Kafka connection's TLS settings ({', '.join(given)}) were refused: "
+            f"{getattr(exc, 'reason', None) or type(exc).__name__} (a certificate or key that is "
+            "not PEM, a key that does not match its certificate, or a wrong ssl.key.password)"
+        ) from None
     algorithm = str(extra.get("ssl.endpoint.identification.algorithm", "https")).strip().lower()
     if algorithm in ("", "none"):
         context.check_hostname = False

@@ -224,9 +224,10 @@ def parse_connection_string(connection_string: str, conn_id: str, *, with_sdk: b
     winning: a string that names the host (or the emulator) twice is refused, or the clients would
     sign for a host other than the namespace resolved here.
 
-    ``with_sdk=False`` reads the endpoint plainly, without importing the SDK: the stream key is
-    computed on the triggerer's event loop, where the SDK's first import held it. The stream
-    refuses to connect where the two readings differ (``aget_client_config``).
+    ``with_sdk=False`` reads the string as the SDK's parser does, refusals included, without
+    importing the SDK: the stream key is computed on the triggerer's event loop, where the SDK's
+    first import held it. The stream refuses to connect where the two readings differ
+    (``aget_client_config``).
     """
     named = [part.split("=", 1)[0].strip().lower() for part in connection_string.split(";")]
     for names in (("endpoint", "hostname"), ("usedevelopmentemulator",)):
@@ -257,19 +258,37 @@ def parse_connection_string(connection_string: str, conn_id: str, *, with_sdk: b
 
 
 def _namespace_read_plainly(connection_string: str, conn_id: str) -> str:
-    """The namespace the ``Endpoint`` (or ``HostName``) key names, read without the SDK."""
-    values = {}
-    for part in connection_string.split(";"):
-        name, sep, value = part.partition("=")
-        if sep:
-            values[name.strip().lower()] = value.strip()
-    endpoint = values.get("endpoint") or values.get("hostname") or ""
-    host = urlsplit(endpoint).netloc if "://" in endpoint else endpoint.strip("/")
-    if not host:
+    """
+    The namespace the SDK's parser reads from the string, read without the SDK.
+
+    Follows ``azure.servicebus.parse_connection_string`` (7.15), refusals included: a string the
+    SDK refuses is refused here, in the watcher that names it, when its stream key is computed.
+    Refused only when the stream connects, it would fail the stream of every watcher sharing
+    that key, other connections' watchers included (the first watcher's connection builds it).
+    """
+    pairs = [part.split("=", 1) for part in connection_string.strip().rstrip(";").split(";")]
+    settings = dict(pair for pair in pairs if len(pair) == 2)
+    signature = None
+    for name, value in settings.items():
+        if name.lower() == "sharedaccesssignature":
+            signature = value
+    key, key_name = settings.get("SharedAccessKey"), settings.get("SharedAccessKeyName")
+    endpoint = settings.get("Endpoint")
+    host = urlsplit(endpoint).netloc.strip() if endpoint else ""
+    if (
+        any(len(pair) != 2 for pair in pairs)
+        or not host
+        or bool(key) != bool(key_name)
+        or (signature and key)
+        or not (signature or key)
+    ):
         raise ServiceBusConfigurationError(
-            f"the connection string of Airflow connection {conn_id!r} names no namespace endpoint"
+            f"the connection string of Airflow connection {conn_id!r} is not a Service Bus "
+            "connection string (expected Endpoint=sb://<namespace>/;SharedAccessKeyName=<name>;"
+            "SharedAccessKey=<key>, or SharedAccessSignature=<token>)"
         )
-    return normalise_namespace(host, emulator=_uses_development_emulator(connection_string))
+    namespace = urlsplit(f"sb://{host}/").netloc or host
+    return normalise_namespace(namespace, emulator=_uses_development_emulator(connection_string))
 
 
 def normalise_namespace(host: str, *, emulator: bool) -> str:

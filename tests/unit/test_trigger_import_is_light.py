@@ -161,3 +161,36 @@ def test_a_watcher_labels_its_stream_as_the_producer_will(broker: str) -> None:
     trigger_module = importlib.import_module(f"airflow_shared_stream.{broker}.trigger")
     trigger = eval(TRIGGERS[broker], vars(trigger_module))
     assert stream_label(trigger.metrics_stream_name()) == metric_label(trigger)
+
+
+PRODUCERS: dict[str, tuple[str, str]] = {
+    "kafka": ("KafkaSharedStreamTrigger", "airflow_shared_stream.kafka.producer:KafkaSharedStreamProducer"),
+    "sqs": ("SqsSharedStreamTrigger", "airflow_shared_stream.sqs.producer:SqsSharedStreamProducer"),
+    "pubsub": (
+        "PubSubSharedStreamTrigger",
+        "airflow_shared_stream.pubsub.producer:PubSubSharedStreamProducer",
+    ),
+    "servicebus": (
+        "ServiceBusSharedStreamTrigger",
+        "airflow_shared_stream.servicebus.producer:ServiceBusSharedStreamProducer",
+    ),
+}
+
+
+@pytest.mark.parametrize("broker", sorted(PRODUCERS))
+def test_a_trigger_class_still_names_its_producer_class(broker: str) -> None:
+    """
+    ``Trigger.producer_class`` is still the stream's producer class where code reads it (attack on
+    issue 50). It read ``None`` on the shipped triggers once they named their producer by path:
+    the contract suite's SQS and Service Bus lease and close tests failed on it
+    (``monkeypatch.setattr(trigger.producer_class, ...)``), or silently patched nothing
+    (``hasattr(trigger.producer_class, ...)``), and so would a user's subclass that derives
+    its producer from ``Trigger.producer_class``. Reading it imports the producer there, in
+    the reader's thread; the triggerer's own paths never read it.
+    """
+    import importlib
+
+    trigger_name, path = PRODUCERS[broker]
+    trigger_class = getattr(importlib.import_module(f"airflow_shared_stream.{broker}.trigger"), trigger_name)
+    module, _, name = path.partition(":")
+    assert trigger_class.producer_class is getattr(importlib.import_module(module), name)

@@ -80,3 +80,35 @@ def test_the_split_stream_check_groups_two_connection_ids_of_one_entity(serviceb
     assert "'sb_exact'" in errors[0]
     assert "'sb_same_string'" in errors[0]
     assert SAS_KEY not in errors[0]
+
+
+async def test_a_connection_string_the_sdk_refuses_fails_its_own_watcher_only(
+    servicebus, monkeypatch, harness
+):
+    """
+    A watcher whose connection string the SDK refuses fails alone; other watchers keep the stream.
+
+    Issue 50 reads the stream key's namespace without the SDK and leaves the SDK's refusal to the
+    stream's connect. A string naming the same namespace but missing its key (a secret not filled
+    in) then shares the stream of a correct connection to that namespace: added first, its kwargs
+    build the stream and the refusal fails every watcher of it, the correct connection's too;
+    added second, it is silently accepted. FAULT_MODEL classes 1 and 12: a connection setting the
+    client would refuse is refused for the watcher that names it, never for someone else's.
+    """
+    good = servicebus.connection_string(key_name=KEY_NAME, key=SAS_KEY)
+    missing_key = ";".join(p for p in good.split(";") if not p.startswith("SharedAccessKey="))
+    for conn_id, connection_string in (("sb_good", good), ("sb_missing_key", missing_key)):
+        monkeypatch.setenv(
+            f"AIRFLOW_CONN_{conn_id.upper()}",
+            json.dumps({"conn_type": "azure_service_bus", "schema": connection_string}),
+        )
+    queue = servicebus.create_queue()
+    broken = harness.add(ServiceBusSharedStreamTrigger(queue, azure_service_bus_conn_id="sb_missing_key"))
+    correct = harness.add(ServiceBusSharedStreamTrigger(queue, azure_service_bus_conn_id="sb_good"))
+    error = await broken.wait_for_error()
+    assert "sb_missing_key" in str(error)
+    assert SAS_KEY not in str(error)
+    sent = servicebus.send(queue, [{"n": 1}])
+    await correct.wait_for_events(1, timeout=60)
+    assert correct.error is None, correct.error
+    assert [p["message_id"] for p in correct.payloads] == sent

@@ -138,3 +138,30 @@ async def test_a_string_the_two_readings_disagree_on_is_refused_at_connect(monke
     monkeypatch.setattr(hook_module, "_namespace_read_plainly", lambda *_: "elsewhere.servicebus.windows.net")
     with pytest.raises(ServiceBusConfigurationError, match="read two ways"):
         await ServiceBusSharedStreamHook(conn_id).aget_client_config()
+
+
+@pytest.mark.parametrize(
+    "connection_string",
+    [
+        f"endpoint=sb://ns.servicebus.windows.net/;{KEY}",
+        f"Endpoint =sb://ns.servicebus.windows.net/;{KEY}",
+        f"HostName=sb://ns.servicebus.windows.net/;{KEY}",
+        f"Endpoint=ns.servicebus.windows.net;{KEY}",
+        "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k",
+        "Endpoint=sb://ns.servicebus.windows.net/",
+        f"Endpoint=sb://ns.servicebus.windows.net/;{KEY};SharedAccessSignature=abc",
+        f"Endpoint=sb://ns.servicebus.windows.net/;{KEY};junk",
+        f"Endpoint=sb://ns.servicebus.windows.net/;;{KEY}",
+    ],
+)
+def test_the_stream_key_refuses_what_the_sdk_refuses(connection_string):
+    """
+    A string the SDK refuses is refused when the key is read, in its own watcher (attack on
+    issue 50): refused only at connect, it failed every watcher of the stream sharing its key.
+    """
+    from airflow_shared_stream.servicebus.errors import ServiceBusConfigurationError
+
+    with pytest.raises(ServiceBusConfigurationError):
+        parse_connection_string(connection_string, "sb")
+    with pytest.raises(ServiceBusConfigurationError, match="not a Service Bus connection string"):
+        parse_connection_string(connection_string, "sb", with_sdk=False)
