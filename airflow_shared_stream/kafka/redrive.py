@@ -227,7 +227,12 @@ class KafkaDeadLetterSource:
             except KafkaError as exc:
                 raise self._error("reading failed", exc) from None
             if not membership.still_current(epoch):
-                continue  # fetched under the old assignment: the new one reads it from the commits
+                # A rebalance went by while fetching: what came back is dropped unread. Returning it
+                # moved the position past it even when it came under the new assignment, so read
+                # those partitions again from where this redrive or the group got to.
+                await membership.wait_assigned()
+                await membership.reposition([tp for tp, records in batches.items() if records])
+                continue
             items = []
             for tp, records in batches.items():
                 for record in records:
