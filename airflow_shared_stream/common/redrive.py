@@ -313,7 +313,9 @@ async def redrive(
                 want = min(want, snapshot.depth - summary.examined)
             batch = await source.read(want)
             if not batch:
-                exhausted = True
+                # A Kafka redrive whose group gave part of the topic to another member did not
+                # reach all of its snapshot: what is left there is not known (never 0).
+                exhausted = getattr(source, "reached_all", True)
                 break
             fresh = [item for item in batch if not held.returning(item)]
             _hold(source, held, [item for item in fresh if item.past_snapshot])

@@ -143,6 +143,9 @@ class KafkaDeadLetterSource:
         """Offsets read and not yet moved or passed, per partition, in order."""
         self._handled: dict[TopicPartition, set[int]] = {}
         self._membership: RedriveMembership | None = None
+        self.reached_all = True
+        """``False`` once this redrive ended with records of its snapshot in partitions the group
+        gave another member: its ``left`` is then unknown (common/redrive.py), never 0."""
         self.label = dead_letter
 
     @property
@@ -215,6 +218,7 @@ class KafkaDeadLetterSource:
                 if tp in self._ends and tp not in self._stopped and tp not in self._done
             ]
             if not reading:  # what the group gave this redrive is read up to the snapshot
+                await self._note_unreached()
                 return []
             try:
                 batches = await consumer.getmany(*reading, timeout_ms=READ_TIMEOUT_MS, max_records=limit)
@@ -223,7 +227,12 @@ class KafkaDeadLetterSource:
             except KafkaError as exc:
                 raise self._error("reading failed", exc) from None
             if not membership.still_current(epoch):
-                continue  # fetched under the old assignment: the new one reads it from the commits
+                # A rebalance went by while fetching: what came back is dropped unread. Returning it
+                # moved the position past it even when it came under the new assignment, so read
+                # those partitions again from where this redrive or the group got to.
+                await membership.wait_assigned()
+                await membership.reposition([tp for tp, records in batches.items() if records])
+                continue
             items = []
             for tp, records in batches.items():
                 for record in records:
@@ -243,6 +252,40 @@ class KafkaDeadLetterSource:
                         self._done.add(tp)
                 except IllegalStateError:  # given away by a rebalance meanwhile: not this one's now
                     break
+
+    async def _note_unreached(self) -> None:
+        """
+        Say so when partitions of the snapshot that the group gave another member (a concurrent
+        redrive or dry run of this group) still hold records this redrive did not reach: it ended
+        without them, and its summary's ``left`` is unknown rather than 0.
+        """
+        consumer = self._consumer
+        assert consumer is not None
+        elsewhere = [
+            tp
+            for tp in sorted(self._ends)
+            if tp not in self._done and tp not in self._stopped and tp not in consumer.assignment()
+        ]
+        if not elsewhere:
+            return
+        unreached = []
+        try:
+            starts = await consumer.beginning_offsets(elsewhere)
+            for tp in elsewhere:
+                committed = await consumer.committed(tp)
+                if self._ends[tp] > max(committed or 0, starts.get(tp, 0)):
+                    unreached.append(tp.partition)
+        except KafkaError:
+            unreached = [tp.partition for tp in elsewhere]  # not known: not reached
+        if unreached:
+            self.reached_all = False
+            log.warning(
+                "Redrive group %s gave partition(s) %s of %r to another member: this redrive did not "
+                "reach their records within its snapshot (left: unknown)",
+                self._group_id,
+                unreached,
+                self._topic,
+            )
 
     def _item(self, record: Any) -> RedriveItem:
         tp = TopicPartition(record.topic, record.partition)

@@ -6,10 +6,12 @@ A redrive joins its group (``subscribe``), so the group coordinator gives each p
 dead-letter topic to one member at a time and refuses a commit from a member of an older
 generation (aiokafka raises ``CommitFailedError``). Before a rebalance takes a partition away,
 the member finishes the batch it read (copies acknowledged, offsets committed with its
-generation) and reads nothing more until it has its new assignment; a batch fetched while the
-rebalance began is dropped unread. A member that joins reads each partition it is given from
-the group's committed offset, or from where this redrive itself got to if that is further (a
-dry run commits nothing and must not count a record twice).
+generation) and reads nothing more until it has its new assignment; a batch fetched while a
+rebalance went by is dropped unread, and the partitions it came from are read again from the
+committed offset (:meth:`RedriveMembership.reposition`: returning it had moved the position past
+it, and the commits after would have passed records never copied). A member that joins reads each
+partition it is given from the group's committed offset, or from where this redrive itself got to
+if that is further (a dry run commits nothing and must not count a record twice).
 
 A redrive killed mid-way stays a member until its session times out; then its partitions go to
 a live member, which reads from the committed offsets: what the killed one copied and had not
@@ -23,6 +25,7 @@ import logging
 from typing import Any
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import IllegalStateError
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,27 @@ class RedriveMembership(ConsumerRebalanceListener):
         log.info("Redrive group %s gave this redrive %s", self._group_id, sorted(assigned))
         self._assigned.set()
         self._changed.set()
+
+    async def reposition(self, partitions: Any) -> None:
+        """
+        Read each of ``partitions`` this member holds again from the group's committed offset, or
+        from further on where this redrive got to (a batch fetched across a rebalance was dropped
+        unread: the consumer's position had moved past it).
+        """
+        for tp in partitions:
+            try:
+                if tp not in self._consumer.assignment():
+                    continue  # another member's now: it reads it from the committed offset
+                committed = await self._consumer.committed(tp)
+                ours = self.next_offsets.get(tp)
+                if ours is not None and (committed is None or ours > committed):
+                    self._consumer.seek(tp, ours)
+                elif committed is not None:
+                    self._consumer.seek(tp, committed)
+                else:
+                    await self._consumer.seek_to_beginning(tp)
+            except IllegalStateError:
+                continue  # taken by a rebalance meanwhile: the next assignment sets its position
 
     async def wait_assigned(self) -> None:
         """Until the coordinator gave this member its partitions (none is an answer too)."""

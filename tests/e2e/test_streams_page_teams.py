@@ -483,3 +483,76 @@ def test_a_grant_is_refused_in_a_run_recreated_under_its_run_id(teams: Teams) ->
     assert replay.status_code == 200, replay.text
     assert teams.finished_run(run_id, DAG_A) == "failed", teams.airflow.task_log(DAG_A, run_id, "redrive")
     teams.wait_for_log(run_id, "made for another instance of run", DAG_A)
+
+
+def _unbound_grant_from_the_audit_log(teams: Teams, user: str, run_id: str) -> dict[str, Any] | None:
+    """The conf the page posted to create ``run_id`` (grant not yet bound), from Airflow's audit log."""
+    answer = teams.request(
+        "GET", "/api/v2/eventLogs", user, params={"dag_id": DAG_A, "limit": 100, "order_by": "-when"}
+    )
+    assert answer.status_code == 200, answer.text
+    for entry in answer.json()["event_logs"]:
+        extra = entry.get("extra") or ""
+        if run_id not in extra or "grant" not in extra:
+            continue
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            conf = json.loads(extra).get("conf")
+            if isinstance(conf, dict) and "grant" in conf:
+                return conf
+    return None
+
+
+def test_the_pages_unbound_grant_read_from_the_audit_log_is_refused_in_a_recreated_run(teams: Teams) -> None:
+    """
+    FAULT_MODEL 15 and 12 (the unbound grant window). Airflow's audit log keeps the body of the
+    page's trigger request: the conf with the grant *before* the page bound it. alice reads it
+    there, deletes her run and triggers team_a's redrive Dag by hand under the granted run id with
+    that conf. The task finds an unbound grant, asks its run again through the real Execution API
+    for the documented two minutes (the page binds nothing in a run it did not create) and is
+    refused having read nothing.
+    """
+    teams.dead_letter("team_a", [{"event_id": "a-unbound-7", "kind": "order"}])
+    started = teams.request(
+        "POST", f"{API}/{teams.stream_id('team_a')}/redrive", "alice", json={"dry_run": True}
+    )
+    assert started.status_code == 201, started.text
+    run_id = started.json()["dag_run_id"]
+    if teams.finished_run(run_id, DAG_A) != "success":
+        scheduler = (teams.airflow.home / "process-logs" / "scheduler.log").read_text(errors="replace")
+        raise AssertionError(
+            "\n".join(line for line in scheduler.splitlines() if run_id in line)[-6000:]
+            + "\n--- task log ---\n"
+            + teams.airflow.task_log(DAG_A, run_id, "redrive")[-6000:]
+        )
+    bound = teams.request("GET", f"/api/v2/dags/{DAG_A}/dagRuns/{run_id}", "alice").json()["conf"]
+    unbound = _unbound_grant_from_the_audit_log(teams, "alice", run_id) or _unbound_grant_from_the_audit_log(
+        teams, "admin", run_id
+    )
+    assert unbound is not None, "the audit log kept no conf of the page's trigger request"
+    assert unbound["grant"] != bound["grant"]  # the page bound it after Airflow created the run
+
+    # The executor's word on the first run's task comes seconds after the run is marked done; the
+    # same key in the new run would take it as its own and be failed for it (Airflow's doing).
+    scheduler_log = teams.airflow.home / "process-logs" / "scheduler.log"
+    event = (
+        "Received executor event with state success for task instance "
+        f"TaskInstanceKey(dag_id='{DAG_A}', task_id='redrive', run_id='{run_id}'"
+    )
+    wait_until(
+        lambda: event in scheduler_log.read_text(errors="replace"),
+        120,
+        "the executor's event for the first run's task",
+        1.0,
+    )
+    deleted = teams.request("DELETE", f"/api/v2/dags/{DAG_A}/dagRuns/{run_id}", "alice")
+    assert deleted.status_code == 204, deleted.text
+    replay = teams.request(
+        "POST",
+        f"/api/v2/dags/{DAG_A}/dagRuns",
+        "alice",
+        json={"dag_run_id": run_id, "logical_date": None, "conf": unbound},
+    )
+    assert replay.status_code == 200, replay.text
+    assert teams.finished_run(run_id, DAG_A) == "failed", teams.airflow.task_log(DAG_A, run_id, "redrive")
+    teams.wait_for_log(run_id, "never bound", DAG_A)
+    assert "a-unbound-7" not in teams.airflow.task_log(DAG_A, run_id, "redrive")
