@@ -227,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         problems = _run(args, work)
     finally:
-        clean_up_or_keep(work, succeeded=not problems, temporary=not args.keep and args.work_dir is None, say=say)
+        temporary = not args.keep and args.work_dir is None
+        clean_up_or_keep(work, succeeded=not problems, temporary=temporary, say=say)
     if problems:
         say("FAILED: " + " | ".join(problems))
         return 1
@@ -470,7 +471,8 @@ def _summary(
         print(f"  Dag's own wait     {note}")
     print(f"  broker             {broker}")
     deadlocked = deadlocked_lines(airflow.log_path("triggerer"))
-    print(f"  triggerer          {len(deadlocked)} 'deadlocked' lines{': ' + deadlocked[0] if deadlocked else ''}")
+    first = f": {deadlocked[0]}" if deadlocked else ""
+    print(f"  triggerer          {len(deadlocked)} 'deadlocked' lines{first}")
     print(f"  machine            load average {load_average()} (1/5/15 min), --busy {args.busy}")
     print(f"  Airflow UI         {airflow.api_url}/dags/{BROKERS[args.broker][1]}  (no login needed)")
     print(f"  Streams page       {airflow.api_url}/shared-stream/")

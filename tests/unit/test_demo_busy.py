@@ -71,7 +71,7 @@ def test_a_spinner_that_cannot_start_stops_the_ones_already_started(monkeypatch:
         return made[-1]
 
     monkeypatch.setattr(subprocess, "Popen", popen)
-    with pytest.raises(OSError), busy_processes(3):
+    with pytest.raises(OSError, match="no more processes"), busy_processes(3):
         pass
     assert [spinner.poll() for spinner in made] == [-9]
 

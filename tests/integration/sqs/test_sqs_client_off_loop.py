@@ -65,7 +65,10 @@ async def test_the_watch_sees_a_client_built_on_the_loop(sqs) -> None:
     with built_on_this_thread() as seen:
         session = AioSession()
         async with session.create_client(
-            "sqs", region_name="us-east-1", endpoint_url=sqs.endpoint_url, aws_access_key_id="a",
+            "sqs",
+            region_name="us-east-1",
+            endpoint_url=sqs.endpoint_url,
+            aws_access_key_id="a",
             aws_secret_access_key="b",
         ):
             pass
@@ -95,7 +98,8 @@ async def test_a_roles_sts_client_is_built_off_the_event_loop(sqs, proxy, monkey
 
     url = _role_queue(sqs)
     conn_id = _role_connection(proxy, monkeypatch, "aws_role_off_loop")
-    config = await SqsSharedStreamHook(conn_id).aget_client_config(region_name=None, queue=QueueUrl.parse(url))
+    hook = SqsSharedStreamHook(conn_id)
+    config = await hook.aget_client_config(region_name=None, queue=QueueUrl.parse(url))
     with built_on_this_thread() as seen:
         async with open_sqs_client(config, AioConfig(), on_secrets=lambda _secrets: None) as client:
             await client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])
