@@ -35,13 +35,11 @@ import contextlib
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -52,6 +50,7 @@ sys.path.insert(0, str(REPO))
 from bench.machine import describe  # noqa: E402
 from bench.startup_rigs import RIGS  # noqa: E402
 from tests.support.airflow import AirflowDeployment  # noqa: E402
+from tests.support.machine_load import busy_processes  # noqa: E402
 
 BLOCKED = re.compile(r"async thread was blocked for ([0-9.]+) seconds")
 SLOW_CALLBACK = re.compile(r"Executing (.{0,300}?) took ([0-9.]+) seconds")
@@ -107,21 +106,6 @@ with DAG(dag_id="startup_probe", schedule=schedule, catchup=False, max_active_ru
 
 
 # -- measuring ----------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def busy_processes(count: int) -> Iterator[None]:
-    """``count`` processes spinning a core each (the issue's loaded machine)."""
-    spinners = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-        for _ in range(count)
-    ]
-    try:
-        yield
-    finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.wait()
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -15,7 +15,8 @@ ports and in a fresh work directory:
 then publishes a realistic stream of order events (and nothing after it), shows the pipeline's
 progress, prints a summary (events, asset events, Dag runs, Spark applications, rows written,
 latencies) and where to open the Airflow UI, and stops every process it started, also on Ctrl-C
-or failure (``--keep`` leaves everything running until Ctrl-C). A run that succeeded removes its
+or failure (``--keep`` leaves everything running until Ctrl-C; ``--busy N`` spins N processes
+beside it, a busy machine). A run that succeeded removes its
 work directory; one that failed or was interrupted keeps it, with every log, and prints where.
 
 It checks its own result: the exit status is 1, with what is missing, when the rows written
@@ -29,7 +30,6 @@ import argparse
 import contextlib
 import json
 import logging
-import shutil
 import signal
 import sys
 import tempfile
@@ -45,6 +45,8 @@ sys.path.insert(0, str(REPO))
 
 from tests.support.airflow import AirflowDeployment  # noqa: E402
 from tests.support.brokers import kafka_broker_process, sqs_server_process  # noqa: E402
+from tests.support.demo_work_dir import clean_up_or_keep  # noqa: E402
+from tests.support.machine_load import busy_processes, deadlocked_lines, load_average  # noqa: E402
 from tests.support.order_events import expectation, order_stream  # noqa: E402
 from tests.support.pipeline import (  # noqa: E402
     SPARK_TASKS,
@@ -77,8 +79,6 @@ BROKER_NAMES = {
     "servicebus": "the Service Bus test server: a protocol-level AMQP fake",
 }
 SHARED_DAG_FILES = ("order_pipeline.py", ".airflowignore", "spark_jobs")
-LOGS_LISTED = 30
-"""Log files named one per line when a failed run keeps its work directory (the rest counted)."""
 
 
 def say(message: str) -> None:
@@ -102,6 +102,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         "--core-scheduling",
         action="store_true",
         help="turn [shared_stream] requeue_stranded_asset_events off, to see Airflow 3.3's stranded events",
+    )
+    parser.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N processes spinning a core each for the whole demo (a busy machine; default 0)",
     )
     parser.add_argument("--keep", action="store_true", help="leave everything running after the summary")
     parser.add_argument("--work-dir", type=Path, help="default: a fresh directory under the system temp dir")
@@ -220,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         problems = _run(args, work)
     finally:
-        _clean_up_or_keep(work, succeeded=not problems, temporary=not args.keep and args.work_dir is None)
+        temporary = not args.keep and args.work_dir is None
+        clean_up_or_keep(work, succeeded=not problems, temporary=temporary, say=say)
     if problems:
         say("FAILED: " + " | ".join(problems))
         return 1
@@ -228,35 +236,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _clean_up_or_keep(work: Path, *, succeeded: bool, temporary: bool) -> None:
-    """
-    Remove the demo's own temporary directory after a run that succeeded; keep it otherwise.
-
-    A failed or interrupted run is the one whose logs (Airflow's components and tasks, Spark's
-    master, worker and drivers, the broker's) say why, so they stay and the paths are printed.
-    """
-    if succeeded:
-        if temporary:
-            shutil.rmtree(work, ignore_errors=True)
-        return
-    logs = sorted(p.relative_to(work) for p in work.rglob("*") if p.is_file() and _is_log(p))
-    say(f"the work directory is kept, with every log of this run: {work}")
-    for path in logs[:LOGS_LISTED]:
-        print(f"    {work / path}", flush=True)
-    if len(logs) > LOGS_LISTED:
-        print(f"    ... and {len(logs) - LOGS_LISTED} more logs under {work}", flush=True)
-
-
-def _is_log(path: Path) -> bool:
-    """Airflow's and the brokers' ``*.log`` files, and Spark drivers' ``stdout`` and ``stderr``."""
-    return path.suffix == ".log" or path.name in ("stdout", "stderr")
-
-
 def _run(args: argparse.Namespace, work: Path) -> list[str]:
     """Start everything, publish the stream, wait for the pipeline; what went wrong, in words."""
     _, dag_id, body_key = BROKERS[args.broker]
     data_dir = work / "data"
     with contextlib.ExitStack() as stack:
+        if args.busy:
+            say(f"starting {args.busy} processes spinning a core each (--busy), load {load_average()}")
+            stack.enter_context(busy_processes(args.busy))
         env: dict[str, str] = {"SHARED_STREAM_DATA_DIR": str(data_dir)}
         say(f"starting the broker ({BROKER_NAMES[args.broker]})")
         if args.broker == "kafka":
@@ -483,6 +470,10 @@ def _summary(
     if (note := dag_wait_note(state, measured, publisher.first)) is not None:
         print(f"  Dag's own wait     {note}")
     print(f"  broker             {broker}")
+    deadlocked = deadlocked_lines(airflow.log_path("triggerer"))
+    first = f": {deadlocked[0]}" if deadlocked else ""
+    print(f"  triggerer          {len(deadlocked)} 'deadlocked' lines{first}")
+    print(f"  machine            load average {load_average()} (1/5/15 min), --busy {args.busy}")
     print(f"  Airflow UI         {airflow.api_url}/dags/{BROKERS[args.broker][1]}  (no login needed)")
     print(f"  Streams page       {airflow.api_url}/shared-stream/")
     print("=" * 78 + "\n", flush=True)

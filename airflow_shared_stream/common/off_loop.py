@@ -61,7 +61,8 @@ class ImportedOffLoop(SharedStreamProducer):
     Airflow builds a stream's producer synchronously on the runner's event loop, and imports the
     trigger's module there too: a producer module that imports its broker SDK held that loop.
     This stands in for the producer until :meth:`open_stream`, which imports ``module`` off the
-    loop, then builds the producer (``build``) and hands every call to it.
+    loop, builds Airflow's stats registry there too (the stream's first metric would build it on
+    the loop), then builds the producer (``build``) and hands every call to it.
     """
 
     def __init__(self, module: str, build: Callable[[], SharedStreamProducer]) -> None:
@@ -88,6 +89,9 @@ class ImportedOffLoop(SharedStreamProducer):
                 "provider's extra for this broker)",
                 name=exc.name,
             ) from exc
+        from airflow_shared_stream.common.metrics import warm_up_stats
+
+        await run_off_loop(warm_up_stats)
         async for item in self.producer.open_stream():
             yield item
 

@@ -10,6 +10,7 @@ idle for days assumes the role again instead of failing on an expired token.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -24,6 +25,7 @@ from airflow_shared_stream.sqs.errors import SqsAccessError, SqsConfigurationErr
 if TYPE_CHECKING:
     import datetime
 
+    from aiobotocore.client import AioBaseClient
     from aiobotocore.config import AioConfig
     from aiobotocore.session import AioSession
 
@@ -305,7 +307,8 @@ def _assume_role(
     async def refresh() -> dict[str, Any]:
         source = await (await _source_credentials(config, session)).get_frozen_credentials()
         try:
-            async with session.create_client(
+            async with await build_client_off_loop(
+                session,
                 "sts",
                 region_name=config.region_name,
                 endpoint_url=config.sts_endpoint_url,
@@ -389,14 +392,31 @@ async def open_sqs_client(
     )
     if config.role_arn:
         _install_sts_filter()
-        session = _role_session(config, botocore_config, on_secrets, clock)
+        session = await run_off_loop(lambda: _role_session(config, botocore_config, on_secrets, clock))
         kwargs = config.client_kwargs(with_keys=False)
     else:
-        session = _session(config)
+        session = await run_off_loop(lambda: _session(config))
         kwargs = config.client_kwargs()
     await run_off_loop(lambda: load_sqs_data(session))
-    async with session.create_client("sqs", config=botocore_config, **kwargs) as client:
+    async with await build_client_off_loop(session, "sqs", config=botocore_config, **kwargs) as client:
         yield client
+
+
+async def build_client_off_loop(session: AioSession, service: str, **kwargs: Any) -> AioBaseClient:
+    """
+    An aiobotocore client built in a worker thread; entered (its HTTP session opened) by the caller.
+
+    ``create_client`` is a coroutine, but building a client is synchronous work: the service
+    model, the client class and its methods, the endpoint rules, the event handlers. It runs on a
+    private event loop in a worker thread. Credentials the session finds itself (its provider
+    chain may ask the instance metadata service) are found first on the caller's loop, so nothing
+    bound to the worker's loop outlives it.
+    """
+    if not (kwargs.get("aws_access_key_id") and kwargs.get("aws_secret_access_key")):
+        await session.get_credentials()
+    # ``create_client`` wraps this coroutine in a context manager that opens the HTTP session on
+    # the loop it runs on: the client alone is built here, and entered on the caller's loop.
+    return await run_off_loop(lambda: asyncio.run(session._create_client(service, **kwargs)))
 
 
 def _proxy_passwords(config: SqsClientConfig) -> list[str | None]:
