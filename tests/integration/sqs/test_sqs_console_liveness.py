@@ -16,10 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -27,31 +23,14 @@ from airflow_shared_stream.console import backlog
 from airflow_shared_stream.console.backlog import broker_backlog
 from airflow_shared_stream.sqs import operations as sqs_operations
 from tests.support.brokers import SqsServer
+from tests.support.cold_probe import run_cold_probe
 from tests.support.gathering_forwarder import GatheringForwarder
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-REPO = Path(__file__).resolve().parents[3]
-
 
 def test_a_cold_page_imports_the_broker_sdk_off_the_event_loop(sqs: SqsServer) -> None:
-    queue_url = sqs.create_queue()
-    sqs.send(queue_url, [{"n": 1}])
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.support.console_cold_start_probe", queue_url],
-        cwd=REPO,
-        env={
-            **os.environ,
-            "PYTHONPATH": str(REPO),
-            "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(sqs.connection()),
-        },
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    found = json.loads(result.stdout.strip().splitlines()[-1])
+    found = run_cold_probe("tests.support.console_cold_start_probe", sqs)
     assert found["imported_on_the_loop"] == [], (
         f"{len(found['imported_on_the_loop'])} SDK modules imported on the loop's thread, first "
         f"{found['imported_on_the_loop'][:5]}"
