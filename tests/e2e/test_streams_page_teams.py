@@ -124,6 +124,24 @@ class Teams:
             stream.dead_letter_queue_url, bodies, MessageAttributes={"dead_letter_origin_queue": origin}
         )
 
+    def wait_for_the_executors_word(self, run_id: str, dag_id: str = REDRIVE_DAG_ID) -> None:
+        """
+        The scheduler has processed the executor's event for the run's task. It comes seconds
+        after the run is marked done; a run re-created under the same id before it would take it
+        as its own task's and be failed for it ("state changed externally", Airflow's doing).
+        """
+        scheduler_log = self.airflow.home / "process-logs" / "scheduler.log"
+        event = (
+            "Received executor event with state success for task instance "
+            f"TaskInstanceKey(dag_id='{dag_id}', task_id='redrive', run_id='{run_id}'"
+        )
+        wait_until(
+            lambda: event in scheduler_log.read_text(errors="replace"),
+            120,
+            "the executor's event for the first run's task",
+            1.0,
+        )
+
     def wait_for_log(self, run_id: str, text: str, dag_id: str = REDRIVE_DAG_ID) -> None:
         """The redrive task's log says ``text`` (the log is written on by the worker after the run ends)."""
         try:
@@ -203,6 +221,7 @@ def teams(e2e_dir: Path, sqs: SqsServer, postgres: PostgresServer) -> Iterator[T
         for component in COMPONENTS:
             airflow.start_component(component)
         wait_for_port(airflow.api_port, 180, airflow.procs["api-server"], "airflow api-server")
+        airflow.warm_up_execution_api()
         airflow.wait_for_dags(
             {f"{team}_orders" for team in TEAMS}
             | {redrive_dag_id(team) for team in TEAMS_WITH_A_REDRIVE_DAG}
@@ -472,6 +491,7 @@ def test_a_grant_is_refused_in_a_run_recreated_under_its_run_id(teams: Teams) ->
     run_id = started.json()["dag_run_id"]
     assert teams.finished_run(run_id, DAG_A) == "success", teams.airflow.task_log(DAG_A, run_id, "redrive")
     conf = teams.request("GET", f"/api/v2/dags/{DAG_A}/dagRuns/{run_id}", "alice").json()["conf"]
+    teams.wait_for_the_executors_word(run_id, DAG_A)
     deleted = teams.request("DELETE", f"/api/v2/dags/{DAG_A}/dagRuns/{run_id}", "alice")
     assert deleted.status_code == 204, deleted.text
     replay = teams.request(
@@ -531,19 +551,7 @@ def test_the_pages_unbound_grant_read_from_the_audit_log_is_refused_in_a_recreat
     assert unbound is not None, "the audit log kept no conf of the page's trigger request"
     assert unbound["grant"] != bound["grant"]  # the page bound it after Airflow created the run
 
-    # The executor's word on the first run's task comes seconds after the run is marked done; the
-    # same key in the new run would take it as its own and be failed for it (Airflow's doing).
-    scheduler_log = teams.airflow.home / "process-logs" / "scheduler.log"
-    event = (
-        "Received executor event with state success for task instance "
-        f"TaskInstanceKey(dag_id='{DAG_A}', task_id='redrive', run_id='{run_id}'"
-    )
-    wait_until(
-        lambda: event in scheduler_log.read_text(errors="replace"),
-        120,
-        "the executor's event for the first run's task",
-        1.0,
-    )
+    teams.wait_for_the_executors_word(run_id, DAG_A)
     deleted = teams.request("DELETE", f"/api/v2/dags/{DAG_A}/dagRuns/{run_id}", "alice")
     assert deleted.status_code == 204, deleted.text
     replay = teams.request(

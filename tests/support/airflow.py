@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import httpx
 from cryptography.fernet import Fernet
 
 from tests.support.migrated_databases import copy_migrated, keep_as_template
@@ -281,7 +282,20 @@ class AirflowDeployment:
         for component in COMPONENTS:
             self.start_component(component)
         wait_for_port(self.api_port, api_timeout, self.procs["api-server"], "airflow api-server")
+        self.warm_up_execution_api()
         self.check_alive()
+
+    def warm_up_execution_api(self, timeout: float = 300.0) -> None:
+        """
+        Have the api-server build its Execution API before any test times a request.
+
+        Airflow builds the Execution API's versioned routes (Cadwyn) on the first request to
+        ``/execution``, synchronously on the api-server's only event loop: every request waits
+        until it is done, tens of seconds on a loaded machine (docs/console.rst, "The api-server's
+        first Execution API request"). Without this the first task's start would take that pause.
+        """
+        answer = httpx.get(f"{self.api_url}/execution/health", timeout=timeout)
+        answer.raise_for_status()
 
     def check_alive(self) -> None:
         """Fail with the component's log tail if any component died."""
