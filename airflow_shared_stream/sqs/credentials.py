@@ -241,6 +241,10 @@ def _session(config: SqsClientConfig) -> AioSession:
     from botocore.exceptions import ProfileNotFound
 
     session = AioSession(profile=config.profile_name)
+    # The session's own credential providers (a profile that is a role, or SSO) build their STS
+    # or SSO clients through ``session.create_client`` when their credentials refresh, on the
+    # runner's loop: built in a worker thread instead, like every other client of the stream.
+    session.create_client = _off_loop_client_creator(session)  # type: ignore[method-assign]
     if config.profile_name:
         try:
             session.get_scoped_config()
@@ -250,6 +254,17 @@ def _session(config: SqsClientConfig) -> AioSession:
                 "triggerer's shared AWS config or credentials files"
             ) from None
     return session
+
+
+def _off_loop_client_creator(session: AioSession) -> Callable[..., Any]:
+    """``session.create_client``, whose client is built by :func:`build_client_off_loop`."""
+
+    @contextlib.asynccontextmanager
+    async def create_client(service_name: str, **kwargs: Any) -> AsyncIterator[Any]:
+        async with await build_client_off_loop(session, service_name, **kwargs) as client:
+            yield client
+
+    return create_client
 
 
 def load_sqs_data(session: AioSession) -> None:

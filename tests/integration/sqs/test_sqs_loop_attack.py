@@ -46,18 +46,15 @@ def profile_role(tmp_path, monkeypatch, proxy) -> str:  # noqa: F811
     return "aws_profile_reader"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a profile that is a role: aiobotocore's AssumeRoleProvider builds its STS client on the loop",
-)
 async def test_a_profile_roles_sts_client_is_built_off_the_event_loop(sqs, proxy, profile_role) -> None:  # noqa: F811
     """
-    Class 13. The change builds "the STS client when a role is assumed" off the loop, but only for
-    the connection's ``role_arn``. A ``profile_name`` whose profile is a role (``role_arn`` and
+    Class 13. Issue 50's change built "the STS client when a role is assumed" off the loop, but only
+    for the connection's ``role_arn``. A ``profile_name`` whose profile is a role (``role_arn`` and
     ``source_profile`` in the shared config, which ``_session`` reads through botocore's own chain)
     is assumed by aiobotocore's ``AssumeRoleProvider``: ``build_client_off_loop`` looks its
     credentials up on the loop (deferred), and the first signed request refreshes them there,
-    building an STS client on the triggerer's loop (and again at every refresh, hourly).
+    building an STS client on the triggerer's loop (and again at every refresh, hourly). Fixed:
+    ``_session`` gives the session a ``create_client`` that builds through ``build_client_off_loop``.
     """
     from aiobotocore.config import AioConfig
 
