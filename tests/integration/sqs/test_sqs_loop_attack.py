@@ -69,3 +69,62 @@ async def test_a_profile_roles_sts_client_is_built_off_the_event_loop(sqs, proxy
             await client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])
     assert proxy.signers()[("AssumeRole", ACCESS_KEY)] == 1, proxy.signers()
     assert seen == [], f"built on the event loop's thread: {seen}"
+
+
+async def test_a_roles_keys_refreshed_after_expiry_under_concurrent_calls_assume_it_once_off_the_loop(
+    sqs, proxy, monkeypatch  # noqa: F811
+) -> None:
+    """
+    Classes 11 and 13. The role's refreshable credentials are built in a worker thread
+    (``_role_session`` under ``run_off_loop``), and their refresh lock is an ``asyncio.Lock``:
+    made in that thread, used on the runner's loop. After the keys expire, calls made together
+    contend for it on the loop: one ``AssumeRole``, every call signed with the new keys, and the
+    new STS client built in a worker thread, never on the loop.
+    """
+    import asyncio
+    import datetime
+
+    from aiobotocore.config import AioConfig
+
+    from airflow_shared_stream.sqs.credentials import open_sqs_client
+    from tests.integration.sqs.test_sqs_identity import _Clock, _role_connection
+
+    url = _role_queue(sqs)
+    conn_id = _role_connection(proxy, monkeypatch, "aws_role_contended")
+    config = await SqsSharedStreamHook(conn_id).aget_client_config(region_name=None, queue=QueueUrl.parse(url))
+    clock = _Clock(monkeypatch)
+    async with open_sqs_client(config, AioConfig(), on_secrets=lambda _s: None, clock=clock) as client:
+        await client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])
+        first = {key for (operation, key) in proxy.signers() if operation == "GetQueueAttributes"}
+        proxy.reset()
+        clock.offset += datetime.timedelta(hours=2)  # past the role session's hour
+        with built_on_this_thread() as seen:
+            await asyncio.gather(
+                *(client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"]) for _ in range(6))
+            )
+    signers = proxy.signers()
+    assert signers[("AssumeRole", ACCESS_KEY)] == 1, signers
+    again = {key for (operation, key) in signers if operation == "GetQueueAttributes"}
+    assert len(again) == 1 and again.isdisjoint(first), signers
+    assert seen == [], f"built on the event loop's thread: {seen}"
+
+
+async def test_more_streams_than_worker_threads_all_start(sqs, harness, aws_connection) -> None:
+    """
+    Class 13 (load). Each stream's start now takes several trips through the loop's default
+    executor (import, stats warm-up, session, data files, client): min(32, cpu + 4) threads, 6 on
+    a 2-core machine. With only 2 threads and 8 streams starting at once, none of that work may
+    wait on another (a thread waiting for the loop, or for a thread): every stream delivers.
+    """
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
+
+    executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="starved")
+    asyncio.get_running_loop().set_default_executor(executor)
+    urls = [sqs.create_queue() for _ in range(8)]
+    for n, url in enumerate(urls):
+        sqs.send(url, [{"n": n}])
+    watchers = [harness.add(SqsSharedStreamTrigger(url, aws_conn_id=aws_connection, wait_time_seconds=1)) for url in urls]
+    await asyncio.wait_for(asyncio.gather(*(w.wait_for_events(1, timeout=120) for w in watchers)), 180)
