@@ -128,3 +128,59 @@ async def test_more_streams_than_worker_threads_all_start(sqs, harness, aws_conn
         sqs.send(url, [{"n": n}])
     watchers = [harness.add(SqsSharedStreamTrigger(url, aws_conn_id=aws_connection, wait_time_seconds=1)) for url in urls]
     await asyncio.wait_for(asyncio.gather(*(w.wait_for_events(1, timeout=120) for w in watchers)), 180)
+
+
+async def test_a_stream_cancelled_while_its_client_is_built_leaves_nothing_open(
+    sqs, aws_connection, monkeypatch
+) -> None:
+    """
+    Class 13. A stream closed (a trigger moved, its watcher removed) while its SQS client is being
+    built in the worker thread: the awaiting task is cancelled at once; the thread's private loop
+    finishes the build and closes; the client built for nobody was never entered, so no HTTP
+    session or connector is left open (no ``Unclosed`` warning, no live ``aiohttp.ClientSession``).
+    """
+    import asyncio
+    import gc
+    import threading
+    import warnings
+
+    import aiohttp
+    from aiobotocore.config import AioConfig
+    from aiobotocore.session import AioSession
+
+    from airflow_shared_stream.sqs.credentials import open_sqs_client
+
+    url = sqs.create_queue()
+    config = await SqsSharedStreamHook(aws_connection).aget_client_config(
+        region_name=None, queue=QueueUrl.parse(url)
+    )
+    building, release, built = threading.Event(), threading.Event(), threading.Event()
+    real = AioSession._create_client
+
+    async def gated(self, *args, **kwargs):
+        building.set()
+        release.wait(60)
+        try:
+            return await real(self, *args, **kwargs)
+        finally:
+            built.set()
+
+    monkeypatch.setattr(AioSession, "_create_client", gated)
+
+    async def stream() -> None:
+        async with open_sqs_client(config, AioConfig(), on_secrets=lambda _s: None) as client:
+            await client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])
+
+    task = asyncio.create_task(stream())
+    await asyncio.to_thread(building.wait, 60)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        release.set()
+        await asyncio.to_thread(built.wait, 60)
+        await asyncio.sleep(0)
+        gc.collect()
+    assert not [w for w in caught if "nclosed" in str(w.message)], [str(w.message) for w in caught]
+    assert not [o for o in gc.get_objects() if isinstance(o, aiohttp.ClientSession) and not o.closed]
