@@ -184,3 +184,28 @@ async def test_a_stream_cancelled_while_its_client_is_built_leaves_nothing_open(
         gc.collect()
     assert not [w for w in caught if "nclosed" in str(w.message)], [str(w.message) for w in caught]
     assert not [o for o in gc.get_objects() if isinstance(o, aiohttp.ClientSession) and not o.closed]
+
+
+async def test_a_broken_statsd_config_fails_no_stream(sqs, harness, aws_connection, monkeypatch) -> None:
+    """
+    Class 7/13. ``warm_up_stats`` builds Airflow's real StatsD backend in the worker thread with a
+    ``[metrics]`` section Airflow cannot read (``statsd_port`` not a number: the factory raises
+    ``AirflowConfigException``, which Airflow's ``_get_backend`` does not catch). The warm-up
+    swallows it and the stream's metrics fail quietly: the stream still starts and delivers.
+    """
+    from airflow._shared.observability.metrics import stats as shared_stats
+    from airflow.observability import stats
+    from airflow.observability.metrics import statsd_logger
+
+    from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
+
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "True")
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PORT", "not-a-port")
+    monkeypatch.setattr(shared_stats, "_factory", shared_stats._factory)
+    monkeypatch.setattr(shared_stats, "_backend", shared_stats._backend)
+    stats.initialize(factory=statsd_logger.get_statsd_logger, export_legacy_names=True)
+    url = sqs.create_queue()
+    sqs.send(url, [{"n": 1}, {"n": 2}])
+    watcher = harness.add(SqsSharedStreamTrigger(url, aws_conn_id=aws_connection, wait_time_seconds=1))
+    await watcher.wait_for_events(2, timeout=60)
+    assert shared_stats._backend is None  # never built: the config really is broken
