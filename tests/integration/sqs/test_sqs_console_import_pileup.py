@@ -44,9 +44,6 @@ class _SlowImport(importlib.abc.MetaPathFinder):
         return None
 
 
-@pytest.mark.xfail(
-    strict=True, reason="every stream and every look starts a thread that waits on the import lock"
-)
 async def test_a_slow_broker_import_holds_one_worker_thread_however_many_looks(
     sqs, aws_connection, monkeypatch
 ) -> None:
