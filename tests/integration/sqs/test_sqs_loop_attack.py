@@ -209,3 +209,38 @@ async def test_a_broken_statsd_config_fails_no_stream(sqs, harness, aws_connecti
     watcher = harness.add(SqsSharedStreamTrigger(url, aws_conn_id=aws_connection, wait_time_seconds=1))
     await watcher.wait_for_events(2, timeout=60)
     assert shared_stats._backend is None  # never built: the config really is broken
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the STS response filter is installed only for the connection's role_arn, not a profile's role",
+)
+async def test_a_profile_roles_keys_never_reach_the_logs(sqs, proxy, profile_role, caplog) -> None:  # noqa: F811
+    """
+    Class 12. botocore logs each response body at DEBUG (``botocore.parsers``), STS's
+    ``AssumeRole`` answer included: its ``SecretAccessKey`` and ``SessionToken``. The stream
+    redacts them (``_install_sts_filter``) when the connection sets ``role_arn``; a
+    ``profile_name`` whose profile is a role is assumed by the same STS call, through the
+    session's own provider, and its keys are logged as they came.
+    """
+    import logging
+
+    from aiobotocore.config import AioConfig
+
+    from airflow_shared_stream.sqs.credentials import open_sqs_client
+    from tests.integration.sqs.test_sqs_identity import _assumed_roles
+
+    url = _role_queue(sqs)
+    config = await SqsSharedStreamHook(profile_role).aget_client_config(
+        region_name=None, queue=QueueUrl.parse(url)
+    )
+    before = len(_assumed_roles())
+    with caplog.at_level(logging.DEBUG):
+        async with open_sqs_client(config, AioConfig(), on_secrets=lambda _secrets: None) as client:
+            await client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])
+    roles = _assumed_roles()[before:]
+    assert roles, "the profile's role was not assumed"
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    for role in roles:
+        assert role.secret_access_key not in logged
+        assert role.session_token not in logged
