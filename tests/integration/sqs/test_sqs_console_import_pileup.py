@@ -37,7 +37,7 @@ class _SlowImport(importlib.abc.MetaPathFinder):
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def find_spec(self, name, path, target=None):  # noqa: ANN001, ANN201
+    def find_spec(self, name, path, target=None):
         if name == MODULE:
             self.entered.set()
             self.release.wait(120)
@@ -66,7 +66,8 @@ async def test_a_slow_broker_import_holds_one_worker_thread_however_many_looks(
         await asyncio.wait_for(asyncio.to_thread(lambda: None), 10)
         slow.release.set()
         found = await asyncio.wait_for(broker_backlog("sqs", {"queue_url": url}), 60)
-        assert found is not None and found["source"]["visible"] == 1, found
+        assert found is not None
+        assert found["source"]["visible"] == 1, found
     finally:
         slow.release.set()
         sys.meta_path.remove(slow)

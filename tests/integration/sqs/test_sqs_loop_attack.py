@@ -72,7 +72,9 @@ async def test_a_profile_roles_sts_client_is_built_off_the_event_loop(sqs, proxy
 
 
 async def test_a_roles_keys_refreshed_after_expiry_under_concurrent_calls_assume_it_once_off_the_loop(
-    sqs, proxy, monkeypatch  # noqa: F811
+    sqs,
+    proxy,  # noqa: F811
+    monkeypatch,
 ) -> None:
     """
     Classes 11 and 13. The role's refreshable credentials are built in a worker thread
@@ -91,7 +93,9 @@ async def test_a_roles_keys_refreshed_after_expiry_under_concurrent_calls_assume
 
     url = _role_queue(sqs)
     conn_id = _role_connection(proxy, monkeypatch, "aws_role_contended")
-    config = await SqsSharedStreamHook(conn_id).aget_client_config(region_name=None, queue=QueueUrl.parse(url))
+    config = await SqsSharedStreamHook(conn_id).aget_client_config(
+        region_name=None, queue=QueueUrl.parse(url)
+    )
     clock = _Clock(monkeypatch)
     async with open_sqs_client(config, AioConfig(), on_secrets=lambda _s: None, clock=clock) as client:
         await client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])
@@ -105,7 +109,8 @@ async def test_a_roles_keys_refreshed_after_expiry_under_concurrent_calls_assume
     signers = proxy.signers()
     assert signers[("AssumeRole", ACCESS_KEY)] == 1, signers
     again = {key for (operation, key) in signers if operation == "GetQueueAttributes"}
-    assert len(again) == 1 and again.isdisjoint(first), signers
+    assert len(again) == 1, signers
+    assert again.isdisjoint(first), signers
     assert seen == [], f"built on the event loop's thread: {seen}"
 
 
@@ -126,7 +131,10 @@ async def test_more_streams_than_worker_threads_all_start(sqs, harness, aws_conn
     urls = [sqs.create_queue() for _ in range(8)]
     for n, url in enumerate(urls):
         sqs.send(url, [{"n": n}])
-    watchers = [harness.add(SqsSharedStreamTrigger(url, aws_conn_id=aws_connection, wait_time_seconds=1)) for url in urls]
+    watchers = [
+        harness.add(SqsSharedStreamTrigger(url, aws_conn_id=aws_connection, wait_time_seconds=1))
+        for url in urls
+    ]
     await asyncio.wait_for(asyncio.gather(*(w.wait_for_events(1, timeout=120) for w in watchers)), 180)
 
 
@@ -211,32 +219,35 @@ async def test_a_broken_statsd_config_fails_no_stream(sqs, harness, aws_connecti
     assert shared_stats._backend is None  # never built: the config really is broken
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the STS response filter is installed only for the connection's role_arn, not a profile's role",
-)
 async def test_a_profile_roles_keys_never_reach_the_logs(sqs, proxy, profile_role, caplog) -> None:  # noqa: F811
     """
     Class 12. botocore logs each response body at DEBUG (``botocore.parsers``), STS's
     ``AssumeRole`` answer included: its ``SecretAccessKey`` and ``SessionToken``. The stream
     redacts them (``_install_sts_filter``) when the connection sets ``role_arn``; a
     ``profile_name`` whose profile is a role is assumed by the same STS call, through the
-    session's own provider, and its keys are logged as they came.
+    session's own provider, and its keys were logged as they came; its session token, sent in
+    every request, was never given to the scrubber (``botocore.auth`` logs the canonical request,
+    ``x-amz-security-token`` included, at DEBUG). Fixed: the STS filter is on for every client,
+    and each secret the session's own credentials return is told to the scrubber first.
     """
     import logging
 
-    from aiobotocore.config import AioConfig
-
-    from airflow_shared_stream.sqs.credentials import open_sqs_client
+    from airflow_shared_stream.common.errors import SecretScrubber
+    from airflow_shared_stream.sqs.hook import open_queue_client
     from tests.integration.sqs.test_sqs_identity import _assumed_roles
 
     url = _role_queue(sqs)
-    config = await SqsSharedStreamHook(profile_role).aget_client_config(
-        region_name=None, queue=QueueUrl.parse(url)
-    )
     before = len(_assumed_roles())
     with caplog.at_level(logging.DEBUG):
-        async with open_sqs_client(config, AioConfig(), on_secrets=lambda _secrets: None) as client:
+        # The stream's own client: the scrubber learns each secret and sits on botocore's loggers.
+        async with open_queue_client(
+            aws_conn_id=profile_role,
+            region_name=None,
+            queue=QueueUrl.parse(url),
+            wait_seconds=1,
+            scrubber=SecretScrubber(),
+        ) as client:
+            await client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])
             await client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])
     roles = _assumed_roles()[before:]
     assert roles, "the profile's role was not assumed"
