@@ -20,6 +20,7 @@ so nothing the broker echoes back (a signed URL, a key id) can show.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import time
@@ -71,6 +72,32 @@ def _backlog_reads(broker: str, trigger_kwargs: Mapping[str, Any]) -> Backlog | 
     return reads
 
 
+_importing: dict[str, asyncio.Task[Any]] = {}
+"""The worker thread importing each broker's operations, while it runs (one per broker)."""
+
+
+async def _backlog_reads_off_loop(broker: str, trigger_kwargs: Mapping[str, Any]) -> Backlog | None:
+    """
+    :func:`_backlog_reads` in a worker thread, one import per broker at a time.
+
+    The deadline ends the wait, not the thread: while one thread imports a broker's operations,
+    every other stream of that broker, and every later look, waits here for it instead of
+    taking a thread of its own to wait on Python's import lock, which filled the api-server's
+    default executor (6 threads on 2 cores) and held everything else it runs.
+    """
+    loop = asyncio.get_running_loop()
+    pending = _importing.get(broker)
+    if pending is not None and pending.get_loop() is loop and not pending.done():
+        with contextlib.suppress(Exception):  # its own failure is its stream's; this one tries anew
+            await asyncio.shield(pending)  # cancelled by the deadline: the import is still running
+    task = loop.create_task(asyncio.to_thread(_backlog_reads, broker, trigger_kwargs))
+    if broker not in _importing or _importing[broker].done() or _importing[broker].get_loop() is not loop:
+        _importing[broker] = task
+    # Shielded: the deadline cancels this wait, while the task (and its thread) runs on, marking
+    # the import in flight for the next stream and look.
+    return await asyncio.shield(task)
+
+
 async def _answer(read: DepthRead | Mapping[str, Any], deadline: float) -> dict[str, Any]:
     return await read_depth(read, deadline) if isinstance(read, DepthRead) else dict(read)
 
@@ -84,9 +111,7 @@ async def broker_backlog(broker: str, trigger_kwargs: dict[str, Any]) -> dict[st
     deadline = asyncio.get_running_loop().time() + TIMEOUT_SECONDS
     try:
         # The import goes on in its thread past the deadline: the next look finds it done.
-        reads = await asyncio.wait_for(
-            asyncio.to_thread(_backlog_reads, broker, trigger_kwargs), _left(deadline)
-        )
+        reads = await asyncio.wait_for(_backlog_reads_off_loop(broker, trigger_kwargs), _left(deadline))
     except asyncio.TimeoutError:
         log.info("The operations of broker %s were not imported in time", broker)
         return {"read_at": read_at, "error": "TimeoutError"}

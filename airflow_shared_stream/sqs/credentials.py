@@ -241,6 +241,10 @@ def _session(config: SqsClientConfig) -> AioSession:
     from botocore.exceptions import ProfileNotFound
 
     session = AioSession(profile=config.profile_name)
+    # The session's own credential providers (a profile that is a role, or SSO) build their STS
+    # or SSO clients through ``session.create_client`` when their credentials refresh, on the
+    # runner's loop: built in a worker thread instead, like every other client of the stream.
+    session.create_client = _off_loop_client_creator(session)  # type: ignore[method-assign]
     if config.profile_name:
         try:
             session.get_scoped_config()
@@ -250,6 +254,17 @@ def _session(config: SqsClientConfig) -> AioSession:
                 "triggerer's shared AWS config or credentials files"
             ) from None
     return session
+
+
+def _off_loop_client_creator(session: AioSession) -> Callable[..., Any]:
+    """``session.create_client``, whose client is built by :func:`build_client_off_loop`."""
+
+    @contextlib.asynccontextmanager
+    async def create_client(service_name: str, **kwargs: Any) -> AsyncIterator[Any]:
+        async with await build_client_off_loop(session, service_name, **kwargs) as client:
+            yield client
+
+    return create_client
 
 
 def load_sqs_data(session: AioSession) -> None:
@@ -390,8 +405,9 @@ async def open_sqs_client(
     botocore_config = (
         botocore_config.merge(_config_from_extra(config)) if config.config_kwargs else botocore_config
     )
+    # Any session may assume a role: the connection's role_arn, or a profile that is a role.
+    _install_sts_filter()
     if config.role_arn:
-        _install_sts_filter()
         session = await run_off_loop(lambda: _role_session(config, botocore_config, on_secrets, clock))
         kwargs = config.client_kwargs(with_keys=False)
     else:
@@ -399,7 +415,29 @@ async def open_sqs_client(
         kwargs = config.client_kwargs()
     await run_off_loop(lambda: load_sqs_data(session))
     async with await build_client_off_loop(session, "sqs", config=botocore_config, **kwargs) as client:
+        if not (config.role_arn or (config.aws_access_key_id and config.aws_secret_access_key)):
+            # The session's own credentials (a profile, maybe a role or SSO, or the default
+            # chain) can change at every refresh: each secret is told before a request sends it.
+            _tell_secrets_as_found(await session.get_credentials(), on_secrets)
         yield client
+
+
+def _tell_secrets_as_found(credentials: Any, on_secrets: Callable[[Iterable[str]], None]) -> None:
+    """Wrap ``credentials.get_frozen_credentials`` to give ``on_secrets`` each new secret it returns."""
+    if credentials is None or not hasattr(credentials, "get_frozen_credentials"):
+        return
+    frozen = credentials.get_frozen_credentials
+    told: set[str] = set()
+
+    async def get_frozen_credentials() -> Any:
+        found = await frozen()
+        new = [secret for secret in (found.secret_key, found.token) if secret and secret not in told]
+        if new:
+            told.update(new)
+            on_secrets(new)
+        return found
+
+    credentials.get_frozen_credentials = get_frozen_credentials
 
 
 async def build_client_off_loop(session: AioSession, service: str, **kwargs: Any) -> AioBaseClient:
