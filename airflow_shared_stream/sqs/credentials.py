@@ -244,7 +244,7 @@ def _session(config: SqsClientConfig) -> AioSession:
     # The session's own credential providers (a profile that is a role, or SSO) build their STS
     # or SSO clients through ``session.create_client`` when their credentials refresh, on the
     # runner's loop: built in a worker thread instead, like every other client of the stream.
-    session.create_client = _off_loop_client_creator(session)  # type: ignore[method-assign]
+    session.create_client = _off_loop_client_creator(session)
     if config.profile_name:
         try:
             session.get_scoped_config()
