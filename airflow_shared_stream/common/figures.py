@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from airflow_shared_stream.common import metric_names as m
-from airflow_shared_stream.common.off_loop import imported
+from airflow_shared_stream.common.import_state import imported
 from airflow_shared_stream.common.process_scope import scoped
 
 log = logging.getLogger(__name__)

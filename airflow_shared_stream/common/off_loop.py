@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import sys
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
+
+from airflow_shared_stream.common.import_state import imported
 
 T = TypeVar("T")
 
@@ -26,20 +27,6 @@ T = TypeVar("T")
 def _import_all(names: Iterable[str]) -> None:
     for name in names:
         importlib.import_module(name)
-
-
-def imported(name: str) -> bool:
-    """
-    Whether module ``name`` is imported: in ``sys.modules`` and done initialising.
-
-    Python puts a module into ``sys.modules`` when its import starts. One still being imported
-    by another thread (another stream's, inside its SDK's import) is not imported: importing it
-    on the loop would wait there, on the import lock, for the whole of that thread's import.
-    """
-    module = sys.modules.get(name)
-    if module is None:
-        return False
-    return not getattr(getattr(module, "__spec__", None), "_initializing", False)
 
 
 async def import_off_loop(names: Iterable[str]) -> None:
