@@ -30,6 +30,7 @@ from aiokafka.errors import (
     IllegalGenerationError,
     KafkaError,
     NotCoordinatorForGroupError,
+    RebalanceInProgressError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
     for_code,
@@ -45,6 +46,9 @@ NO_GENERATION = -1
 NO_MEMBER = ""
 DEFAULT_RETENTION = -1
 """Let the broker apply its own ``offsets.retention.minutes``."""
+FENCED = (UnknownMemberIdError, IllegalGenerationError, RebalanceInProgressError)
+"""A commit's answers that say the group has (other) members now: what aiokafka calls a failed
+commit (``CommitFailedError``); the partitions may be another member's."""
 
 COORDINATOR_MOVED = (
     CoordinatorLoadInProgressError,
@@ -55,6 +59,16 @@ FETCH_ATTEMPTS = 12
 """How often a read of positions is asked again while the coordinator is loading or moved."""
 FETCH_BACKOFF = (0.1, 2.0)
 """First and longest wait between two such reads (doubling): about 15 s in all."""
+
+
+class GroupMember(NamedTuple):
+    """Who commits as a member of a group's generation (a simple commit has neither)."""
+
+    generation: int
+    member_id: str
+
+
+SIMPLE_COMMIT = GroupMember(NO_GENERATION, NO_MEMBER)
 
 
 class Committed(NamedTuple):
@@ -128,16 +142,26 @@ class PositionStore:
                     found.metadata[tp] = metadata or ""
         return found
 
-    async def commit(self, group: str, offsets: Mapping[TopicPartition, int], metadata: str = "") -> None:
+    async def commit(
+        self,
+        group: str,
+        offsets: Mapping[TopicPartition, int],
+        metadata: str = "",
+        *,
+        member: GroupMember = SIMPLE_COMMIT,
+        retention_ms: int = DEFAULT_RETENTION,
+    ) -> None:
         """
-        Make ``offsets`` the committed offsets of ``group`` (no membership, generation -1).
+        Make ``offsets`` the committed offsets of ``group`` (by default no membership, generation -1).
 
         ``metadata`` goes with every offset: Kafka's own place for what the committer wants to say
         about a position (:mod:`~airflow_shared_stream.kafka.marks`). Some brokers drop it (Tansu).
+        ``retention_ms`` other than -1 keeps the offsets that long after this commit, whatever the
+        broker's ``offsets.retention.minutes`` (OffsetCommit v2 to v4; Kafka honours it).
         """
         if not offsets:
             return
-        refused = await self._commit_once(group, offsets, metadata)
+        refused = await self._commit_once(group, offsets, metadata, member, retention_ms)
         wait, longest = FETCH_BACKOFF
         for _ in range(FETCH_ATTEMPTS - 1):
             if not refused:
@@ -159,19 +183,24 @@ class PositionStore:
             log.info("Position of %r on %s not committed yet: asking again", group, sorted(refused))
             await asyncio.sleep(wait)
             wait = min(wait * 2, longest)
-            refused = await self._commit_once(group, refused, metadata)
+            refused = await self._commit_once(group, refused, metadata, member, retention_ms)
         if refused:
             raise UnknownTopicOrPartitionError(f"offsets of group {group!r} on {sorted(refused)}")
 
     async def _commit_once(
-        self, group: str, offsets: Mapping[TopicPartition, int], metadata: str
+        self,
+        group: str,
+        offsets: Mapping[TopicPartition, int],
+        metadata: str,
+        member: GroupMember = SIMPLE_COMMIT,
+        retention_ms: int = DEFAULT_RETENTION,
     ) -> dict[TopicPartition, int]:
         """One OffsetCommit; the partitions the coordinator does not know (UNKNOWN_TOPIC_OR_PARTITION)."""
         by_topic: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
         for tp, offset in offsets.items():
             by_topic[tp.topic].append((tp.partition, offset, metadata))
         request = OffsetCommitRequest(
-            group, NO_GENERATION, NO_MEMBER, DEFAULT_RETENTION, sorted(by_topic.items())
+            group, member.generation, member.member_id, retention_ms, sorted(by_topic.items())
         )
         response = await self._send(group, request)
         refused: dict[TopicPartition, int] = {}
@@ -195,7 +224,14 @@ class PositionStore:
             counts = {tp.topic: len(cluster.partitions_for_topic(tp.topic) or ()) for tp in wanted}
         return {tp for tp in wanted if tp.partition < counts.get(tp.topic, 0)}
 
-    async def commit_asking_again(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+    async def commit_asking_again(
+        self,
+        group: str,
+        offsets: Mapping[TopicPartition, int],
+        *,
+        member: GroupMember = SIMPLE_COMMIT,
+        retention_ms: int = DEFAULT_RETENTION,
+    ) -> None:
         """
         :meth:`commit`, asked again (bounded, as :meth:`fetch` is) after a retriable error: a
         coordinator loading or moved, a connection closed, a request timed out.
@@ -208,9 +244,9 @@ class PositionStore:
         wait, longest = FETCH_BACKOFF
         for _ in range(FETCH_ATTEMPTS - 1):
             try:
-                return await self.commit(group, offsets)
-            except (UnknownMemberIdError, IllegalGenerationError) as exc:
-                # A consumer joined the group: what AIOKafkaConsumer.commit says (redelivery).
+                return await self.commit(group, offsets, member=member, retention_ms=retention_ms)
+            except FENCED as exc:
+                # A consumer joined the group, or it rebalanced: what AIOKafkaConsumer.commit says.
                 raise CommitFailedError(f"offsets of group {group!r}: {type(exc).__name__}") from None
             except KafkaError as exc:
                 if not exc.retriable:
@@ -218,7 +254,7 @@ class PositionStore:
                 log.info("Position of %r not committed (%s): asking again", group, type(exc).__name__)
             await asyncio.sleep(wait)
             wait = min(wait * 2, longest)
-        await self.commit(group, offsets)  # the last answer, whatever it is
+        await self.commit(group, offsets, member=member, retention_ms=retention_ms)  # the last answer
 
     def _raise_for(self, group: str, error_code: int) -> None:
         if not error_code:

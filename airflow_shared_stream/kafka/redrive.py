@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.errors import IllegalStateError, KafkaError
 
 from airflow_shared_stream.common.redrive import RedriveItem, RedriveRoute, RedriveSnapshot
 from airflow_shared_stream.common.trigger import DEFAULT_MAX_PAYLOAD_BYTES
@@ -379,34 +379,10 @@ class KafkaDeadLetterSource:
             self._membership.end_batch()
 
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
-        """
-        Commit with this member's generation. If the group rebalanced first (the coordinator fences
-        the commit), commit again what of it the new generation left to this redrive; the rest was
-        copied and goes to another member uncommitted: it copies it again (a duplicate, never a loss).
-        """
-        consumer, membership = self._consumer, self._membership
-        assert consumer is not None
-        assert membership is not None
+        """Commit as the group's member (:meth:`RedriveMembership.commit`); a failure fails the redrive."""
+        assert self._membership is not None
         try:
-            await consumer.commit(offsets)
-            return
-        except CommitFailedError:
-            fenced = membership.epoch
-        except KafkaError as exc:
-            raise self._error(f"committing group {self._group_id!r} on {self._topic!r} failed", exc) from None
-        membership.end_batch()  # the rebalance goes on; this redrive waits for what it gives
-        try:
-            await membership.wait_reassigned(fenced)
-            kept = {tp: offset for tp, offset in offsets.items() if tp in consumer.assignment()}
-            if len(kept) < len(offsets):
-                log.warning(
-                    "Redrive group %s rebalanced before it committed %s: their copies will be made again "
-                    "by the redrive that has them now (duplicates)",
-                    self._group_id,
-                    sorted(tp.partition for tp in set(offsets) - set(kept)),
-                )
-            if kept:
-                await consumer.commit(kept)
+            await self._membership.commit(offsets)
         except (KafkaError, TimeoutError) as exc:
             raise self._error(f"committing group {self._group_id!r} on {self._topic!r} failed", exc) from None
 

@@ -16,6 +16,12 @@ if that is further (a dry run commits nothing and must not count a record twice)
 A redrive killed mid-way stays a member until its session times out; then its partitions go to
 a live member, which reads from the committed offsets: what the killed one copied and had not
 committed is copied again (the documented at-least-once duplicate), nothing is lost.
+
+Between two redrives the group has no member, and Kafka deletes an empty group's offsets after
+``offsets.retention.minutes`` (7 days by default): the next redrive would start at the topic's
+beginning and copy again everything moved before. So the member's commits carry a retention of
+their own (:data:`POSITION_RETENTION_MS`, OffsetCommit's ``retention_time``, which Kafka keeps
+as the offsets' expiry), far longer than a dead-letter topic keeps its records.
 """
 
 from __future__ import annotations
@@ -25,13 +31,18 @@ import logging
 from typing import Any
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import IllegalStateError
+from aiokafka.errors import CommitFailedError, IllegalStateError
+
+from airflow_shared_stream.kafka.positions import GroupMember, PositionStore
 
 log = logging.getLogger(__name__)
 
 ASSIGNMENT_TIMEOUT_SECONDS = 600.0
 """How long a redrive waits for the coordinator to give it its partitions (a killed member's
 session must time out first); past it, the redrive fails loudly."""
+POSITION_RETENTION_MS = 10 * 365 * 24 * 3600 * 1000
+"""How long a redrive group's offsets are kept after its last commit (ten years: a dead-letter
+topic's records are gone long before; deleting the group forgets them sooner)."""
 
 
 class RedriveMembership(ConsumerRebalanceListener):
@@ -111,6 +122,41 @@ class RedriveMembership(ConsumerRebalanceListener):
     def still_current(self, epoch: int) -> bool:
         """Whether no rebalance began since ``epoch`` (what was fetched may be used)."""
         return epoch == self.epoch and self._assigned.is_set()
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        """
+        Commit with this member's generation, kept :data:`POSITION_RETENTION_MS`. If the group
+        rebalanced first (the coordinator fences the commit), commit again what of it the new
+        generation left to this redrive; the rest was copied and goes to another member
+        uncommitted: it copies it again (a duplicate, never a loss). A ``KafkaError`` or
+        ``TimeoutError`` propagates.
+        """
+        try:
+            await self._commit_as_member(offsets)
+            return
+        except CommitFailedError:
+            fenced = self.epoch
+        self.end_batch()  # the rebalance goes on; this redrive waits for what it gives
+        await self.wait_reassigned(fenced)
+        kept = {tp: offset for tp, offset in offsets.items() if tp in self._consumer.assignment()}
+        if len(kept) < len(offsets):
+            log.warning(
+                "Redrive group %s rebalanced before it committed %s: their copies will be made again "
+                "by the redrive that has them now (duplicates)",
+                self._group_id,
+                sorted(tp.partition for tp in set(offsets) - set(kept)),
+            )
+        if kept:
+            await self._commit_as_member(kept)
+
+    async def _commit_as_member(self, offsets: dict[TopicPartition, int]) -> None:
+        # aiokafka's own commit asks the broker's default retention, with no way to say another;
+        # this one is the same request as the member (its coordinator's generation and id).
+        coordinator = self._consumer._coordinator
+        member = GroupMember(coordinator.generation, coordinator.member_id)
+        await PositionStore(self._consumer._client).commit_asking_again(
+            self._group_id, offsets, member=member, retention_ms=POSITION_RETENTION_MS
+        )
 
     def begin_batch(self) -> None:
         """A batch was read: a rebalance waits until :meth:`end_batch`."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
 from aiokafka import AIOKafkaConsumer
@@ -18,6 +19,7 @@ from airflow_shared_stream.common.redrive import redrive
 from airflow_shared_stream.kafka.redrive import default_group_id
 from tests.integration.kafka.conftest import KafkaSandbox
 from tests.integration.kafka.test_kafka_redrive import dead_letters, source, topics
+from tests.support.kafka_offset_expiry import KafkaOffsetExpiry
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -72,13 +74,9 @@ async def test_a_redrive_given_part_of_the_topic_never_says_nothing_is_left(kafk
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a Kafka redrive group's committed offsets expire (offsets.retention.minutes after its last "
-    "redrive) and the next redrive starts at auto_offset_reset=earliest: it copies every record ever "
-    "redriven that the dead-letter topic still retains back to its origin again",
-)
-async def test_a_redrive_after_its_groups_offsets_expired_copies_nothing_twice(kafka: KafkaSandbox) -> None:
+async def test_a_redrive_after_its_group_sat_idle_for_days_copies_nothing_twice(
+    kafka: KafkaSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """
     FAULT_MODEL 11 (idle time: positions of something idle for days do not expire into a skip, nor
     into a replay). Redrives are occasional: between two of them the redrive group has no member,
@@ -88,15 +86,20 @@ async def test_a_redrive_after_its_groups_offsets_expired_copies_nothing_twice(k
     redrive moved is produced to its origin again and every watcher of the origin fires again for
     each, days after. docs/redrive.rst says the group "remembers how far the redrives got", with no
     limit; docs/kafka.rst refreshes a stream's positions every minute for exactly this reason, but
-    nothing refreshes a redrive group's. Offset expiry is what ``delete_groups`` does (conftest).
+    nothing refreshes a redrive group's. Fixed: the redrive commits with a retention of its own.
+
+    The test brokers expire nothing: ``KafkaOffsetExpiry`` applies Kafka's rule to what this
+    process committed, and deletes the group's offsets when Kafka would have.
     """
+    expiry = KafkaOffsetExpiry(monkeypatch)
     dlq, origin = await topics(kafka)
     await dead_letters(kafka, dlq, origin, 6)
     first = await redrive(source(kafka, dlq, source=origin))
     assert first.moved == 6
     assert len(await kafka.read_all(origin, 6)) == 6
 
-    await kafka.delete_groups(default_group_id(dlq, origin))  # eight idle days later
+    group = default_group_id(dlq, origin)
+    await expiry.sit_idle(kafka, group, timedelta(days=30))  # a month without a redrive
     await dead_letters(kafka, dlq, origin, 2)
     second = await redrive(source(kafka, dlq, source=origin))
 
