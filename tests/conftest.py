@@ -80,6 +80,22 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return WorkerGroups(config, log)
 
 
+GROUP_SECONDS: dict[str, float] = {}
+"""Seconds of setup, call and teardown per worker group, summed as the reports come in."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    group = worker_group(report.nodeid)
+    GROUP_SECONDS[group] = GROUP_SECONDS.get(group, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Each worker group's time: the longest is the suite's wall time (what to split next)."""
+    if GROUP_SECONDS:
+        spent = ", ".join(f"{group} {seconds:.0f} s" for group, seconds in sorted(GROUP_SECONDS.items()))
+        terminalreporter.write_line(f"time per worker group: {spent}")
+
+
 @pytest.fixture(autouse=True)
 def _forget_resolved_connections() -> Any:
     """What a stream key read from a connection is remembered per process: not across tests."""
