@@ -166,6 +166,13 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "3600",
                         "default": None,
                     },
+                    "redrive_grant_bind_wait_seconds": {
+                        "description": "How long a redrive task started from the Streams page waits, in seconds, for the page to\nbind its grant to the run's task instance (the page binds it right after it creates the\nrun; a task that starts first asks its run again every second). Past it the task fails\nand moves nothing. Raise it for an api-server slow to answer. Set it for the workers. See\ndocs/redrive.rst.\n",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "300",
+                        "default": "120",
+                    },
                     "figures_publish_interval": {
                         "description": "Seconds between two writes of a stream's figures (the Streams page's counts) by a\ntriggerer, to the asset state store of one of the stream's watchers: one write per\nstream and triggerer per interval at most, none while the stream is idle. 0 turns the\nwrites off (the page then shows no figures). Set it for the triggerer. See docs/console.rst.\n",
                         "version_added": "0.1.0",

@@ -32,9 +32,26 @@ from airflow_shared_stream.redrive_grant import GRANT_PARAM, GrantNotBoundError,
 
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off", "")
+GRANT_BIND_WAIT_KEY = "redrive_grant_bind_wait_seconds"
+"""``[shared_stream] redrive_grant_bind_wait_seconds``: how long a task that started before the
+page bound its grant asks its run again."""
 GRANT_BIND_WAIT_SECONDS = 120.0
-"""How long a task that started before the page bound its grant asks its run again."""
 GRANT_BIND_POLL_SECONDS = 1.0
+
+
+def grant_bind_wait_seconds() -> float:
+    """The configured wait for the page's binding of a grant; a bad value is refused by name."""
+    from airflow.configuration import conf
+
+    try:
+        wait = conf.getfloat("shared_stream", GRANT_BIND_WAIT_KEY, fallback=GRANT_BIND_WAIT_SECONDS)
+    except Exception as exc:  # AirflowConfigException: not a number
+        raise RedriveConfigurationError(f"[shared_stream] {GRANT_BIND_WAIT_KEY}: {exc}") from None
+    if not wait >= 0:  # NaN too
+        raise RedriveConfigurationError(
+            f"[shared_stream] {GRANT_BIND_WAIT_KEY} must be 0 or more, not {wait}"
+        )
+    return wait
 
 
 def dead_letter_source(
@@ -199,7 +216,7 @@ class RedriveDeadLettersOperator(BaseOperator):
         """
         dag_run = context["dag_run"]
         grant = self.grant
-        waited = 0.0
+        deadline = time.monotonic() + grant_bind_wait_seconds()
         while True:
             try:
                 stream = check_grant(
@@ -217,10 +234,9 @@ class RedriveDeadLettersOperator(BaseOperator):
                     task_instance_id=str(context["ti"].id),
                 )
             except GrantNotBoundError:
-                if waited >= GRANT_BIND_WAIT_SECONDS:
+                if time.monotonic() >= deadline:
                     raise
                 time.sleep(GRANT_BIND_POLL_SECONDS)
-                waited += GRANT_BIND_POLL_SECONDS
                 grant = (_current_conf(dag_run.dag_id, dag_run.run_id) or {}).get(GRANT_PARAM)
                 continue
             self.log.info("Redrive granted for stream %s", stream)

@@ -210,6 +210,9 @@ def teams(e2e_dir: Path, sqs: SqsServer, postgres: PostgresServer) -> Iterator[T
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
         # No absolute base_url: the page must still never post where a Host header points.
         "AIRFLOW__API__BASE_URL": "",
+        # The page binds a grant as it creates the run: a task waits this long for it, not the
+        # default two minutes, before an unbound grant is refused.
+        "AIRFLOW__SHARED_STREAM__REDRIVE_GRANT_BIND_WAIT_SECONDS": "30",
     }
     airflow = AirflowDeployment(
         home=home, dags_folder=shared, env=env, database_url=postgres.create_database("airflow_teams")

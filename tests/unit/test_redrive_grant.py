@@ -252,3 +252,21 @@ def test_the_redrive_task_refuses_a_grant_of_another_team_than_its_runs() -> Non
     run = SimpleNamespace(run_id="run-1", dag_id=DAG_A, team_name="team_b", triggering_user_name="alice")
     with pytest.raises(RedriveNotGrantedError, match="another team"):
         task.execute({"dag_run": run, "ti": SimpleNamespace(id=TASK_INSTANCE)})
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan"])
+def test_a_bad_grant_bind_wait_is_refused_by_name(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    from airflow_shared_stream.common.redrive import RedriveConfigurationError
+    from airflow_shared_stream.redrive import grant_bind_wait_seconds
+
+    monkeypatch.setenv("AIRFLOW__SHARED_STREAM__REDRIVE_GRANT_BIND_WAIT_SECONDS", value)
+    with pytest.raises(RedriveConfigurationError, match="redrive_grant_bind_wait_seconds"):
+        grant_bind_wait_seconds()
+
+
+def test_the_grant_bind_wait_is_the_configured_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_shared_stream.redrive import GRANT_BIND_WAIT_SECONDS, grant_bind_wait_seconds
+
+    assert grant_bind_wait_seconds() == GRANT_BIND_WAIT_SECONDS
+    monkeypatch.setenv("AIRFLOW__SHARED_STREAM__REDRIVE_GRANT_BIND_WAIT_SECONDS", "7.5")
+    assert grant_bind_wait_seconds() == 7.5
