@@ -531,8 +531,8 @@ def test_the_pages_unbound_grant_read_from_the_audit_log_is_refused_in_a_recreat
     page's trigger request: the conf with the grant *before* the page bound it. alice reads it
     there, deletes her run and triggers team_a's redrive Dag by hand under the granted run id with
     that conf. The task finds an unbound grant, asks its run again through the real Execution API
-    for the documented two minutes (the page binds nothing in a run it did not create) and is
-    refused having read nothing.
+    for ``[shared_stream] redrive_grant_bind_wait_seconds`` (30 s here; the page binds nothing in a
+    run it did not create) and is refused having read nothing.
     """
     teams.dead_letter("team_a", [{"event_id": "a-unbound-7", "kind": "order"}])
     started = teams.request(
