@@ -130,7 +130,8 @@ Sections for other services belong to other hooks sharing the connection and are
 _SESSION_NAME_INVALID = re.compile(r"[^\w+=,.@-]")
 _STS_SECRET_FIELDS = re.compile(
     r"(<(SecretAccessKey|SessionToken)>)[^<]*(</\2>)"
-    r"|(\"(SecretAccessKey|SessionToken)\"\s*:\s*\")[^\"]*(\")"
+    r"|(\"(SecretAccessKey|SessionToken)\"\s*:\s*\")[^\"]*(\")",
+    re.IGNORECASE,  # SSO's GetRoleCredentials answers secretAccessKey and sessionToken
 )
 _RESPONSE_LOGGERS = ("botocore.parsers", "aiobotocore.parsers", "botocore.endpoint", "aiobotocore.endpoint")
 
@@ -208,14 +209,16 @@ def role_session_name(conn_id: str) -> str:
 
 class _StsSecretFilter(logging.Filter):
     """
-    Redact the keys in STS responses, which botocore logs at DEBUG before anyone can know them.
+    Redact the keys in STS (and SSO) responses, which botocore logs at DEBUG before anyone can
+    know them.
 
     The secret scrubber removes secrets it was told about; these are new on every refresh.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if "SecretAccessKey" in message or "SessionToken" in message:
+        folded = message.lower()
+        if "secretaccesskey" in folded or "sessiontoken" in folded:
             record.msg, record.args = _STS_SECRET_FIELDS.sub(_redact, message), None
         return True
 

@@ -167,3 +167,24 @@ def test_sts_responses_are_redacted_in_log_records():
     record = logging.LogRecord("botocore.parsers", logging.DEBUG, __file__, 1, as_json, None, None)
     _StsSecretFilter().filter(record)
     assert SECRET not in record.getMessage()
+
+
+def test_sso_role_credentials_are_redacted_in_log_records():
+    """A profile signed in with IAM Identity Center: GetRoleCredentials answers in camelCase."""
+    answer = {
+        "roleCredentials": {"accessKeyId": "ASIAX", "secretAccessKey": SECRET, "sessionToken": "tok+/="}
+    }
+    record = logging.LogRecord(
+        "botocore.parsers",
+        logging.DEBUG,
+        __file__,
+        1,
+        "Response body:\n%r",
+        (json.dumps(answer).encode(),),
+        None,
+    )
+    assert _StsSecretFilter().filter(record)
+    text = record.getMessage()
+    assert SECRET not in text
+    assert "tok+/=" not in text
+    assert '"accessKeyId": "ASIAX"' in text
