@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -43,6 +42,7 @@ from airflow.listeners import hookimpl
 
 from airflow_shared_stream.common.figures import metric_label
 from airflow_shared_stream.common.metrics import StreamMetrics
+from airflow_shared_stream.execution_api_warmup import ExecutionApiWarmup, triggerer_job_id
 
 log = logging.getLogger(__name__)
 
@@ -202,65 +202,7 @@ class PlacementMonitor(threading.Thread):
                 log.warning("Checking where shared-stream watchers run failed: %s", type(exc).__name__)
 
     def _wait_for_triggerer_job(self, timeout: float = 300.0) -> int | None:
-        return _triggerer_job_id(self.job, self.stopped, timeout)
-
-
-def _triggerer_job_id(job: Any, stopped: threading.Event, timeout: float = 300.0) -> int | None:
-    """
-    The listener fires before the job has a type or an id: wait for both; ``None`` if the job is
-    not a triggerer's. Read from the instance's ``__dict__``: an ORM attribute read from this
-    thread must never lazy-load through the session the job's own thread is using.
-    """
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not stopped.is_set():
-        state = vars(job)
-        job_type = state.get("job_type")
-        if job_type is not None and job_type != "TriggererJob":
-            return None
-        job_id = state.get("id")
-        if job_type == "TriggererJob" and job_id is not None:
-            return int(job_id)
-        stopped.wait(0.5)
-    return None
-
-
-class ExecutionApiWarmup(threading.Thread):
-    """
-    Build Airflow's in-process Execution API once in a thread of the triggerer's supervisor.
-
-    The supervisor serves a trigger's asset state store writes (this provider's stream figures),
-    and other requests, through an in-process Execution API that it builds on first use, on its
-    main thread: its imports and FastAPI routes took 10-20 s of CPU on a loaded machine, during
-    which the supervisor answered no request of the trigger runner, sent no heartbeat and then
-    logged the runner "deadlocked" and reassigned its triggers. Built once here first, in the background, what
-    Airflow caches per process (modules, models) makes the supervisor's own build about ten
-    times cheaper.
-    """
-
-    def __init__(self, job: Any) -> None:
-        super().__init__(name="shared-stream-execution-api-warmup", daemon=True)
-        self.job = job
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        if _triggerer_job_id(self.job, self.stopped) is None:
-            return
-        started = time.monotonic()
-        try:
-            from airflow.api_fastapi.execution_api.app import InProcessExecutionAPI
-
-            built = InProcessExecutionAPI().app
-        except Exception as exc:  # never let the warm-up hurt the triggerer
-            log.info(
-                "Could not warm the in-process Execution API up (%s); the first figures build it",
-                type(exc).__name__,
-            )
-            return
-        log.info(
-            "Warmed the in-process Execution API up for the streams' figures (%d routes) in %.1f s",
-            len(built.routes),
-            time.monotonic() - started,
-        )
+        return triggerer_job_id(self.job, self.stopped, timeout)
 
 
 class PlacementListener:

@@ -29,6 +29,7 @@ FLOORS: dict[str, int] = {
     "servicebus": 1,
     "spark": 1,
     "placement": 2,
+    "execution_api_warmup": 2,
     "scheduling": 2,
     "brokers": 2,
     "redrive": 2,

@@ -1,0 +1,90 @@
+"""
+Ready the triggerer supervisor's in-process Execution API in a thread before anything needs it.
+
+A triggerer's supervisor serves a trigger's asset state store writes (this provider's stream
+figures), connection and variable reads, through an in-process Execution API, built when the
+first such request comes and served on the supervisor's main thread. Two costs hide there: the
+app (imports, FastAPI routes) and, at its first request, Cadwyn's versioned routers, generated
+per app instance. On a loaded machine each took tens of seconds (docs/benchmarks.rst), during
+which the supervisor answered no request of the trigger runner and sent no heartbeat; it then
+logged the runner "deadlocked" and let its triggers be reassigned.
+
+So a thread of the supervisor builds one instance and sends it one request (which generates the
+routers), and from then on Airflow's ``in_process_api_server`` returns that instance: the
+supervisor's client, made at its first request, uses it ready. Airflow 3.3.2 offers no other way
+in (``TriggerRunnerSupervisor.make_client`` is meant for subclasses, and Airflow makes the
+supervisor itself). If the supervisor made its client first, nothing changes: it builds its own
+as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+IN_PROCESS_BASE_URL = "http://in-process.invalid./"
+"""Where Airflow's supervisor client points its in-process transport (any host: nothing resolves it)."""
+
+
+def triggerer_job_id(job: Any, stopped: threading.Event, timeout: float = 300.0) -> int | None:
+    """
+    The listener fires before the job has a type or an id: wait for both; ``None`` if the job is
+    not a triggerer's. Read from the instance's ``__dict__``: an ORM attribute read from this
+    thread must never lazy-load through the session the job's own thread is using.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not stopped.is_set():
+        state = vars(job)
+        job_type = state.get("job_type")
+        if job_type is not None and job_type != "TriggererJob":
+            return None
+        job_id = state.get("id")
+        if job_type == "TriggererJob" and job_id is not None:
+            return int(job_id)
+        stopped.wait(0.5)
+    return None
+
+
+def ready_in_process_api() -> Any:
+    """An ``InProcessExecutionAPI`` whose app is built and has answered one request."""
+    import httpx
+    from airflow.api_fastapi.execution_api.app import InProcessExecutionAPI
+
+    api = InProcessExecutionAPI()
+    with httpx.Client(transport=api.transport, base_url=IN_PROCESS_BASE_URL) as client:
+        client.get("/health")  # whatever it answers, Cadwyn generated its routers for it
+    return api
+
+
+class ExecutionApiWarmup(threading.Thread):
+    """Ready the in-process Execution API for this triggerer's supervisor (module docstring)."""
+
+    def __init__(self, job: Any) -> None:
+        super().__init__(name="shared-stream-execution-api-warmup", daemon=True)
+        self.job = job
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        if triggerer_job_id(self.job, self.stopped) is None:
+            return
+        started = time.monotonic()
+        try:
+            from airflow.jobs import triggerer_job_runner
+
+            api = ready_in_process_api()
+            triggerer_job_runner.in_process_api_server = lambda: api
+        except Exception as exc:  # never let the warm-up hurt the triggerer
+            log.info(
+                "Could not warm the in-process Execution API up (%s); the first request builds it",
+                type(exc).__name__,
+            )
+            return
+        log.info(
+            "Warmed the in-process Execution API up for the streams' figures (%d routes) in %.1f s",
+            len(api.app.routes),
+            time.monotonic() - started,
+        )
