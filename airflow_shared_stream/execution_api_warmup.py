@@ -10,11 +10,12 @@ which the supervisor answered no request of the trigger runner and sent no heart
 logged the runner "deadlocked" and let its triggers be reassigned.
 
 So a thread of the supervisor builds one instance and sends it one request (which generates the
-routers), and from then on Airflow's ``in_process_api_server`` returns that instance: the
-supervisor's client, made at its first request, uses it ready. Airflow 3.3.2 offers no other way
-in (``TriggerRunnerSupervisor.make_client`` is meant for subclasses, and Airflow makes the
-supervisor itself). If the supervisor made its client first, nothing changes: it builds its own
-as before.
+routers), and Airflow's ``in_process_api_server`` returns that instance: the supervisor's
+client, made at its first request, uses it ready, or waits for it if the warm-up is still at it
+(one build, not two at once). Airflow 3.3.2 offers no other way in
+(``TriggerRunnerSupervisor.make_client`` is meant for subclasses, and Airflow makes the
+supervisor itself). If the supervisor made its client before the warm-up began, nothing
+changes: it built its own as before.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+READY_WAIT_SECONDS = 120.0
+"""Longest the supervisor's first request waits for the warm-up before building its own."""
 IN_PROCESS_BASE_URL = "http://in-process.invalid./"
 """Where Airflow's supervisor client points its in-process transport (any host: nothing resolves it)."""
 
@@ -67,24 +70,37 @@ class ExecutionApiWarmup(threading.Thread):
         super().__init__(name="shared-stream-execution-api-warmup", daemon=True)
         self.job = job
         self.stopped = threading.Event()
+        self.ready = threading.Event()
+        """Set when the warm-up ended, with :attr:`api` ready or ``None`` (it failed)."""
+        self.api: Any = None
 
     def run(self) -> None:
         if triggerer_job_id(self.job, self.stopped) is None:
             return
         started = time.monotonic()
-        try:
-            from airflow.jobs import triggerer_job_runner
+        from airflow.jobs import triggerer_job_runner
 
-            api = ready_in_process_api()
-            triggerer_job_runner.in_process_api_server = lambda: api
+        own_build = triggerer_job_runner.in_process_api_server
+
+        def warmed_or_own() -> Any:
+            # A first request while the warm-up runs waits for it rather than building a second
+            # instance beside it (both would take longer); the warm-up gets the CPU meanwhile.
+            self.ready.wait(READY_WAIT_SECONDS)
+            return self.api if self.api is not None else own_build()
+
+        triggerer_job_runner.in_process_api_server = warmed_or_own
+        try:
+            self.api = ready_in_process_api()
         except Exception as exc:  # never let the warm-up hurt the triggerer
             log.info(
                 "Could not warm the in-process Execution API up (%s); the first request builds it",
                 type(exc).__name__,
             )
             return
+        finally:
+            self.ready.set()
         log.info(
             "Warmed the in-process Execution API up for the streams' figures (%d routes) in %.1f s",
-            len(api.app.routes),
+            len(self.api.app.routes),
             time.monotonic() - started,
         )
