@@ -8,6 +8,7 @@ Each test says what it shows; a break is a strict ``xfail`` until it is fixed.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -95,3 +96,100 @@ async def test_offsets_a_redrive_did_not_move_keep_their_memory_too(
         f"the redrive after a month copied {third.moved} record(s) already moved again (Kafka expired "
         f"the offsets of {gone})"
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a batch that takes longer than max.poll.interval.ms puts the redrive out of its group (aiokafka "
+    "leaves it and rejoins only when getmany is called again); the fenced commit then waits for a "
+    "reassignment without polling: nothing rejoins, it waits ASSIGNMENT_TIMEOUT_SECONDS (600 s) and fails",
+)
+async def test_a_batch_longer_than_the_poll_interval_does_not_stall_the_redrive(
+    kafka: KafkaSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    FAULT_MODEL 5 (the redrive's partitions are a lease the coordinator can move: a lost lease means
+    a duplicate, never a stall or a failed redrive) and 15 (an operator action). Another member
+    joins the redrive group while the redrive copies a batch (a second redrive, a dry run; here one
+    subscribed to another topic, so the redrive keeps its partition), and the batch takes longer
+    than ``max.poll.interval.ms`` (the connection's, which the stream shares; a slow origin, a big
+    batch). The coordinator completes the rebalance without the redrive (Kafka's rebalance timeout
+    is that interval; aiokafka's heartbeat leaves the group itself once ``getmany`` was not called
+    for it). ``RedriveMembership.commit`` is fenced and waits for its reassignment, but aiokafka
+    joins again only after the next ``getmany`` ("no activity on consumer"), which the redrive
+    never calls while it waits: it waits ``ASSIGNMENT_TIMEOUT_SECONDS`` (ten minutes) and fails the
+    redrive (the Dag run fails, the retry copies the batch again). The same holds before a first
+    fence: ``read`` waits for an assignment without polling too.
+    """
+    from aiokafka import AIOKafkaConsumer
+
+    from airflow_shared_stream.kafka.redrive import KafkaDeadLetterSource
+    from airflow_shared_stream.redrive import dead_letter_source
+    from tests.integration.kafka.test_kafka_redrive import dead_letters, topics
+
+    dlq, origin = await topics(kafka)
+    other = kafka.name("other")
+    await kafka.create_topics(other)
+    await dead_letters(kafka, dlq, origin, 10)
+    group = default_group_id(dlq, origin)
+    conn_id = kafka.connection(
+        "short",
+        **{"max.poll.interval.ms": "6000", "session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"},
+    )
+    joiner = AIOKafkaConsumer(
+        bootstrap_servers=kafka.bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        session_timeout_ms=6000,
+        max_poll_interval_ms=6000,
+        heartbeat_interval_ms=1000,
+    )
+    real_copy = KafkaDeadLetterSource.copy
+    state = {"armed": True, "out": False}
+    polling: list[asyncio.Task[None]] = []
+
+    async def poll_joiner() -> None:
+        while True:
+            await joiner.getmany(timeout_ms=200)
+
+    async def copy_past_the_rebalance_timeout(self: KafkaDeadLetterSource, items: object) -> object:
+        if state["armed"]:
+            state["armed"] = False
+            membership, consumer = self._membership, self._consumer
+            assert membership is not None
+            assert consumer is not None
+            epoch = membership.epoch
+            await joiner.start()
+            joiner.subscribe([other])
+            polling.append(asyncio.create_task(poll_joiner()))
+            while membership.epoch == epoch:  # noqa: ASYNC110 (no event of its own): the revocation began
+                await asyncio.sleep(0.05)
+            loop = asyncio.get_running_loop()
+            until = loop.time() + 30
+            while loop.time() < until:  # the coordinator goes on without it (noida-db never does)
+                if joiner.assignment() or consumer._coordinator.generation == -1:
+                    state["out"] = True
+                    break
+                await asyncio.sleep(0.1)
+        return await real_copy(self, items)
+
+    monkeypatch.setattr(KafkaDeadLetterSource, "copy", copy_past_the_rebalance_timeout)
+    try:
+        try:
+            summary = await asyncio.wait_for(
+                redrive(
+                    dead_letter_source("kafka", source=origin, dead_letter=dlq, conn_id=conn_id), batch_size=5
+                ),
+                90,
+            )
+        except TimeoutError:
+            pytest.fail(
+                f"the redrive still waited 90 s after its fenced commit (out of the group: {state['out']}); "
+                "it waits ASSIGNMENT_TIMEOUT_SECONDS for a rebalance that already happened"
+            )
+    finally:
+        for task in polling:
+            task.cancel()
+        await joiner.stop()
+    assert summary.moved == 10, summary
+    assert await kafka.committed(group, dlq) == {0: 10}
