@@ -21,7 +21,9 @@ Between two redrives the group has no member, and Kafka deletes an empty group's
 ``offsets.retention.minutes`` (7 days by default): the next redrive would start at the topic's
 beginning and copy again everything moved before. So the member's commits carry a retention of
 their own (:data:`POSITION_RETENTION_MS`, OffsetCommit's ``retention_time``, which Kafka keeps
-as the offsets' expiry), far longer than a dead-letter topic keeps its records.
+as the offsets' expiry), far longer than a dead-letter topic keeps its records. Each assignment
+commits the group's offsets on the partitions it gives again with that retention, so none of them
+keeps the broker's default (a partition this redrive moves nothing on, committed before).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import logging
 from typing import Any
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from airflow_shared_stream.kafka.positions import GroupMember, PositionStore
 
@@ -69,6 +71,7 @@ class RedriveMembership(ConsumerRebalanceListener):
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         """Read each partition from the committed offset, or from further on where this redrive got to."""
+        await self._keep_committed(assigned)
         for tp in assigned:
             ours = self.next_offsets.get(tp)
             if ours is None:
@@ -79,6 +82,28 @@ class RedriveMembership(ConsumerRebalanceListener):
         log.info("Redrive group %s gave this redrive %s", self._group_id, sorted(assigned))
         self._assigned.set()
         self._changed.set()
+
+    async def _keep_committed(self, assigned: Any) -> None:
+        """
+        Commit again, kept :data:`POSITION_RETENTION_MS`, the offsets the group has on the
+        partitions it gave this member: one committed with the broker's default retention (by a
+        release before this retention, or an operator's ``--reset-offsets``) expires on its own, a
+        partition at a time, and this redrive re-commits only the partitions it moves records on.
+        Best effort: a failure is said and the next assignment asks again.
+        """
+        if not assigned:
+            return
+        try:
+            committed = await PositionStore(self._consumer._client).fetch(self._group_id, assigned)
+            if committed.offsets:
+                await self._commit_as_member(committed.offsets)
+        except (KafkaError, TimeoutError) as exc:
+            log.warning(
+                "Redrive group %s: its offsets on %s were not committed again with their retention (%s)",
+                self._group_id,
+                sorted(tp.partition for tp in assigned),
+                type(exc).__name__,
+            )
 
     async def reposition(self, partitions: Any) -> None:
         """

@@ -45,12 +45,6 @@ async def dead_letters_on(kafka: KafkaSandbox, dlq: str, origin: str, partition:
         await producer.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a redrive re-commits with its own retention only the partitions it moves records on: an "
-    "offset of another partition, committed with the broker's default retention (by the release "
-    "before, or an operator's reset), still expires, and the next redrive copies that partition again",
-)
 async def test_offsets_a_redrive_did_not_move_keep_their_memory_too(
     kafka: KafkaSandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -64,7 +58,8 @@ async def test_offsets_a_redrive_did_not_move_keep_their_memory_too(
     the group went empty the others' are gone, and the next redrive reads those partitions from the
     log start and copies every record the earlier redrives moved to the origin again (every watcher
     fires again for each, days later). docs/redrive.rst: "a redrive group's memory outlives the
-    dead letters".
+    dead letters". Fixed: each assignment commits the group's offsets on what it gives again, with
+    the redrive's retention.
 
     ``KafkaOffsetExpiry`` applies Kafka's rule, per partition, to the commits this process saw.
     """
