@@ -188,3 +188,72 @@ async def test_a_batch_longer_than_the_poll_interval_does_not_stall_the_redrive(
         await joiner.stop()
     assert summary.moved == 10, summary
     assert await kafka.committed(group, dlq) == {0: 10}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="commit_asking_again maps a fenced answer to CommitFailedError on every attempt but the last: "
+    "after a coordinator that moved for the first eleven, the twelfth's UNKNOWN_MEMBER_ID comes out raw, "
+    "and the redrive fails instead of waiting for the rebalance",
+)
+async def test_a_fenced_answer_to_the_last_commit_attempt_is_a_failed_commit(
+    kafka: KafkaSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    FAULT_MODEL 5 (a lost lease is a redelivery, never a failure) and 14's request-level errors.
+    ``PositionStore.commit_asking_again`` asks again while the coordinator is loading or moved
+    (Kafka answers ``NOT_COORDINATOR`` while a group's coordinator moves; the test brokers never do,
+    FIDELITY: the test answers it for them for the first attempts), and maps a fenced answer
+    (``UNKNOWN_MEMBER_ID``, ``ILLEGAL_GENERATION``, ``REBALANCE_IN_PROGRESS``) to
+    ``CommitFailedError``, on which ``RedriveMembership.commit`` waits for the rebalance and commits
+    what it still holds. Its last attempt goes out unguarded: when the coordinator is back by then
+    and the group rebalanced meanwhile (likely: a moved coordinator makes every member rejoin), the
+    real broker's fenced answer comes out as ``UnknownMemberIdError`` and the redrive fails.
+    """
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.client import AIOKafkaClient
+    from aiokafka.errors import CommitFailedError
+    from aiokafka.protocol.commit import OffsetCommitRequest
+
+    from airflow_shared_stream.kafka import positions
+    from airflow_shared_stream.kafka.positions import GroupMember, PositionStore
+
+    dlq = kafka.name("dlq")
+    await kafka.create_topics(dlq)
+    group = kafka.name("group")
+    member = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id=group, enable_auto_commit=False)
+    await member.start()
+    try:
+        member.subscribe([dlq])
+        while not member.assignment():
+            await member.getmany(timeout_ms=200)
+        gone = GroupMember(member._coordinator.generation, "a-member-the-group-put-out")
+
+        send = AIOKafkaClient.send
+        moved = {"left": positions.FETCH_ATTEMPTS - 1}
+
+        class NotCoordinator:
+            def __init__(self, request: OffsetCommitRequest) -> None:
+                self.topics = [(t, [(p, 16) for p, *_ in parts]) for t, parts in request._topics]
+
+        async def coordinator_moving(
+            client: AIOKafkaClient, node_id: object, request: object, **kw: object
+        ) -> object:
+            if (
+                isinstance(request, OffsetCommitRequest)
+                and request._consumer_group == group
+                and moved["left"]
+            ):
+                moved["left"] -= 1
+                return NotCoordinator(request)  # NOT_COORDINATOR, what Kafka answers while it moves
+            return await send(client, node_id, request, **kw)
+
+        monkeypatch.setattr(AIOKafkaClient, "send", coordinator_moving)
+        monkeypatch.setattr(positions, "FETCH_BACKOFF", (0.01, 0.01))
+        with pytest.raises(CommitFailedError):
+            await PositionStore(member._client).commit_asking_again(
+                group, {TopicPartition(dlq, 0): 1}, member=gone, retention_ms=60_000
+            )
+        assert moved["left"] == 0
+    finally:
+        await member.stop()
