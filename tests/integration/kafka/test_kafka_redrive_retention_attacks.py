@@ -190,12 +190,6 @@ async def test_a_batch_longer_than_the_poll_interval_does_not_stall_the_redrive(
     assert await kafka.committed(group, dlq) == {0: 10}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="commit_asking_again maps a fenced answer to CommitFailedError on every attempt but the last: "
-    "after a coordinator that moved for the first eleven, the twelfth's UNKNOWN_MEMBER_ID comes out raw, "
-    "and the redrive fails instead of waiting for the rebalance",
-)
 async def test_a_fenced_answer_to_the_last_commit_attempt_is_a_failed_commit(
     kafka: KafkaSandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -208,7 +202,7 @@ async def test_a_fenced_answer_to_the_last_commit_attempt_is_a_failed_commit(
     ``CommitFailedError``, on which ``RedriveMembership.commit`` waits for the rebalance and commits
     what it still holds. Its last attempt goes out unguarded: when the coordinator is back by then
     and the group rebalanced meanwhile (likely: a moved coordinator makes every member rejoin), the
-    real broker's fenced answer comes out as ``UnknownMemberIdError`` and the redrive fails.
+    real broker's fenced answer came out as ``UnknownMemberIdError`` and the redrive failed. Fixed.
     """
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.client import AIOKafkaClient
