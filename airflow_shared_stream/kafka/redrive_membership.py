@@ -29,6 +29,7 @@ keeps the broker's default (a partition this redrive moves nothing on, committed
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -126,10 +127,22 @@ class RedriveMembership(ConsumerRebalanceListener):
             except IllegalStateError:
                 continue  # taken by a rebalance meanwhile: the next assignment sets its position
 
+    def _waiting(self) -> Any:
+        """
+        Count a wait for an assignment as the consumer's activity: aiokafka leaves the group when
+        ``getmany`` was not called for ``max.poll.interval.ms`` (a batch that took longer) and
+        joins again only once it is active; a redrive waiting for its assignment without it would
+        wait :data:`ASSIGNMENT_TIMEOUT_SECONDS` for a join that never comes.
+        """
+        subscription = getattr(self._consumer, "_subscription", None)
+        context = getattr(subscription, "fetch_context", None)
+        return context() if context is not None else contextlib.nullcontext()
+
     async def wait_assigned(self) -> None:
         """Until the coordinator gave this member its partitions (none is an answer too)."""
         try:
-            await asyncio.wait_for(self._assigned.wait(), ASSIGNMENT_TIMEOUT_SECONDS)
+            with self._waiting():
+                await asyncio.wait_for(self._assigned.wait(), ASSIGNMENT_TIMEOUT_SECONDS)
         except asyncio.TimeoutError:
             raise TimeoutError(
                 f"the group coordinator gave redrive group {self._group_id!r} no assignment"
@@ -137,12 +150,13 @@ class RedriveMembership(ConsumerRebalanceListener):
 
     async def wait_reassigned(self, since_epoch: int) -> None:
         """Until a rebalance begun after ``since_epoch`` gave this member its new partitions."""
-        while self.epoch == since_epoch or not self._assigned.is_set():
-            self._changed.clear()
-            try:
-                await asyncio.wait_for(self._changed.wait(), ASSIGNMENT_TIMEOUT_SECONDS)
-            except asyncio.TimeoutError:
-                raise TimeoutError(f"redrive group {self._group_id!r} did not rebalance") from None
+        with self._waiting():
+            while self.epoch == since_epoch or not self._assigned.is_set():
+                self._changed.clear()
+                try:
+                    await asyncio.wait_for(self._changed.wait(), ASSIGNMENT_TIMEOUT_SECONDS)
+                except asyncio.TimeoutError:
+                    raise TimeoutError(f"redrive group {self._group_id!r} did not rebalance") from None
 
     def still_current(self, epoch: int) -> bool:
         """Whether no rebalance began since ``epoch`` (what was fetched may be used)."""
@@ -160,7 +174,9 @@ class RedriveMembership(ConsumerRebalanceListener):
             await self._commit_as_member(offsets)
             return
         except CommitFailedError:
-            fenced = self.epoch
+            # A revocation that began before the fence (it waits for this batch: the epoch moved
+            # on already) is the rebalance to wait for, not one after it: none may ever come.
+            fenced = self.epoch if self._assigned.is_set() else self.epoch - 1
         self.end_batch()  # the rebalance goes on; this redrive waits for what it gives
         await self.wait_reassigned(fenced)
         kept = {tp: offset for tp, offset in offsets.items() if tp in self._consumer.assignment()}
