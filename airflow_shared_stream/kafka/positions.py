@@ -242,19 +242,19 @@ class PositionStore:
         position of the stream would move again. Here that partition is dropped, as for a watcher.
         """
         wait, longest = FETCH_BACKOFF
-        for _ in range(FETCH_ATTEMPTS - 1):
+        for attempt in range(1, FETCH_ATTEMPTS + 1):
             try:
                 return await self.commit(group, offsets, member=member, retention_ms=retention_ms)
             except FENCED as exc:
-                # A consumer joined the group, or it rebalanced: what AIOKafkaConsumer.commit says.
+                # A consumer joined the group, or it rebalanced: what AIOKafkaConsumer.commit says
+                # (on the last attempt too: its caller waits for the rebalance, never fails).
                 raise CommitFailedError(f"offsets of group {group!r}: {type(exc).__name__}") from None
             except KafkaError as exc:
-                if not exc.retriable:
-                    raise
+                if not exc.retriable or attempt == FETCH_ATTEMPTS:
+                    raise  # the last answer, whatever it is
                 log.info("Position of %r not committed (%s): asking again", group, type(exc).__name__)
             await asyncio.sleep(wait)
             wait = min(wait * 2, longest)
-        await self.commit(group, offsets, member=member, retention_ms=retention_ms)  # the last answer
 
     def _raise_for(self, group: str, error_code: int) -> None:
         if not error_code:

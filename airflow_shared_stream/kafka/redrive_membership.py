@@ -21,17 +21,20 @@ Between two redrives the group has no member, and Kafka deletes an empty group's
 ``offsets.retention.minutes`` (7 days by default): the next redrive would start at the topic's
 beginning and copy again everything moved before. So the member's commits carry a retention of
 their own (:data:`POSITION_RETENTION_MS`, OffsetCommit's ``retention_time``, which Kafka keeps
-as the offsets' expiry), far longer than a dead-letter topic keeps its records.
+as the offsets' expiry), far longer than a dead-letter topic keeps its records. Each assignment
+commits the group's offsets on the partitions it gives again with that retention, so none of them
+keeps the broker's default (a partition this redrive moves nothing on, committed before).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from airflow_shared_stream.kafka.positions import GroupMember, PositionStore
 
@@ -69,6 +72,7 @@ class RedriveMembership(ConsumerRebalanceListener):
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         """Read each partition from the committed offset, or from further on where this redrive got to."""
+        await self._keep_committed(assigned)
         for tp in assigned:
             ours = self.next_offsets.get(tp)
             if ours is None:
@@ -79,6 +83,28 @@ class RedriveMembership(ConsumerRebalanceListener):
         log.info("Redrive group %s gave this redrive %s", self._group_id, sorted(assigned))
         self._assigned.set()
         self._changed.set()
+
+    async def _keep_committed(self, assigned: Any) -> None:
+        """
+        Commit again, kept :data:`POSITION_RETENTION_MS`, the offsets the group has on the
+        partitions it gave this member: one committed with the broker's default retention (by a
+        release before this retention, or an operator's ``--reset-offsets``) expires on its own, a
+        partition at a time, and this redrive re-commits only the partitions it moves records on.
+        Best effort: a failure is said and the next assignment asks again.
+        """
+        if not assigned:
+            return
+        try:
+            committed = await PositionStore(self._consumer._client).fetch(self._group_id, assigned)
+            if committed.offsets:
+                await self._commit_as_member(committed.offsets)
+        except (KafkaError, TimeoutError) as exc:
+            log.warning(
+                "Redrive group %s: its offsets on %s were not committed again with their retention (%s)",
+                self._group_id,
+                sorted(tp.partition for tp in assigned),
+                type(exc).__name__,
+            )
 
     async def reposition(self, partitions: Any) -> None:
         """
@@ -101,10 +127,22 @@ class RedriveMembership(ConsumerRebalanceListener):
             except IllegalStateError:
                 continue  # taken by a rebalance meanwhile: the next assignment sets its position
 
+    def _waiting(self) -> Any:
+        """
+        Count a wait for an assignment as the consumer's activity: aiokafka leaves the group when
+        ``getmany`` was not called for ``max.poll.interval.ms`` (a batch that took longer) and
+        joins again only once it is active; a redrive waiting for its assignment without it would
+        wait :data:`ASSIGNMENT_TIMEOUT_SECONDS` for a join that never comes.
+        """
+        subscription = getattr(self._consumer, "_subscription", None)
+        context = getattr(subscription, "fetch_context", None)
+        return context() if context is not None else contextlib.nullcontext()
+
     async def wait_assigned(self) -> None:
         """Until the coordinator gave this member its partitions (none is an answer too)."""
         try:
-            await asyncio.wait_for(self._assigned.wait(), ASSIGNMENT_TIMEOUT_SECONDS)
+            with self._waiting():
+                await asyncio.wait_for(self._assigned.wait(), ASSIGNMENT_TIMEOUT_SECONDS)
         except asyncio.TimeoutError:
             raise TimeoutError(
                 f"the group coordinator gave redrive group {self._group_id!r} no assignment"
@@ -112,12 +150,13 @@ class RedriveMembership(ConsumerRebalanceListener):
 
     async def wait_reassigned(self, since_epoch: int) -> None:
         """Until a rebalance begun after ``since_epoch`` gave this member its new partitions."""
-        while self.epoch == since_epoch or not self._assigned.is_set():
-            self._changed.clear()
-            try:
-                await asyncio.wait_for(self._changed.wait(), ASSIGNMENT_TIMEOUT_SECONDS)
-            except asyncio.TimeoutError:
-                raise TimeoutError(f"redrive group {self._group_id!r} did not rebalance") from None
+        with self._waiting():
+            while self.epoch == since_epoch or not self._assigned.is_set():
+                self._changed.clear()
+                try:
+                    await asyncio.wait_for(self._changed.wait(), ASSIGNMENT_TIMEOUT_SECONDS)
+                except asyncio.TimeoutError:
+                    raise TimeoutError(f"redrive group {self._group_id!r} did not rebalance") from None
 
     def still_current(self, epoch: int) -> bool:
         """Whether no rebalance began since ``epoch`` (what was fetched may be used)."""
@@ -135,7 +174,9 @@ class RedriveMembership(ConsumerRebalanceListener):
             await self._commit_as_member(offsets)
             return
         except CommitFailedError:
-            fenced = self.epoch
+            # A revocation that began before the fence (it waits for this batch: the epoch moved
+            # on already) is the rebalance to wait for, not one after it: none may ever come.
+            fenced = self.epoch if self._assigned.is_set() else self.epoch - 1
         self.end_batch()  # the rebalance goes on; this redrive waits for what it gives
         await self.wait_reassigned(fenced)
         kept = {tp: offset for tp, offset in offsets.items() if tp in self._consumer.assignment()}

@@ -5,9 +5,10 @@ Neither test broker expires offsets on its own clock, and a test cannot wait day
 (``OffsetMetadataManager.expireTimestampMs`` and ``GroupMetadata``'s expired offsets) is: an
 offset committed with a ``retention_time`` (OffsetCommit v2 to v4) expires that long after its
 commit; one committed without (-1) expires ``offsets.retention.minutes`` after its group became
-empty, or after its commit for a group that never had members. This model records every
-OffsetCommit this process sends and, asked to let a group sit idle for some days, deletes its
-offsets when Kafka would (DeleteGroups: the test brokers delete a group's offsets all at once).
+empty, or after its commit for a group that never had members; each partition's offset on its
+own. This model records every OffsetCommit this process sends and, asked to let a group sit idle
+for some days, deletes its offsets when Kafka would (DeleteGroups: the test brokers delete a
+group's offsets all at once, so those Kafka keeps are committed again, with their retention).
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.commit import OffsetCommitRequest
+
+from airflow_shared_stream.kafka.positions import PositionStore
 
 BROKER_OFFSETS_RETENTION = timedelta(days=7)
 """Kafka's default ``offsets.retention.minutes`` (KIP-186)."""
@@ -59,6 +63,31 @@ class KafkaOffsetExpiry:
         assert expired, f"no commit of group {group!r} was seen"
         if not any(expired.values()):
             return False
-        assert all(expired.values()), f"a part of {group!r}'s offsets expired: {expired} (not modelled)"
+        # Kafka expires offsets one partition at a time (GroupMetadata.removeExpiredOffsets): the
+        # others stay as committed. The test brokers delete a group whole: put those back.
+        kept = {tp: self.retention_ms[(group, *tp)] for tp, gone in expired.items() if not gone}
+        offsets = {}
+        for topic in {t for t, _ in kept}:
+            offsets.update(await self._committed(sandbox, group, topic))
         await sandbox.delete_groups(group)
+        if kept:
+            await self._commit_again(sandbox, group, kept, offsets)
         return True
+
+    async def _commit_again(
+        self, sandbox: Any, group: str, kept: dict[tuple[str, int], int], offsets: dict[tuple[str, int], int]
+    ) -> None:
+        """Commit ``offsets`` of ``kept`` partitions again, each with the retention it had."""
+        consumer = AIOKafkaConsumer(bootstrap_servers=sandbox.bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            for retention in sorted(set(kept.values())):
+                part = {TopicPartition(t, p): offsets[t, p] for (t, p), ms in kept.items() if ms == retention}
+                await PositionStore(consumer._client).commit_asking_again(group, part, retention_ms=retention)
+        finally:
+            await consumer.stop()
+
+    async def _committed(self, sandbox: Any, group: str, topic: str) -> dict[tuple[str, int], int]:
+        partitions = 1 + max(p for (g, t, p) in self.retention_ms if g == group and t == topic)
+        found = await sandbox.committed(group, topic, partitions)
+        return {(topic, p): offset for p, offset in found.items() if offset is not None}

@@ -34,8 +34,8 @@ def _count_refused_commits(monkeypatch: pytest.MonkeyPatch, topic: str) -> dict[
     counts: dict[str, int] = defaultdict(int)
     commit_once = PositionStore._commit_once
 
-    async def counting(store: PositionStore, group: str, offsets: Any, metadata: str) -> Any:
-        refused = await commit_once(store, group, offsets, metadata)
+    async def counting(store: PositionStore, group: str, offsets: Any, *args: Any, **kwargs: Any) -> Any:
+        refused = await commit_once(store, group, offsets, *args, **kwargs)  # metadata, member, retention
         if any(tp.topic == topic for tp in refused):
             counts[group] += 1
         return refused
