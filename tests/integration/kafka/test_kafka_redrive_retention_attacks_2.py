@@ -26,11 +26,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 # noida-db never completes a rebalance without a member that stopped polling (TEST_RIG.md,
 # test_kafka_redrive_retention_attacks.py): the second redrive would wait for the first for ever.
 @pytest.mark.parametrize("kafka_broker", ["tansu"], indirect=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="a redrive put out of its group commits its batch as a simple commit (generation -1), "
-    "setting back what another redrive copied and committed: 20 copies of 10",
-)
 async def test_a_redrive_put_out_of_its_group_never_commits_another_redrive_back(
     kafka: KafkaSandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
