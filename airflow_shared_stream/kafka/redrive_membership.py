@@ -204,7 +204,7 @@ class RedriveMembership(ConsumerRebalanceListener):
             # Put out of the group (aiokafka left it: a batch past max.poll.interval.ms). Sent so, this
             # is a simple commit, which Kafka accepts from anyone once the group is empty: it would set
             # back what another member copied and committed meanwhile. A fenced commit instead.
-            raise CommitFailedError(f"offsets of group {self._group_id!r}: this redrive is not its member now")
+            raise CommitFailedError(f"offsets of group {self._group_id!r}: not a member now")
         await PositionStore(self._consumer._client).commit_asking_again(
             self._group_id, offsets, member=member, retention_ms=POSITION_RETENTION_MS
         )
