@@ -188,6 +188,11 @@ class RedriveMembership(ConsumerRebalanceListener):
                 sorted(tp.partition for tp in set(offsets) - set(kept)),
             )
         if kept:
+            # Another member may have held a partition between the fence and this assignment (this
+            # one was put out of the group meanwhile) and committed past this batch: never set it back.
+            committed = await PositionStore(self._consumer._client).fetch(self._group_id, kept)
+            kept = {tp: offset for tp, offset in kept.items() if offset > committed.offsets.get(tp, -1)}
+        if kept:
             await self._commit_as_member(kept)
 
     async def _commit_as_member(self, offsets: dict[TopicPartition, int]) -> None:
@@ -195,6 +200,11 @@ class RedriveMembership(ConsumerRebalanceListener):
         # this one is the same request as the member (its coordinator's generation and id).
         coordinator = self._consumer._coordinator
         member = GroupMember(coordinator.generation, coordinator.member_id)
+        if member.generation < 0 or not member.member_id:
+            # Put out of the group (aiokafka left it: a batch past max.poll.interval.ms). Sent so, this
+            # is a simple commit, which Kafka accepts from anyone once the group is empty: it would set
+            # back what another member copied and committed meanwhile. A fenced commit instead.
+            raise CommitFailedError(f"offsets of group {self._group_id!r}: not a member now")
         await PositionStore(self._consumer._client).commit_asking_again(
             self._group_id, offsets, member=member, retention_ms=POSITION_RETENTION_MS
         )
