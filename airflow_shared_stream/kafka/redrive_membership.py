@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from typing import Any
 
@@ -63,6 +64,11 @@ class RedriveMembership(ConsumerRebalanceListener):
         self.next_offsets: dict[TopicPartition, int] = {}
         """Where this redrive got to in each partition it read (the offset after its last record)."""
 
+    @functools.cached_property
+    def _positions(self) -> PositionStore:
+        """One store for the redrive's life: it keeps the group's coordinator between commits."""
+        return PositionStore(self._consumer._client)
+
     async def on_partitions_revoked(self, revoked: Any) -> None:
         """Stop reading, and let the batch in flight settle (copied, committed) before giving it away."""
         self.epoch += 1
@@ -95,7 +101,7 @@ class RedriveMembership(ConsumerRebalanceListener):
         if not assigned:
             return
         try:
-            committed = await PositionStore(self._consumer._client).fetch(self._group_id, assigned)
+            committed = await self._positions.fetch(self._group_id, assigned)
             if committed.offsets:
                 await self._commit_as_member(committed.offsets)
         except (KafkaError, TimeoutError) as exc:
@@ -190,7 +196,7 @@ class RedriveMembership(ConsumerRebalanceListener):
         if kept:
             # Another member may have held a partition between the fence and this assignment (this
             # one was put out of the group meanwhile) and committed past this batch: never set it back.
-            committed = await PositionStore(self._consumer._client).fetch(self._group_id, kept)
+            committed = await self._positions.fetch(self._group_id, kept)
             kept = {tp: offset for tp, offset in kept.items() if offset > committed.offsets.get(tp, -1)}
         if kept:
             await self._commit_as_member(kept)
@@ -205,7 +211,7 @@ class RedriveMembership(ConsumerRebalanceListener):
             # is a simple commit, which Kafka accepts from anyone once the group is empty: it would set
             # back what another member copied and committed meanwhile. A fenced commit instead.
             raise CommitFailedError(f"offsets of group {self._group_id!r}: not a member now")
-        await PositionStore(self._consumer._client).commit_asking_again(
+        await self._positions.commit_asking_again(
             self._group_id, offsets, member=member, retention_ms=POSITION_RETENTION_MS
         )
 
