@@ -33,11 +33,15 @@ IN_PROCESS_BASE_URL = "http://in-process.invalid./"
 """Where Airflow's supervisor client points its in-process transport (any host: nothing resolves it)."""
 
 
-def triggerer_job_id(job: Any, stopped: threading.Event, timeout: float = 300.0) -> int | None:
+def triggerer_job_id(
+    job: Any, stopped: threading.Event, timeout: float = 300.0, forked: threading.Event | None = None
+) -> int | None:
     """
     The listener fires before the job has a type or an id: wait for both; ``None`` if the job is
     not a triggerer's. Read from the instance's ``__dict__``: an ORM attribute read from this
-    thread must never lazy-load through the session the job's own thread is using.
+    thread must never lazy-load through the session the job's own thread is using. With
+    ``forked``, wait for it too: a supervisor thread that imports while the trigger runner is
+    forked can leave the runner a module lock held for good (:mod:`.runner_fork`).
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not stopped.is_set():
@@ -47,7 +51,10 @@ def triggerer_job_id(job: Any, stopped: threading.Event, timeout: float = 300.0)
             return None
         job_id = state.get("id")
         if job_type == "TriggererJob" and job_id is not None:
-            return int(job_id)
+            if forked is None or forked.is_set():
+                return int(job_id)
+            forked.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+            continue
         stopped.wait(0.5)
     return None
 
@@ -66,16 +73,18 @@ def ready_in_process_api() -> Any:
 class ExecutionApiWarmup(threading.Thread):
     """Ready the in-process Execution API for this triggerer's supervisor (module docstring)."""
 
-    def __init__(self, job: Any) -> None:
+    def __init__(self, job: Any, forked: threading.Event | None = None) -> None:
         super().__init__(name="shared-stream-execution-api-warmup", daemon=True)
         self.job = job
+        self.forked = forked
+        """Set once the trigger runner is forked: nothing is imported before (:mod:`.runner_fork`)."""
         self.stopped = threading.Event()
         self.ready = threading.Event()
         """Set when the warm-up ended, with :attr:`api` ready or ``None`` (it failed)."""
         self.api: Any = None
 
     def run(self) -> None:
-        if triggerer_job_id(self.job, self.stopped) is None:
+        if triggerer_job_id(self.job, self.stopped, forked=self.forked) is None:
             return
         started = time.monotonic()
         from airflow.jobs import triggerer_job_runner

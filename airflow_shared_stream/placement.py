@@ -40,6 +40,7 @@ from typing import Any
 
 from airflow.listeners import hookimpl
 
+from airflow_shared_stream import runner_fork
 from airflow_shared_stream.common.figures import metric_label
 from airflow_shared_stream.common.metrics import StreamMetrics
 from airflow_shared_stream.execution_api_warmup import ExecutionApiWarmup, triggerer_job_id
@@ -180,10 +181,11 @@ def check_interval() -> float:
 class PlacementMonitor(threading.Thread):
     """The daemon thread of one triggerer job (see the module docstring)."""
 
-    def __init__(self, job: Any, interval: float) -> None:
+    def __init__(self, job: Any, interval: float, forked: threading.Event | None = None) -> None:
         super().__init__(name="shared-stream-placement-monitor", daemon=True)
         self.job = job
         self.interval = interval
+        self.forked = forked
         self.stopped = threading.Event()
 
     def run(self) -> None:
@@ -202,7 +204,7 @@ class PlacementMonitor(threading.Thread):
                 log.warning("Checking where shared-stream watchers run failed: %s", type(exc).__name__)
 
     def _wait_for_triggerer_job(self, timeout: float = 300.0) -> int | None:
-        return triggerer_job_id(self.job, self.stopped, timeout)
+        return triggerer_job_id(self.job, self.stopped, timeout, forked=self.forked)
 
 
 class PlacementListener:
@@ -215,11 +217,12 @@ class PlacementListener:
     def on_starting(self, component: Any) -> None:
         if not hasattr(component, "job_type"):
             return
-        ExecutionApiWarmup(component).start()
+        runner_fork.watch(component)
+        ExecutionApiWarmup(component, forked=runner_fork.runner_forked).start()
         interval = check_interval()
         if interval <= 0:
             return
-        monitor = PlacementMonitor(component, interval)
+        monitor = PlacementMonitor(component, interval, forked=runner_fork.runner_forked)
         monitor.start()
         self.monitors.append(monitor)
 

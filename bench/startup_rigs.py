@@ -67,11 +67,15 @@ def _sqs_rig(stack: contextlib.ExitStack, official: bool) -> Rig:
     )
 
 
-def _kafka_rig(stack: contextlib.ExitStack, official: bool) -> Rig:
+def _kafka_rig(stack: contextlib.ExitStack, official: bool, broker: str = "noida-db") -> Rig:
+    """
+    ``broker``: noida-db answers an empty fetch at once, where Kafka (and Tansu) hold it up to
+    ``fetch.max.wait.ms``; ``kafka-tansu`` measures the stream against a broker that waits as Kafka does.
+    """
     from tests.support.brokers import kafka_broker_process
 
     data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="startup-kafka-")))
-    kafka = stack.enter_context(kafka_broker_process(data_dir))
+    kafka = stack.enter_context(kafka_broker_process(data_dir, broker))
     topic = f"startup-{uuid.uuid4().hex[:8]}"
     kafka.create_topics([topic])
     conn = json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka.bootstrap}})
@@ -182,6 +186,8 @@ RIGS: dict[str, Callable[[contextlib.ExitStack], Rig]] = {
     "sqs-official": lambda stack: _sqs_rig(stack, True),
     "kafka": lambda stack: _kafka_rig(stack, False),
     "kafka-official": lambda stack: _kafka_rig(stack, True),
+    "kafka-tansu": lambda stack: _kafka_rig(stack, False, "tansu"),
+    "kafka-official-tansu": lambda stack: _kafka_rig(stack, True, "tansu"),
     "pubsub": lambda stack: _pubsub_rig(stack, False),
     "servicebus": lambda stack: _servicebus_rig(stack, False),
 }

@@ -95,6 +95,14 @@ def _stats() -> Any:
     return _stats_module
 
 
+def warm_up_metrics_registry() -> None:
+    """Build Airflow's metrics registry (a pure-Python YAML parse) now; never raises."""
+    builder = getattr(sys.modules.get(getattr(_stats().incr, "__module__", ""), None), "_get_registry", None)
+    if callable(builder):
+        with contextlib.suppress(Exception):
+            builder()
+
+
 def warm_up_stats() -> None:
     """
     Build Airflow's stats backend and metrics registry now, in the calling (worker) thread.

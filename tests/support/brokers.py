@@ -207,9 +207,9 @@ class KafkaBroker:
 
 
 @contextlib.contextmanager
-def kafka_broker_process(data_dir: Path) -> Iterator[KafkaBroker]:
-    """Run noida-db for the block (:func:`~tests.support.kafka_brokers.run_kafka_broker`), with helpers."""
-    with run_kafka_broker("noida-db", data_dir) as broker:
+def kafka_broker_process(data_dir: Path, name: str = "noida-db") -> Iterator[KafkaBroker]:
+    """Run ``name`` for the block (:func:`~tests.support.kafka_brokers.run_kafka_broker`), with helpers."""
+    with run_kafka_broker(name, data_dir) as broker:
         yield KafkaBroker(port=broker.port, log_path=broker.log_path)
 
 
