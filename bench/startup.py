@@ -55,6 +55,11 @@ from tests.support.machine_load import busy_processes  # noqa: E402
 BLOCKED = re.compile(r"async thread was blocked for ([0-9.]+) seconds")
 SLOW_CALLBACK = re.compile(r"Executing (.{0,300}?) took ([0-9.]+) seconds")
 """asyncio's own slow-callback line (``--asyncio-debug``): which callback or task step held the loop."""
+STREAM_OPEN = re.compile(
+    r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z?).{0,40}"
+    r"(?:(?:SQS|Pub/Sub|Service Bus) shared stream open|Kafka shared stream reading all)"
+)
+"""The stream's own line logged when it is connected and about to make its first receive."""
 DEADLOCKED = re.compile(r"appears deadlocked: no communication received for ([0-9.]+)s")
 BUSY_PROCESSES = 8
 
@@ -68,6 +73,8 @@ class Cell:
     load_after: float = 0.0
     start_to_consuming: list[float] = field(default_factory=list)
     """Per watcher: its trigger's start to its first asset event, seconds."""
+    start_to_open: float | None = None
+    """The first trigger's start to the stream's open line (connected, first receive next), seconds."""
     supervisor_cpu: float = 0.0
     runner_cpu: float = 0.0
     """The supervisor's children: the trigger runner, and the triggerer's idle log server."""
@@ -237,6 +244,10 @@ def run_cell(name: str, state: str, watchers: int, args: argparse.Namespace) -> 
         except Exception as exc:
             cell.error = f"{type(exc).__name__}: {exc}"[:500]
         log_text = airflow.log_path("triggerer").read_text(errors="replace")
+        all_starts = _trigger_starts(log_text)
+        opened = STREAM_OPEN.search(log_text)
+        if opened and all_starts:
+            cell.start_to_open = round(_epoch(opened.group(1)) - min(all_starts.values()), 2)
         cell.longest_block = max((float(x) for x in BLOCKED.findall(log_text)), default=0.0)
         slow = sorted(((float(t), what) for what, t in SLOW_CALLBACK.findall(log_text)), reverse=True)
         cell.slow_callbacks = [f"{t:.2f} s {what}" for t, what in slow[:5]]
@@ -263,14 +274,16 @@ def render(cells: list[Cell], header: str) -> str:
     lines = [
         header,
         "",
-        "| trigger | machine | watchers | load before/after | start -> consuming, slowest (s) "
+        "| trigger | machine | watchers | load before/after | start -> stream open (s) "
+        "| start -> consuming, slowest (s) "
         "| supervisor CPU (s) | runner CPU (s) | longest loop block (s) | deadlocked | steady p50/p95 (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         slowest = f"{max(c.start_to_consuming):.2f}" if c.start_to_consuming else "-"
         lines.append(
             f"| {c.trigger} | {c.state} | {c.watchers} | {c.load_before:.1f} / {c.load_after:.1f} | "
+            f"{'-' if c.start_to_open is None else f'{c.start_to_open:.2f}'} | "
             f"{slowest}{' (' + c.error + ')' if c.error else ''} | {c.supervisor_cpu:.1f} | "
             f"{c.runner_cpu:.1f} | {c.longest_block:.2f} | "
             f"{', '.join(f'{d:.0f} s' for d in c.deadlocked) or 'no'} | "
