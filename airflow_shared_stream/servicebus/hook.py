@@ -27,8 +27,9 @@ from urllib.parse import urlsplit
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from airflow_shared_stream.common.off_loop import import_off_loop
+from airflow_shared_stream.common.off_loop import import_off_loop, run_off_loop
 from airflow_shared_stream.servicebus.errors import ServiceBusConfigurationError
+from airflow_shared_stream.servicebus.tls import tls_context
 
 _EXTRA_PREFIX = "extra__azure_service_bus__"
 
@@ -110,6 +111,8 @@ class ServiceBusClientConfig:
     def make_client(self, **client_kwargs: Any) -> Any:
         """A ``ServiceBusClient`` (aio) for this namespace; nothing is connected yet."""
         from azure.servicebus.aio import ServiceBusClient
+
+        client_kwargs.setdefault("ssl_context", tls_context())  # not one per connection (.tls)
 
         if self.connection_string:
             return ServiceBusClient.from_connection_string(self.connection_string, **client_kwargs)
@@ -380,6 +383,7 @@ class ServiceBusSharedStreamHook(BaseHook):
                 f"the connection string of Airflow connection {self.conn_id!r} names its namespace "
                 "in a form read two ways: give one Endpoint=sb://<namespace>/"
             )
+        await run_off_loop(tls_context)
         if config.use_default_credential:
             # Azure's credential chain is an SDK of its own (azure-identity): imported off the
             # triggerer's loop, as the Service Bus SDK is.
