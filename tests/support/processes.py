@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from tests.support.ports import port_ownership
+
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now (never a broker's default port)."""
@@ -19,17 +21,39 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_for_port(port: int, timeout: float, proc: subprocess.Popen | None = None, what: str = "") -> None:
-    """Wait until something accepts connections on 127.0.0.1:port; fail loudly otherwise."""
+def wait_for_port(
+    port: int,
+    timeout: float,
+    proc: subprocess.Popen | None = None,
+    what: str = "",
+    *,
+    owner: int | None = None,
+) -> None:
+    """
+    Wait until OUR server accepts connections on 127.0.0.1:port; fail loudly otherwise.
+
+    ``owner`` is the PID whose process (or descendants) must hold the listener: ``proc``'s by
+    default, ``os.getpid()`` for a server on a thread of this process. A port someone else serves
+    too (``free_port()`` raced with another process: another worker's broker, or a listener
+    sharing it through ``SO_REUSEPORT``) raises :class:`~tests.support.ports.PortNotOursError`
+    at once, instead of returning because THEIR server answered.
+    """
+    owner = owner if owner is not None else (proc.pid if proc is not None else None)
+    name = what or "process"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            name = what or "process"
             raise RuntimeError(f"{name} exited with {proc.returncode} before listening on {port}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return
+        ownership = port_ownership(port, owner) if owner is not None else None
+        if ownership is not None and ownership.foreign:
+            ownership.check(name)
+        if ownership is None or ownership.ours:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                if owner is not None:  # and nobody else's took it meanwhile
+                    port_ownership(port, owner).check(name)
+                return
         time.sleep(0.05)
-    raise RuntimeError(f"{what or 'process'} did not listen on 127.0.0.1:{port} within {timeout}s")
+    raise RuntimeError(f"{name} did not listen on 127.0.0.1:{port} within {timeout}s")
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
