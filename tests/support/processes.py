@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from tests.support.ports import port_ownership
@@ -124,3 +124,39 @@ def tail(path: Path, lines: int = 40) -> str:
     with contextlib.suppress(OSError):
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     return ""
+
+
+STOPPED_STATES = frozenset("TtZX")
+"""``/proc/<pid>/task/<tid>/stat`` states of a thread that runs no more code: stopped, traced,
+dead."""
+
+
+def running_threads(pids: Iterable[int]) -> list[str]:
+    """The threads of ``pids`` that are not stopped (``pid/tid state``); an exited process has none."""
+    running: list[str] = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError, IndexError):
+                    state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                    if state not in STOPPED_STATES:
+                        running.append(f"{pid}/{task.name} {state}")
+    return running
+
+
+def wait_until_stopped(pids: Iterable[int], timeout: float = 30.0, what: str = "process") -> None:
+    """
+    Wait until every thread of ``pids`` is stopped: SIGSTOP is not synchronous.
+
+    ``kill()`` returns once the signal is queued. For a multi-threaded process (a JVM) the kernel
+    wakes ONE thread to take the signal and start the group stop; until that thread gets a CPU,
+    the others run on, and on a loaded machine a JVM answered an ``Acknowledge`` sent right after
+    its SIGSTOP (tests/integration/pubsub/test_pubsub_outage.py failed so in CI). An outage
+    begins when this returns, not when the signal was sent.
+    """
+    members = list(pids)
+    deadline = time.monotonic() + timeout
+    while running := running_threads(members):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} was not stopped {timeout}s after SIGSTOP: {', '.join(running[:5])}")
+        time.sleep(0.001)

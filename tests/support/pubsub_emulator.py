@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.ports import PortNotOursError, port_ownership
-from tests.support.processes import free_port, running, tail, wait_for_port
+from tests.support.ports import PortNotOursError, family, port_ownership
+from tests.support.processes import free_port, running, tail, wait_for_port, wait_until_stopped
 
 EMULATOR = Path("/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator")
 PROJECT = "shared-stream-test"
@@ -83,10 +83,17 @@ class PubSubEmulator:
         It first checks that the port is served by this emulator's process and nobody else's
         (:mod:`tests.support.ports`): stopping our PID while another process answers on the port
         would be no outage at all, and a test would "prove" calls go through a frozen broker.
+
+        It returns once every thread of the emulator is stopped (``/proc``), not when the signal
+        is sent: SIGSTOP stops a multi-threaded process asynchronously, and a JVM still running
+        right after ``kill()`` answered the calls a test made "during the outage"
+        (:func:`~tests.support.processes.wait_until_stopped`).
         """
-        if self.pid is not None:
-            port_ownership(self.port, self.pid).check(f"freezing the emulator (pid {self.pid})")
+        if self.pid is None:
+            raise RuntimeError("this emulator was not started here: its PID is unknown")
+        port_ownership(self.port, self.pid).check(f"freezing the emulator (pid {self.pid})")
         self._signal(signal.SIGSTOP)
+        wait_until_stopped(family(self.pid), what=f"the emulator (pid {self.pid})")
 
     def resume(self) -> None:
         """SIGCONT the emulator after :meth:`freeze`; it answers what was queued meanwhile."""
