@@ -168,7 +168,7 @@ class FakePubSub:
 async def serve(port: int, pull_cap: int) -> None:
     import grpc
 
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])  # never a port shared with another server
     server.add_generic_rpc_handlers(FakePubSub(pull_cap).handlers())
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()

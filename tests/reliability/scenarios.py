@@ -52,6 +52,7 @@ from tests.reliability.triggerer import (
     TriggererSpec,
     WatcherSpec,
 )
+from tests.support.processes import running_threads
 from tests.support.statsd import statsd_listening
 
 
@@ -195,9 +196,8 @@ def in_flight(out: Path, incarnation: int) -> int:
 
 
 def _stopped(pid: int) -> bool:
-    """Whether ``pid`` is stopped by a signal (Linux: state ``T`` in ``/proc/<pid>/stat``)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2] in "Tt"
+    """Whether EVERY thread of ``pid`` is stopped (``/proc/<pid>/stat`` is the main thread's only)."""
+    return not running_threads([pid])
 
 
 async def _until(condition: Any, timeout: float, what: str, interval: float = 0.05) -> None:

@@ -335,6 +335,18 @@ class SqsServer:
                 self.client.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
 
 
+def start_threaded_moto(server: Any, port: int) -> None:
+    """
+    ``ThreadedMotoServer.start()``, except that a server whose thread cannot bind the port (another
+    process took it after ``free_port()``) raises instead of leaving ``start()`` waiting forever.
+    """
+    server._thread = threading.Thread(target=server._server_entry, daemon=True)
+    server._thread.start()
+    while not server._server_ready_event.wait(0.1):
+        if not server._thread.is_alive():
+            raise RuntimeError(f"moto could not listen on 127.0.0.1:{port} (its thread's error is above)")
+
+
 class MotoServer:
     """
     moto's server (its SQS guarded by :func:`~tests.support.moto_sqs.serialize_queue_mutations`, and
@@ -366,7 +378,7 @@ class MotoServer:
             serialize_queue_mutations()
             record_dead_letter_source()
             self._threaded = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-            self._threaded.start()
+            start_threaded_moto(self._threaded, self.port)
         elif self._child is None:
             self._child = subprocess.Popen(
                 [sys.executable, "-m", "tests.support.moto_process", str(self.port)],
@@ -380,7 +392,9 @@ class MotoServer:
             self._expect("ready")
         else:
             self._command("start")
-        wait_for_port(self.port, 30, self._child, what="moto server")
+        # A threaded moto listens in this process, an own_process one in its child: ours either way.
+        owner = self._child.pid if self._child is not None else os.getpid()
+        wait_for_port(self.port, 30, self._child, what="moto server", owner=owner)
 
     def stop(self) -> None:
         """Stop serving; moto keeps its state for :meth:`start`."""

@@ -8,10 +8,13 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support.ports import PortNotOursError
 from tests.support.processes import free_port, running, tail, wait_for_port
 
 SITE = Path(sysconfig.get_paths()["purelib"])
 KAFKA_BROKERS = ("noida-db", "tansu")
+PORT_ATTEMPTS = 3
+"""Free ports a first start tries when another process takes the one picked (tests/support/ports.py)."""
 
 
 def kafka_broker_argv(name: str, port: int, data_dir: Path) -> list[str]:
@@ -41,6 +44,8 @@ class KafkaBrokerProcess:
     def __init__(self, name: str, work_dir: Path, port: int | None = None) -> None:
         self.name = name
         self.port = port or free_port()
+        self._may_move = port is None
+        """Until it first runs: a port picked here that another process took is swapped for another."""
         self.data_dir = work_dir / "data"
         self.log_path = work_dir / f"{name}.log"
         self._process: contextlib.AbstractContextManager[subprocess.Popen] | None = None
@@ -51,18 +56,33 @@ class KafkaBrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        """Start the broker and wait until it listens; a broker that cannot start raises with its log."""
+        """
+        Start the broker and wait until it listens; a broker that cannot start raises with its log.
+
+        The listener must be the broker's own (tests/support/ports.py): on a port it picked that
+        another process took meanwhile, a first start moves to another free port, up to
+        ``PORT_ATTEMPTS`` times; a restart keeps its port, so there it raises.
+        """
         assert self._process is None, f"{self.name} is already running"
-        self._process = running(
-            kafka_broker_argv(self.name, self.port, self.data_dir), log_path=self.log_path
-        )
-        proc = self._process.__enter__()
-        self.pid = proc.pid
-        try:
-            wait_for_port(self.port, 30, proc, what=self.name)
-        except RuntimeError as exc:
-            self.stop()
-            raise RuntimeError(f"{exc}\n--- {self.name} log ---\n{tail(self.log_path)}") from None
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            self._process = running(
+                kafka_broker_argv(self.name, self.port, self.data_dir), log_path=self.log_path
+            )
+            proc = self._process.__enter__()
+            self.pid = proc.pid
+            try:
+                wait_for_port(self.port, 30, proc, what=self.name)
+            except PortNotOursError:
+                self.stop()
+                if self._may_move and attempt < PORT_ATTEMPTS:
+                    self.port = free_port()
+                    continue
+                raise
+            except RuntimeError as exc:
+                self.stop()
+                raise RuntimeError(f"{exc}\n--- {self.name} log ---\n{tail(self.log_path)}") from None
+            self._may_move = False
+            return
 
     def stop(self) -> None:
         """Stop the process (SIGTERM, then SIGKILL), keeping its data dir."""

@@ -21,6 +21,7 @@ import functools
 import json
 import os
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -28,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.processes import free_port, running, tail
+from tests.support.ports import PortNotOursError, family, port_ownership
+from tests.support.processes import free_port, running, tail, wait_for_port, wait_until_stopped
 
 EMULATOR = Path("/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator")
 PROJECT = "shared-stream-test"
@@ -77,8 +79,21 @@ class PubSubEmulator:
         process group is stopped, so a helper the launcher might fork in a later release could
         not keep answering alone. The emulator's clock keeps running: ack deadlines that pass
         while it is frozen have expired when it resumes, and those messages are redelivered.
+
+        It first checks that the port is served by this emulator's process and nobody else's
+        (:mod:`tests.support.ports`): stopping our PID while another process answers on the port
+        would be no outage at all, and a test would "prove" calls go through a frozen broker.
+
+        It returns once every thread of the emulator is stopped (``/proc``), not when the signal
+        is sent: SIGSTOP stops a multi-threaded process asynchronously, and a JVM still running
+        right after ``kill()`` answered the calls a test made "during the outage"
+        (:func:`~tests.support.processes.wait_until_stopped`).
         """
+        if self.pid is None:
+            raise RuntimeError("this emulator was not started here: its PID is unknown")
+        port_ownership(self.port, self.pid).check(f"freezing the emulator (pid {self.pid})")
         self._signal(signal.SIGSTOP)
+        wait_until_stopped(family(self.pid), what=f"the emulator (pid {self.pid})")
 
     def resume(self) -> None:
         """SIGCONT the emulator after :meth:`freeze`; it answers what was queued meanwhile."""
@@ -234,33 +249,57 @@ def emulator_argv(port: int) -> list[str]:
     return [str(EMULATOR), "--host=127.0.0.1", f"--port={port}"]
 
 
+PORT_ATTEMPTS = 3
+"""Ports tried before a start gives up: another process taking the one picked is rare, not never."""
+
+
 @contextlib.contextmanager
 def pubsub_emulator_process(data_dir: Path, *, timeout: float = 60.0) -> Iterator[PubSubEmulator]:
     """
     Run the emulator on a free loopback port for the block; stop it by PID afterwards.
 
-    Ready when its log says "Server started" (about 3 s here; more under load). A start that
-    fails or times out raises with the tail of the emulator's log.
+    Ready when its log says "Server started" (about 3 s here; more under load) AND the listener
+    on the port is its own, nobody else's (:mod:`tests.support.ports`): ``free_port()`` only says
+    the port was free a moment before the JVM's bind, and an emulator started on a port another
+    process took answered nothing while that process answered every call. Such a start is
+    stopped and made again on another port; a start that fails otherwise or times out raises with
+    the tail of the emulator's log.
     """
-    port = free_port()
-    log_path = data_dir / "pubsub-emulator.log"
-    with running(emulator_argv(port), log_path=log_path, cwd=data_dir) as proc:
-        deadline = time.monotonic() + timeout
-        while READY_LINE not in _read(log_path):
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"the Pub/Sub emulator exited with {proc.returncode} before it was ready:\n"
-                    f"{tail(log_path)}"
-                )
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the Pub/Sub emulator was not ready within {timeout}s:\n{tail(log_path)}")
-            time.sleep(0.1)
-        try:
-            yield PubSubEmulator(port=port, log_path=log_path, pid=proc.pid)
-        finally:
-            # A frozen emulator would sit out SIGTERM until the grace period ends in SIGKILL.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGCONT)
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        port = free_port()
+        log_path = data_dir / f"pubsub-emulator-{attempt}.log"
+        with running(emulator_argv(port), log_path=log_path, cwd=data_dir) as proc:
+            try:
+                _wait_until_ready(proc, port, log_path, timeout)
+            except PortNotOursError:
+                if attempt == PORT_ATTEMPTS:
+                    raise
+                continue
+            try:
+                yield PubSubEmulator(port=port, log_path=log_path, pid=proc.pid)
+            finally:
+                # A frozen emulator would sit out SIGTERM until the grace period ends in SIGKILL.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGCONT)
+            return
+
+
+def _wait_until_ready(proc: subprocess.Popen, port: int, log_path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    what = f"the Pub/Sub emulator (pid {proc.pid}, log: {log_path})"
+    while READY_LINE not in _read(log_path):
+        ownership = port_ownership(port, proc.pid)
+        if ownership.foreign:  # also when the JVM gave up on the port: a taken port, not a broken JVM
+            ownership.check(what)
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"the Pub/Sub emulator exited with {proc.returncode} before it was ready:\n{tail(log_path)}"
+            )
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the Pub/Sub emulator was not ready within {timeout}s:\n{tail(log_path)}")
+        time.sleep(0.1)
+    # "Server started" is no proof it bound the port: the listener must be the JVM's, and only its.
+    wait_for_port(port, max(1.0, deadline - time.monotonic()), proc, what)
 
 
 def _read(path: Path) -> str:

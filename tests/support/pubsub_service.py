@@ -276,9 +276,11 @@ def expire_leases(host: str, subscription: str) -> None:
 async def serve(port: int) -> None:
     import grpc
 
-    server = grpc.aio.server()
+    # gRPC's C core sets SO_REUSEPORT on its listeners: two servers on one port would share its
+    # connections between them. Off, a port another process holds fails the bind here, loudly.
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     server.add_generic_rpc_handlers(PubSubService().handlers())
-    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.add_insecure_port(f"127.0.0.1:{port}")  # raises when it cannot bind
     await server.start()
     print(f"listening on 127.0.0.1:{port}", flush=True)
     await server.wait_for_termination()

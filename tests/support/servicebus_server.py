@@ -58,6 +58,7 @@ import hmac
 import itertools
 import json
 import logging
+import os
 import re
 import sys
 import threading
@@ -300,7 +301,8 @@ class ServiceBusServer:
         self._container = container
         self._thread = threading.Thread(target=self._run, name=f"servicebus-fake-{self.port}", daemon=True)
         self._thread.start()
-        wait_for_port(amqp_port, timeout, what="the Service Bus test server (proton)")
+        # Proton listens on a thread of this process: the listener must be ours (tests/support/ports.py).
+        wait_for_port(amqp_port, timeout, what="the Service Bus test server (proton)", owner=os.getpid())
         if self._front is not None:
             self._front.start()
         return self

@@ -84,7 +84,7 @@ def refusing_pubsub() -> Iterator[str]:
         def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
             return grpc.unary_unary_rpc_method_handler(refuse)
 
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), options=[("grpc.so_reuseport", 0)])
     server.add_generic_rpc_handlers((RefuseEverything(),))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()

@@ -12,6 +12,10 @@ messages it would have acknowledged or extended come back. The reliability scena
 
 Each test resumes the emulator in ``finally``: the emulator is the session's, shared by every
 Pub/Sub test.
+
+:meth:`~tests.support.pubsub_emulator.PubSubEmulator.freeze` returns once every thread of the JVM
+is stopped: SIGSTOP alone is asynchronous, and ACKs sent in the milliseconds after it were
+answered on a loaded machine (test_pubsub_emulator_rig.py).
 """
 
 from __future__ import annotations

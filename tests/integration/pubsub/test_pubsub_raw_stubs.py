@@ -88,7 +88,7 @@ async def abort_like_exactly_once_delivery(context: Any, failures: dict[str, str
 @pytest.fixture
 async def server() -> AsyncIterator[tuple[RecordingServer, str]]:
     recording = RecordingServer()
-    grpc_server = grpc.aio.server()
+    grpc_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])  # a port of its own, never shared
     grpc_server.add_generic_rpc_handlers((recording,))
     port = grpc_server.add_insecure_port("127.0.0.1:0")
     await grpc_server.start()
