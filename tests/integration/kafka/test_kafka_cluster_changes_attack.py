@@ -258,6 +258,8 @@ async def test_a_stream_stopped_before_it_detects_a_re_created_topic_reads_it_fr
     first and commits nothing on a topic whose id changed (the watcher's position on the new topic
     stays unset), and the restart, finding the stream's memory of the old id (the asset state
     store, shared by both runs), reads the new topic from its start: 0-19 reach the watcher.
+    With ``auto.offset.reset=latest``, so the restart depends on both (with ``earliest`` the
+    commit check alone would do).
     """
     monkeypatch.setattr(cluster_watch, "CLUSTER_CHECK_INTERVAL", 0.2)
     checking = asyncio.Event()
@@ -267,11 +269,13 @@ async def test_a_stream_stopped_before_it_detects_a_re_created_topic_reads_it_fr
     topic = kafka.name("t")
     await kafka.create_topics(topic)
     group = kafka.name("g")
-    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group)
+    conn = kafka.connection("latest", **{"auto.offset.reset": "latest"})
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=conn, group_id=group)
     own_group = watcher_group_id(group, trigger.watcher_digest())
     state_store = InMemoryStateStore()
     async with SharedStreamHarness(confirm_after=0.0, state_store=state_store) as triggerer:
         w = triggerer.add(trigger)
+        assert await kafka.wait_committed(own_group, topic, {0: 0}) == {0: 0}
         await kafka.produce(topic, [{"round": 1, "i": i} for i in range(20)])
         await w.wait_for_events(20)
         assert await kafka.wait_committed(own_group, topic, {0: 20}) == {0: 20}
