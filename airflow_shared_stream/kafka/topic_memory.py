@@ -36,10 +36,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from airflow_shared_stream.common.figures import FIRST_PUBLISH_DELAY_SECONDS
 
 if TYPE_CHECKING:
     from airflow_shared_stream.kafka.cluster_watch import ClusterWatch
@@ -58,6 +61,8 @@ MAX_STORES = 5
 CLOSE_WAIT = 5.0
 """Longest a stopping stream waits for a write in progress."""
 STORE_POLL = 0.5
+LOADED_AT = time.monotonic()
+"""When this process first started a Kafka stream (this module is imported then)."""
 
 
 def memory_key(stream_id: str) -> str:
@@ -136,8 +141,13 @@ class TopicMemory:
         try:
             while not self.watchers.carriers:  # noqa: ASYNC110 - watchers join from their own tasks
                 await asyncio.sleep(STORE_POLL)
-            stream_id = next(iter(self.watchers.carriers.values()))[0]
+            stream_id, first = next(iter(self.watchers.carriers.values()))
             key = memory_key(stream_id)
+            if type(first).__module__.startswith("airflow."):  # Airflow's accessors: the supervisor's
+                # A triggerer that just started: its supervisor first builds its Execution API in
+                # the background (placement.ExecutionApiWarmup); a request before that would make
+                # it build one on its main thread, deaf to the runner (as the figures wait).
+                await asyncio.sleep(max(FIRST_PUBLISH_DELAY_SECONDS - (time.monotonic() - LOADED_AT), 0.0))
             remembered = await self._read(key)
             if remembered is None:  # kept as it is: a later start compares with it (duplicates at worst)
                 return
