@@ -479,10 +479,10 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         if self.watchers.before_leave == self.fold_advanced_acks:
             self.watchers.before_leave = None
         await self.committer.stop()
-        await self.memory.aclose()
         # Every watcher's last position reaches the broker before the client goes: the ones that
         # left (their final send runs in the background) and the ones still here.
         await self.positions.stop()
+        await self.memory.aclose()  # after the last commits: a topic id they were first on is written
         dlq, self._dlq = self._dlq, None
         consumer, self._consumer = self._consumer, None
         if dlq is not None:
