@@ -294,6 +294,10 @@ async def test_a_stream_stopped_before_it_detects_a_re_created_topic_reads_it_fr
     checking.set()
     async with SharedStreamHarness(confirm_after=0.0, state_store=state_store) as restarted:
         again = restarted.add(trigger)
+        for _ in range(200):  # the restart places the watcher (commits its start) first
+            if (await kafka.committed(own_group, topic)).get(0) is not None:
+                break
+            await asyncio.sleep(0.1)
         await kafka.produce(topic, [{"round": 2, "i": 25}])
         received = await _received_up_to(again, 25)
         assert set(range(20)) <= set(first + received), (
