@@ -51,7 +51,48 @@ ACK_TIMEOUT_ENV = "AIRFLOW__TRIGGERER__SHARED_STREAM_ACK_TIMEOUT"
 """``[triggerer] shared_stream_ack_timeout`` as an environment variable (Airflow reads it first)."""
 _UNSET = object()
 
-__all__ = ["InMemoryProducer", "InMemoryQueue", "InMemoryTrigger", "SharedStreamHarness", "Watcher"]
+__all__ = [
+    "InMemoryProducer",
+    "InMemoryQueue",
+    "InMemoryStateStore",
+    "InMemoryTrigger",
+    "SharedStreamHarness",
+    "Watcher",
+]
+
+
+class InMemoryStateStore:
+    """
+    An asset state store in memory, with the accessor API Airflow gives a trigger
+    (``BaseEventTrigger.asset_state_store``): ``aget``/``aset``/``adelete`` and their sync forms.
+    Values go through JSON, as the database keeps them. Share one between two harnesses to play a
+    triggerer restart (the store is the metadata database's, not the triggerer's).
+    """
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+        self.reads = 0
+        self.writes = 0
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.reads += 1
+        return json.loads(self.values[key]) if key in self.values else default
+
+    def set(self, key: str, value: Any) -> None:
+        self.writes += 1
+        self.values[key] = json.dumps(value)
+
+    def delete(self, key: str) -> None:
+        self.values.pop(key, None)
+
+    async def aget(self, key: str, default: Any = None) -> Any:
+        return self.get(key, default)
+
+    async def aset(self, key: str, value: Any) -> None:
+        self.set(key, value)
+
+    async def adelete(self, key: str) -> None:
+        self.delete(key)
 
 
 @dataclass
@@ -114,6 +155,8 @@ class SharedStreamHarness:
     :param cohort_grace_period: ``[triggerer] shared_stream_cohort_grace_period``.
     :param on_bound: called with ``(watcher, seq, event)`` right after each trigger event is bound,
         for a test's own persistence (write the event down, confirm it later with :meth:`confirm`).
+    :param state_store: every trigger's ``asset_state_store`` (an :class:`InMemoryStateStore`, say);
+        ``None``, as for a trigger without an asset, by default.
     """
 
     def __init__(
@@ -125,6 +168,7 @@ class SharedStreamHarness:
         max_subscriber_queue: int = DEFAULT_SUBSCRIBER_QUEUE_MAX,
         cohort_grace_period: float = 0.0,
         on_bound: Callable[[Watcher, int | None, TriggerEvent], None] | None = None,
+        state_store: Any = None,
     ) -> None:
         self.manager = SharedStreamManager(
             ack_timeout=ack_timeout,
@@ -133,6 +177,7 @@ class SharedStreamHarness:
         )
         self.confirm_after = confirm_after
         self.on_bound = on_bound
+        self.state_store = state_store
         self.sync_interval = sync_interval
         self.persisting = True
         """Set to False to stop confirming persistence (a metadata database that is down)."""
@@ -174,6 +219,8 @@ class SharedStreamHarness:
             raise ValueError(f"{type(trigger).__name__} does not declare a shared_stream_key")
         watcher = Watcher(trigger_id=next(self._ids), trigger=rebuilt, key=key, before_bind=before_bind)
         rebuilt.trigger_id = watcher.trigger_id  # as TriggerRunner does
+        if self.state_store is not None:
+            rebuilt.asset_state_store = self.state_store  # as the triggerer gives one per asset
         watcher.task = asyncio.create_task(self._run(watcher), name=f"harness-trigger-{watcher.trigger_id}")
         self.watchers[watcher.trigger_id] = watcher
         return watcher

@@ -53,6 +53,8 @@ class ClusterWatch:
         self.interval = CLUSTER_CHECK_INTERVAL if interval is None else interval
         self.shapes: dict[str, TopicShape] = {}
         self.gone: set[str] = set()
+        self.following: set[str] = set()
+        """Topics created again that :meth:`follow` is reading from their start now (not committed)."""
         self._next_check = time.monotonic() + self.interval
 
     def due(self) -> bool:
@@ -65,6 +67,10 @@ class ClusterWatch:
         client's answer to the fetch (a position at the new log's end) hides the sign from it.
         """
         self.gone.add(topic)
+        self._next_check = 0.0
+
+    def check_now(self) -> None:
+        """Make the next check due at once (a commit round found a topic id that changed)."""
         self._next_check = 0.0
 
     @property
@@ -90,6 +96,19 @@ class ClusterWatch:
         except KafkaError as exc:  # a broker restarting, say: the reads go on, the next check sees
             log.info("Checking the partitions of %s failed (%s)", ",".join(self.topics), type(exc).__name__)
             return
+        self.following = renewed  # no commit on them until their new logs' starts are placed
+        try:
+            await self._follow(consumer, producer, added, renewed)
+        finally:
+            self.following = set()
+
+    async def _follow(
+        self,
+        consumer: AIOKafkaConsumer,
+        producer: KafkaSharedStreamProducer,
+        added: list[TopicPartition],
+        renewed: set[str],
+    ) -> None:
         try:
             lanes = producer.positions.lanes
             dropped = [

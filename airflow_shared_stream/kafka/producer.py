@@ -61,6 +61,7 @@ from airflow_shared_stream.common.trigger import (  # noqa: E402
 )
 from airflow_shared_stream.kafka.anchors import StartAnchors  # noqa: E402
 from airflow_shared_stream.kafka.cluster_watch import ClusterWatch  # noqa: E402
+from airflow_shared_stream.kafka.commit_guard import CommitGuard  # noqa: E402
 from airflow_shared_stream.kafka.committer import OffsetCommitter  # noqa: E402
 from airflow_shared_stream.kafka.dead_letter import (  # noqa: E402
     DeadLetterWriter,
@@ -83,6 +84,7 @@ from airflow_shared_stream.kafka.log_bounds import (  # noqa: E402
 )
 from airflow_shared_stream.kafka.positions import PositionStore  # noqa: E402
 from airflow_shared_stream.kafka.settler import LaneSettler  # noqa: E402
+from airflow_shared_stream.kafka.topic_memory import TopicMemory  # noqa: E402
 from airflow_shared_stream.kafka.watcher_positions import WatcherPositions  # noqa: E402
 from airflow_shared_stream.kafka.watchers import stream_ref, watchers_of  # noqa: E402
 
@@ -170,6 +172,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self._seq = self.watchers.first_seq()
         """Sequence number of the next record yielded (stamped on its payload and message)."""
         self.cluster = ClusterWatch(self.topics)
+        self.memory = TopicMemory(self.watchers, self.topics)  # which topic ids it committed on
+        self.guard = self.positions.guard = CommitGuard(self.cluster, self.memory)
         self._offset_reset = "latest"
         """The connection's ``auto.offset.reset``, applied by :meth:`_off_the_log`."""
         self.renewed_at = self.settler.renewed_at
@@ -190,10 +194,12 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
 
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         store, group = self.positions.store, self.positions.stream_group
+        offsets = await self.guard.admit(offsets)  # never on a topic created again meanwhile
         if store is not None and group is not None:  # a gone topic's lane is dropped, not retried for ever
             await store.commit_asking_again(group, offsets)
-        elif self._consumer is not None:
+        elif self._consumer is not None and offsets:
             await self._consumer.commit(offsets)
+        self.guard.committed(offsets)
 
     def _rewind(self, tp: TopicPartition, offset: int) -> None:
         """Seek ``tp`` back to ``offset``; what was fetched before is stale."""
@@ -206,6 +212,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
 
     async def open_stream(self) -> AsyncIterator[tuple[RawMessage, KafkaBrokerPayload]]:
         consumer = await self._connect()
+        await self.memory.start(self.cluster, consumer)
         self.committer.start()
         if self._refresher is None:
             self._refresher = asyncio.create_task(self._refresh_positions(), name="kafka-position-refresh")
@@ -317,6 +324,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         # Every partition, in every triggerer: no membership, so nothing is ever split.
         consumer.assign(lanes)
         store = PositionStore(consumer._client)
+        self.guard.bind(consumer._client)
         self.positions.bind(store, group_id, lanes)
         placed: set[TopicPartition] = set()
 
@@ -347,6 +355,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                     await consumer.seek_to_beginning(*unplaced)
                 elif unplaced:
                     await consumer.seek_to_end(*unplaced)
+                await self.memory.note_start(consumer, unplaced, self._offset_reset)
                 consumer._fetcher._default_reset_strategy = OffsetResetStrategy.NONE
         except KafkaError as exc:
             raise self._error("reading where the stream starts", exc) from None
@@ -473,6 +482,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         # Every watcher's last position reaches the broker before the client goes: the ones that
         # left (their final send runs in the background) and the ones still here.
         await self.positions.stop()
+        await self.memory.aclose()  # after the last commits: a topic id they were first on is written
         dlq, self._dlq = self._dlq, None
         consumer, self._consumer = self._consumer, None
         if dlq is not None:

@@ -25,6 +25,7 @@ from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.triggers.base import TriggerEvent
 
 from airflow_shared_stream.common.errors import require_sdk
+from airflow_shared_stream.common.figures import figures_stream_id, one_asset_writer
 from airflow_shared_stream.common.matching import RawMessage
 from airflow_shared_stream.common.trigger import (
     DEFAULT_MAX_IN_FLIGHT,
@@ -34,7 +35,13 @@ from airflow_shared_stream.common.trigger import (
 )
 from airflow_shared_stream.kafka.errors import KafkaConfigurationError
 from airflow_shared_stream.kafka.identity import normalise_topics
-from airflow_shared_stream.kafka.watchers import Receipt, stream_ref, watcher_digest, watchers_of
+from airflow_shared_stream.kafka.watchers import (
+    Receipt,
+    StreamWatchers,
+    stream_ref,
+    watcher_digest,
+    watchers_of,
+)
 
 require_sdk("aiokafka", "kafka")
 
@@ -163,6 +170,7 @@ class KafkaSharedStreamTrigger(SharedStreamTrigger):
             watchers = watchers_of(stream_ref(self.topics, self.kafka_config_id, self.group_id))
             receipt = self._receipt
             cursor = watchers.join(self.watcher_digest(), self._watcher_name(), receipt)
+            carrier = _carry_memory(self, watchers)
             left = False
 
             def leave(_: object = None) -> None:
@@ -170,6 +178,8 @@ class KafkaSharedStreamTrigger(SharedStreamTrigger):
                 if not left:
                     left = True
                     watchers.leave(cursor, receipt)
+                    if carrier is not None:
+                        watchers.carriers.pop(carrier, None)
 
             task = asyncio.current_task()
             if task is not None:
@@ -180,6 +190,22 @@ class KafkaSharedStreamTrigger(SharedStreamTrigger):
                 if task is not None:
                     task.remove_done_callback(leave)
                 leave()
+
+
+def _carry_memory(trigger: KafkaSharedStreamTrigger, watchers: StreamWatchers) -> int | None:
+    """Offer this watcher's asset state store to its stream's memory of topic ids (:mod:`.topic_memory`)."""
+    store = getattr(trigger, "asset_state_store", None)
+    trigger_id = getattr(trigger, "trigger_id", None)
+    if store is None or trigger_id is None:
+        return None
+    try:
+        watchers.carriers[trigger_id] = (
+            figures_stream_id(trigger.shared_stream_key()),
+            one_asset_writer(store),
+        )
+    except Exception:  # never keeps a watcher from running
+        return None
+    return int(trigger_id)
 
 
 def _taking(receipt: Receipt, passed: Callable[[RawMessage], bool]) -> Callable[[RawMessage], bool]:

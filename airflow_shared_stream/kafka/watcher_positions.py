@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError, OffsetMetadataTooLargeError
 
 from airflow_shared_stream.common.errors import StreamShapeConflictError
+from airflow_shared_stream.kafka.commit_guard import CommitGuard
 from airflow_shared_stream.kafka.committer import OffsetCommitter
 from airflow_shared_stream.kafka.envelope import KafkaBrokerPayload
 from airflow_shared_stream.kafka.errors import KafkaSharedStreamError
@@ -66,6 +67,8 @@ class WatcherPositions:
         """Lanes this stream saw added or created again: the start of each new log, and the
         watchers it had served that were away then (see :meth:`_with_new_logs`)."""
         self._marking = True
+        self.guard: CommitGuard | None = None
+        """Filters every commit of a position (:mod:`.commit_guard`)."""
 
     def bind(self, store: PositionStore, stream_group: str, lanes: list[TopicPartition]) -> None:
         """Read and write through ``store``, for the watchers of ``stream_group`` on ``lanes``."""
@@ -295,9 +298,11 @@ class WatcherPositions:
 
     async def _write(self, cursor: WatcherCursor, group: str, offsets: dict[TopicPartition, int]) -> None:
         """Commit ``offsets`` as ``cursor``'s position, with its mark while the cluster takes one."""
-        store = self.store
+        store, guard = self.store, self.guard
         if store is None:
             return
+        if guard is not None:
+            offsets = await guard.admit(offsets)
         try:
             await store.commit(group, offsets, self._mark(cursor))
         except OffsetMetadataTooLargeError:
@@ -313,6 +318,8 @@ class WatcherPositions:
                 ",".join(self.topics),
             )
             await store.commit(group, offsets)
+        if guard is not None:
+            guard.committed(offsets)
 
     def _refused(self, cursor: WatcherCursor, committed: Committed) -> bool:
         """Refuse ``cursor`` if a live consumer of another shape writes its position (:mod:`.marks`)."""

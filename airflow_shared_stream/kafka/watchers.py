@@ -184,6 +184,9 @@ class StreamWatchers:
         self.pending: list[WatcherCursor] = []
         """Joined, not yet admitted by the producer."""
         self._closing: set[asyncio.Task[None]] = set()
+        self.carriers: dict[int, tuple[str, Any]] = {}
+        """Trigger id -> (stream identity digest, its asset's state store) of each watcher here
+        that has one: where the stream's memory of its topic ids is kept (:mod:`.topic_memory`)."""
         self.before_leave: Callable[[], None] | None = None
         """The producer's fold of the ACKs it keeps for its committer's round: called before a
         watcher's last position is sent, so that position covers everything it persisted."""

@@ -19,14 +19,20 @@ from aiokafka.admin import RecordsToDelete
 
 from airflow_shared_stream.kafka import cluster_watch
 from airflow_shared_stream.kafka.committer import OffsetCommitter
+from airflow_shared_stream.kafka.topic_memory import MEMORY_KEY_PREFIX
 from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger
 from airflow_shared_stream.kafka.watchers import watcher_group_id
-from airflow_shared_stream.testing import SharedStreamHarness
+from airflow_shared_stream.testing import InMemoryStateStore, SharedStreamHarness
 from tests.integration.kafka.test_kafka_cluster_changes import _admin, _received_up_to, _until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 POSITIONS_LOG = "airflow_shared_stream.kafka"
+
+
+def _remembers(store: InMemoryStateStore) -> bool:
+    """Whether a stream wrote its memory of topic ids to ``store`` (figures go there too)."""
+    return any(key.startswith(MEMORY_KEY_PREFIX) for key in store.values)
 
 
 async def _produce_one_by_one(kafka: Any, topic: str, values: list[dict[str, Any]]) -> None:
@@ -67,52 +73,40 @@ async def test_retention_passing_a_running_streams_read_position_moves_it_to_the
     assert any("retention" in message for message in warnings), warnings
 
 
-@pytest.mark.parametrize(
-    "reset",
-    [
-        "earliest",
-        pytest.param(
-            "latest",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a topic re-created while no stream runs loses its committed offsets with "
-                "it (Kafka deletes every group's offsets of a deleted topic, KAFKA-2000; Tansu too): "
-                "the stream starts at auto.offset.reset=latest and skips every record produced to "
-                "the new topic meanwhile, silently. Nothing Kafka keeps tells it from a new stream; "
-                "Airflow-side memory of 'had a position' cannot tell it from an expired position "
-                "without the topic id it was committed on (none on noida-db), and is not made: "
-                "docs/kafka.rst, 'Not seen', says why and what an operator must do",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("reset", ["earliest", "latest"])
 @pytest.mark.parametrize("kafka_broker", ["tansu", "noida-db"], indirect=True)
-async def test_a_topic_created_again_while_no_stream_runs_is_read_from_its_start(kafka, reset):
+async def test_a_topic_created_again_while_no_stream_runs_is_read_from_its_start(kafka, reset, caplog):
     """
-    Class 11 / 14 (the authors' known gap). The stream read 20 records and stopped; the topic was
-    deleted, created again and given 25 records (offsets 0-24) while no stream ran. Kafka deletes
-    a deleted topic's committed offsets (Tansu too; noida-db keeps them, so the test deletes them
-    there, its Kafka mode), so the stream and its watcher start without a position: with
-    ``auto.offset.reset=earliest`` every new record is read (held), with ``latest`` all 25 are
-    skipped with no WARNING (broke). They must be read from the new topic's start, or the skip
-    said loudly.
+    Class 11 / 14. The stream read 20 records and stopped; the topic was deleted, created again
+    and given 25 records (offsets 0-24) while no stream ran. Kafka deletes a deleted topic's
+    committed offsets (Tansu too; noida-db keeps them, so the test deletes them there, its Kafka
+    mode), so the stream and its watcher start without a position: with ``latest`` all 25 were
+    skipped with no WARNING. The stream's memory of the topic id it committed on (kept in the
+    asset state store, shared by the two harnesses as by two triggerer runs) shows the topic is
+    new: it is read from its start. noida-db has no topic ids, so the service cannot tell this
+    from positions that expired (which by design start at the read position): there the skip
+    must be said at WARNING, naming the topic and the offsets.
     """
+    caplog.set_level(logging.INFO, logger=POSITIONS_LOG)
     topic = kafka.name("t")
     await kafka.create_topics(topic)
     group = kafka.name("g")
     conn = kafka.connection(reset, **{"auto.offset.reset": reset})
     trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=conn, group_id=group)
     own_group = watcher_group_id(group, trigger.watcher_digest())
-    async with SharedStreamHarness(confirm_after=0.0) as triggerer:
+    state_store = InMemoryStateStore()
+    async with SharedStreamHarness(confirm_after=0.0, state_store=state_store) as triggerer:
         w = triggerer.add(trigger)
         assert await kafka.wait_committed(own_group, topic, {0: 0}) == {0: 0}
         await kafka.produce(topic, [{"round": 1, "i": i} for i in range(20)])
         await w.wait_for_events(20)
         assert await kafka.wait_committed(own_group, topic, {0: 20}) == {0: 20}
+        await _until(lambda: _remembers(state_store), "the stream's memory of its topic ids")
     await kafka.delete_topic(topic, groups=(group, own_group))
     await kafka.create_topics(topic)
     await kafka.produce(topic, [{"round": 2, "i": i} for i in range(25)])
-    async with SharedStreamHarness(confirm_after=0.0) as restarted:
+    caplog.clear()
+    async with SharedStreamHarness(confirm_after=0.0, state_store=state_store) as restarted:
         again = restarted.add(trigger)
         for _ in range(200):  # the restart places the watcher (commits its start) first
             if (await kafka.committed(own_group, topic)).get(0) is not None:
@@ -120,6 +114,10 @@ async def test_a_topic_created_again_while_no_stream_runs_is_read_from_its_start
             await asyncio.sleep(0.1)
         await kafka.produce(topic, [{"round": 2, "i": 25}])
         received = await _received_up_to(again, 25)
+        if kafka.broker.name == "noida-db" and reset == "latest":
+            warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+            assert any(topic in m and "0: 0-24" in m and "cannot tell" in m for m in warnings), warnings
+            return
         assert received == list(range(26)), f"the new topic's first records were skipped: {received}"
 
 
@@ -247,24 +245,21 @@ async def test_partitions_added_twice_quickly_are_all_read_from_their_start(kafk
         }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a stream stopped between a topic's re-creation and the check that detects it has "
-    "committed new-topic offsets past the old position; the restart takes the new id as its "
-    "baseline and skips the new topic's first records (topic ids are not kept with positions: "
-    "the fix, the id in the commit's metadata, needs a broker with topic ids that keeps commit "
-    "metadata, and Tansu drops it while noida-db has no ids)",
-)
 @pytest.mark.parametrize("kafka_broker", ["tansu"], indirect=True)  # the broker with topic ids
 async def test_a_stream_stopped_before_it_detects_a_re_created_topic_reads_it_from_its_start(
     kafka, monkeypatch
 ):
     """
     Class 3 / 14: restart between a re-creation and its detection. The stream read 20 records;
-    the topic is deleted, created again and given 25 records, and before the next check (every
-    5 s) the stream reads 20-24 of the new topic at its old position and commits 25. It stops
-    (a SIGKILL or a triggerer restart within those 5 s). Its restart compares topic ids with what
-    it sees at start only, so position 25 stands: the new topic's records 0-19 are never read.
+    the topic is deleted, created again and given 25 records, and the stream's periodic check
+    (every 5 s) is held off: it reads 20-24 of the new topic at its old position. It used to
+    commit 25 there, so its restart, comparing topic ids only with what it found at start, kept
+    position 25 and never read the new topic's records 0-19. Now a commit round reads the ids
+    first and commits nothing on a topic whose id changed (the watcher's position on the new topic
+    stays unset), and the restart, finding the stream's memory of the old id (the asset state
+    store, shared by both runs), reads the new topic from its start: 0-19 reach the watcher.
+    With ``auto.offset.reset=latest``, so the restart depends on both (with ``earliest`` the
+    commit check alone would do).
     """
     monkeypatch.setattr(cluster_watch, "CLUSTER_CHECK_INTERVAL", 0.2)
     checking = asyncio.Event()
@@ -274,24 +269,40 @@ async def test_a_stream_stopped_before_it_detects_a_re_created_topic_reads_it_fr
     topic = kafka.name("t")
     await kafka.create_topics(topic)
     group = kafka.name("g")
-    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=kafka.conn_id, group_id=group)
+    conn = kafka.connection("latest", **{"auto.offset.reset": "latest"})
+    trigger = KafkaSharedStreamTrigger([topic], kafka_config_id=conn, group_id=group)
     own_group = watcher_group_id(group, trigger.watcher_digest())
-    async with SharedStreamHarness(confirm_after=0.0) as triggerer:
+    state_store = InMemoryStateStore()
+    async with SharedStreamHarness(confirm_after=0.0, state_store=state_store) as triggerer:
         w = triggerer.add(trigger)
+        assert await kafka.wait_committed(own_group, topic, {0: 0}) == {0: 0}
         await kafka.produce(topic, [{"round": 1, "i": i} for i in range(20)])
         await w.wait_for_events(20)
         assert await kafka.wait_committed(own_group, topic, {0: 20}) == {0: 20}
+        await _until(lambda: _remembers(state_store), "the stream's memory of its topic ids")
         checking.clear()
         await _admin(kafka, lambda admin: admin.delete_topics([topic]))
         await kafka.create_topics(topic)
         await kafka.produce(topic, [{"round": 2, "i": i} for i in range(25)])
-        assert await kafka.wait_committed(own_group, topic, {0: 25}) == {0: 25}
+        await _until(
+            lambda: {p["value"]["i"] for p in w.payloads if p["value"]["round"] == 2} >= set(range(20, 25)),
+            "the new topic's records 20-24, read at the old position",
+        )
+    first = [p["value"]["i"] for p in w.payloads if p["value"]["round"] == 2]
+    # Stopped (its final commits sent): nothing was committed on the new topic past its records 0-19.
+    assert (await kafka.committed(own_group, topic)).get(0) in (None, 0), "committed on the new topic"
     checking.set()
-    async with SharedStreamHarness(confirm_after=0.0) as restarted:
+    async with SharedStreamHarness(confirm_after=0.0, state_store=state_store) as restarted:
         again = restarted.add(trigger)
+        for _ in range(200):  # the restart places the watcher (commits its start) first
+            if (await kafka.committed(own_group, topic)).get(0) is not None:
+                break
+            await asyncio.sleep(0.1)
         await kafka.produce(topic, [{"round": 2, "i": 25}])
         received = await _received_up_to(again, 25)
-        assert set(range(20)) <= set(received), f"the new topic's first records were skipped: {received}"
+        assert set(range(20)) <= set(first + received), (
+            f"the new topic's first records were skipped: {received}"
+        )
 
 
 @pytest.mark.parametrize("kafka_broker", ["noida-db"], indirect=True)  # a broker without topic ids

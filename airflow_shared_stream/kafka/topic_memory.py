@@ -1,0 +1,249 @@
+"""
+Which topic ids a stream last committed positions on, kept outside Kafka.
+
+Kafka deletes every group's committed offsets of a deleted topic (KAFKA-2000; Tansu too). A topic
+deleted and created again while no stream of it runs therefore leaves the stream with no
+position, as if it were new, and it starts at ``auto.offset.reset``: with ``latest`` everything
+produced to the new topic meanwhile is skipped. Nothing Kafka keeps tells that from a position
+that expired (``offsets.retention.minutes``), which by design starts at the read position
+(docs/kafka.rst, "Idle streams"). The topic id the positions were committed on does.
+
+So the stream keeps, per topic, the id it last committed positions on, in Airflow's asset state
+store (the channel :mod:`~airflow_shared_stream.common.figures` uses): under
+:func:`memory_key` (the stream's identity digest), in the asset of each of its watchers running
+here (:func:`~airflow_shared_stream.common.figures.one_asset_writer`), at most
+:data:`MAX_STORES` of them, lowest trigger id first. It is written, in the background, when the
+stream first commits on a topic id this memory does not hold (its first start, a re-creation it
+followed), so a stream that starts again and finds the same ids writes nothing.
+
+At start it is read in the background (the store's reads go through the triggerer's supervisor and
+can take tens of seconds), bounded by :data:`READ_TIMEOUT`; the stream anchors as it always did and
+waits at most :data:`START_GRACE` for the answer before its first fetch. When it arrives:
+
+* a topic whose id differs from the one remembered was created again while no stream ran: it is
+  taken for created again exactly as a running stream takes it (:meth:`.ClusterWatch.suspect_new_log`,
+  then :meth:`.ClusterWatch.follow` reads it from its start, for the stream and every watcher);
+* the same id: the positions expired, or never were; nothing changes;
+* a broker without topic ids (noida-db) cannot tell the two apart: a topic the stream had
+  positions on and starts without any is named at WARNING with the offsets skipped.
+
+Nothing here ever fails the stream: a read or write that fails or times out is logged and the
+stream goes on as it would without the memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from airflow_shared_stream.common.figures import FIRST_PUBLISH_DELAY_SECONDS
+
+if TYPE_CHECKING:
+    from airflow_shared_stream.kafka.cluster_watch import ClusterWatch
+    from airflow_shared_stream.kafka.watchers import StreamWatchers
+
+log = logging.getLogger(__name__)
+
+MEMORY_KEY_PREFIX = "shared_stream.kafka.topic_ids"
+READ_TIMEOUT = 120.0
+"""Longest a start waits, in the background, for the memory (a loaded supervisor is slow)."""
+WRITE_TIMEOUT = 60.0
+START_GRACE = 1.0
+"""Longest the first fetch waits for the memory: a prompt answer is applied before anything is read."""
+MAX_STORES = 5
+"""Most watchers' assets read (until one answers) and written."""
+CLOSE_WAIT = 5.0
+"""Longest a stopping stream waits for a write in progress."""
+STORE_POLL = 0.5
+LOADED_AT = time.monotonic()
+"""When this process first started a Kafka stream (this module is imported then)."""
+
+
+def memory_key(stream_id: str) -> str:
+    """The state store key of a stream's memory (``stream_id``: the identity digest of figures)."""
+    return f"{MEMORY_KEY_PREFIX}.{stream_id}"
+
+
+class TopicMemory:
+    """One producer's view of its stream's memory (see the module docstring)."""
+
+    def __init__(self, watchers: StreamWatchers, topics: Sequence[str]) -> None:
+        self.watchers = watchers
+        self.topics = list(topics)
+        self.held: dict[str, str] | None = None
+        """What the stores hold (read, then as written); ``None`` until the read is done."""
+        self._committed: dict[str, str] = {}
+        self.unplaced: dict[TopicPartition, int] = {}
+        """Lanes the stream found no position on at start, and where ``auto.offset.reset`` put them."""
+        self.ready = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._written = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._seen: dict[int, Any] = {}
+
+    # -- the producer's side ----------------------------------------------------------------
+
+    async def note_start(
+        self, consumer: AIOKafkaConsumer, unplaced: Sequence[TopicPartition], reset: str
+    ) -> None:
+        """Where the lanes without a position start (``auto.offset.reset``): what a skip would be."""
+        if reset == "earliest":
+            return  # nothing below the start: nothing skipped
+        self.unplaced = {tp: await consumer.position(tp) for tp in unplaced}
+
+    async def start(self, cluster: ClusterWatch, consumer: AIOKafkaConsumer) -> None:
+        """Read the memory in the background; wait for it briefly if a watcher can give it."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(cluster, consumer), name="kafka-topic-memory")
+        if self.watchers.carriers:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.ready.wait(), START_GRACE)
+
+    def committed_on(self, ids: dict[str, str]) -> None:
+        """Positions were committed on these topic ids: remember them (written in the background)."""
+        changed = False
+        for topic, topic_id in ids.items():
+            if self._committed.get(topic) != topic_id:
+                self._committed[topic] = topic_id
+                changed = True
+        if changed:
+            self._wake.set()
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        if self.held is not None and self._wanted() != self.held:  # a write is due: let it land
+            self._wake.set()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._flushed()), CLOSE_WAIT)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+    # -- the background task ------------------------------------------------------------------
+
+    def _wanted(self) -> dict[str, str]:
+        return {**(self.held or {}), **self._committed}
+
+    async def _flushed(self) -> None:
+        while self.held is not None and self._wanted() != self.held:
+            self._written.clear()
+            await self._written.wait()
+
+    async def _run(self, cluster: ClusterWatch, consumer: AIOKafkaConsumer) -> None:
+        try:
+            while not self.watchers.carriers:  # noqa: ASYNC110 - watchers join from their own tasks
+                await asyncio.sleep(STORE_POLL)
+            stream_id, first = next(iter(self.watchers.carriers.values()))
+            key = memory_key(stream_id)
+            if type(first).__module__.startswith("airflow."):  # Airflow's accessors: the supervisor's
+                # A triggerer that just started: its supervisor first builds its Execution API in
+                # the background (placement.ExecutionApiWarmup); a request before that would make
+                # it build one on its main thread, deaf to the runner (as the figures wait).
+                await asyncio.sleep(max(FIRST_PUBLISH_DELAY_SECONDS - (time.monotonic() - LOADED_AT), 0.0))
+            remembered = await self._read(key)
+            if remembered is None:  # kept as it is: a later start compares with it (duplicates at worst)
+                return
+            try:
+                await self._apply(remembered, cluster, consumer)
+            except Exception as exc:  # never fails the stream
+                log.warning("Comparing the stream's topics with its memory failed: %s", exc)
+            self.held = remembered
+            self.ready.set()
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                wanted = self._wanted()
+                if wanted != self.held and await self._write(key, wanted):
+                    self.held = wanted
+                self._written.set()
+        finally:
+            self.ready.set()
+
+    def _stores(self) -> list[Any]:
+        """The watchers' stores, lowest trigger id first; one that left is kept (a stream that stops)."""
+        self._seen.update((trigger_id, store) for trigger_id, (_, store) in self.watchers.carriers.items())
+        return [store for _, store in sorted(self._seen.items(), key=lambda item: item[0])][:MAX_STORES]
+
+    async def _read(self, key: str) -> dict[str, str] | None:
+        """
+        The first memory a watcher's asset holds; ``{}`` when none does; ``None`` when one does not
+        answer in time (this run then writes nothing: a memory it did not read is not overwritten).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + READ_TIMEOUT
+        for store in self._stores():
+            try:
+                value = await asyncio.wait_for(store.aget(key), max(deadline - loop.time(), 0.01))
+            except Exception as exc:
+                log.warning(
+                    "Reading which Kafka topic ids stream %s last committed on failed (%s): a topic "
+                    "deleted and created again while no stream ran is not detected at this start",
+                    ",".join(self.topics),
+                    type(exc).__name__,
+                )
+                return None
+            topics = value.get("topics") if isinstance(value, dict) else None
+            if isinstance(topics, dict):
+                return {str(topic): str(topic_id) for topic, topic_id in topics.items()}
+        return {}
+
+    async def _write(self, key: str, topics: dict[str, str]) -> bool:
+        wrote = False
+        for store in self._stores():
+            try:
+                await asyncio.wait_for(store.aset(key, {"topics": topics}), WRITE_TIMEOUT)
+                wrote = True
+            except Exception as exc:
+                log.info("Writing which Kafka topic ids the stream committed on failed: %s", exc)
+        return wrote
+
+    async def _apply(
+        self, remembered: dict[str, str], cluster: ClusterWatch, consumer: AIOKafkaConsumer
+    ) -> None:
+        """Compare what the stream last committed on with the topics it found (module docstring)."""
+        for topic in self.topics:
+            before = remembered.get(topic)
+            shape = cluster.shapes.get(topic)
+            current = shape.topic_id if shape is not None else ""  # None: no Metadata v10
+            if before is None or topic in cluster.gone:
+                continue  # never committed on it, or it is gone (the cluster check says so)
+            if before and current:
+                if before != current:
+                    log.warning(
+                        "Kafka topic %s is not the log this stream last committed positions on (topic "
+                        "id %s then, %s now): it was deleted and created again while no stream ran, "
+                        "and Kafka deleted its positions with it",
+                        topic,
+                        before,
+                        current,
+                    )
+                    self._committed.pop(topic, None)  # noted before this: of the new log's end
+                    cluster.suspect_new_log(topic)
+                continue
+            lanes = sorted(tp for tp in self.unplaced if tp.topic == topic)
+            if not lanes or current:
+                continue  # with ids, the same id: the positions expired (docs/kafka.rst, "Idle streams")
+            starts = await consumer.beginning_offsets(lanes)
+            skipped = [
+                f"{tp.partition}: {starts[tp]}-{self.unplaced[tp] - 1}"
+                for tp in lanes
+                if tp in starts and self.unplaced[tp] > starts[tp]
+            ]
+            if skipped:
+                log.warning(
+                    "Kafka topic %s: this stream had positions on it and starts with none; offsets "
+                    "%s were not read (skipped: auto.offset.reset). Either the topic was deleted "
+                    "and created again while no stream ran (Kafka deletes its positions with it), or "
+                    "the positions expired (offsets.retention.minutes): a broker without topic ids "
+                    "cannot tell which",
+                    topic,
+                    ", ".join(skipped),
+                )

@@ -1,0 +1,114 @@
+"""The stream's memory of topic ids and the commit guard, without a broker (fake cluster and stores)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from airflow_shared_stream.kafka import commit_guard, topic_memory
+from airflow_shared_stream.kafka.cluster_watch import ClusterWatch
+from airflow_shared_stream.kafka.commit_guard import CommitGuard
+from airflow_shared_stream.kafka.topic_ids import TopicShape
+from airflow_shared_stream.kafka.topic_memory import TopicMemory, memory_key
+from airflow_shared_stream.kafka.watchers import StreamWatchers
+from airflow_shared_stream.testing import InMemoryStateStore
+
+TP = TopicPartition("orders", 0)
+
+
+class SlowStore(InMemoryStateStore):
+    """A store whose reads hang (a supervisor that does not answer)."""
+
+    async def aget(self, key: str, default: Any = None) -> Any:
+        await asyncio.Event().wait()
+
+
+def _memory(store: Any, topics: tuple[str, ...] = ("orders",)) -> TopicMemory:
+    watchers = StreamWatchers()
+    watchers.carriers[1] = ("digest", store)
+    return TopicMemory(watchers, list(topics))
+
+
+def _cluster(topic_id: str) -> ClusterWatch:
+    cluster = ClusterWatch(["orders"], interval=60.0)
+    cluster.shapes = {"orders": TopicShape(topic_id, 1)}
+    return cluster
+
+
+async def test_a_remembered_id_that_differs_takes_the_topic_for_created_again(caplog):
+    store = InMemoryStateStore()
+    store.set(memory_key("digest"), {"topics": {"orders": "aa"}})
+    cluster = _cluster("bb")
+    memory = _memory(store)
+    with caplog.at_level(logging.WARNING):
+        await memory.start(cluster, consumer=None)  # type: ignore[arg-type]
+    assert memory.ready.is_set()
+    assert "orders" in cluster.gone
+    assert cluster.due()
+    assert any("is not the log this stream last committed" in r.getMessage() for r in caplog.records)
+    await memory.aclose()
+
+
+async def test_the_same_id_changes_nothing_and_writes_nothing():
+    store = InMemoryStateStore()
+    store.set(memory_key("digest"), {"topics": {"orders": "aa"}})
+    cluster = _cluster("aa")
+    memory = _memory(store)
+    await memory.start(cluster, consumer=None)  # type: ignore[arg-type]
+    memory.committed_on({"orders": "aa"})
+    await memory.aclose()
+    assert not cluster.gone
+    assert not cluster.due()
+    assert store.writes == 1  # the test's own
+
+
+async def test_a_new_id_committed_on_is_written_and_read_by_the_next_start():
+    store = InMemoryStateStore()
+    memory = _memory(store)
+    await memory.start(_cluster("aa"), consumer=None)  # type: ignore[arg-type]
+    memory.committed_on({"orders": "aa"})
+    await memory.aclose()
+    assert store.get(memory_key("digest")) == {"topics": {"orders": "aa"}}
+
+
+async def test_a_read_that_hangs_never_blocks_the_start_and_writes_nothing(monkeypatch):
+    monkeypatch.setattr(topic_memory, "READ_TIMEOUT", 0.05)
+    store = SlowStore()
+    store.set(memory_key("digest"), {"topics": {"orders": "aa"}})
+    memory = _memory(store)
+    await memory.start(_cluster("bb"), consumer=None)  # type: ignore[arg-type]
+    memory.committed_on({"orders": "bb"})
+    await asyncio.sleep(0.1)
+    await memory.aclose()
+    assert store.get(memory_key("digest")) == {"topics": {"orders": "aa"}}  # kept for the next start
+
+
+class FakeClient:
+    def __init__(self, topic_id: str) -> None:
+        self.topic_id = topic_id
+        self.sent = 0
+
+
+async def test_the_guard_withholds_a_topic_whose_id_changed(monkeypatch):
+    client = FakeClient("bb")
+
+    async def shapes(_client: Any, topics: list[str]) -> dict[str, TopicShape]:
+        client.sent += 1
+        await asyncio.sleep(0)
+        return {"orders": TopicShape(client.topic_id, 1)}
+
+    monkeypatch.setattr(commit_guard, "read_topic_shapes", shapes)
+    cluster = _cluster("aa")
+    guard = CommitGuard(cluster)
+    guard.bind(client)
+    assert await guard.admit({TP: 25}) == {}
+    assert cluster.due()
+    cluster.shapes = {"orders": TopicShape("bb", 1)}  # followed
+    assert await guard.admit({TP: 0}) == {TP: 0}
+    # Rounds that wait together share one read, never one that began before they came.
+    results = await asyncio.gather(*(guard.admit({TP: n}) for n in range(5)))
+    assert [r[TP] for r in results] == list(range(5))
+    assert client.sent <= 4
