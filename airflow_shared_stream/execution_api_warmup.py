@@ -16,11 +16,18 @@ client, made at its first request, uses it ready, or waits for it if the warm-up
 (``TriggerRunnerSupervisor.make_client`` is meant for subclasses, and Airflow makes the
 supervisor itself). If the supervisor made its client before the warm-up began, nothing
 changes: it built its own as before.
+
+The warm-up imports nothing before the supervisor has forked its trigger runner (a bare
+``os.fork``, right after the job starts): a module a thread is importing at a fork stays locked
+in the child by a thread the child does not have, and the API's 461 modules include aiohttp
+(which the SQS stream's SDK imports in the runner) and cryptography's (Pub/Sub's): a trigger
+importing one there would wait forever.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -31,6 +38,22 @@ READY_WAIT_SECONDS = 120.0
 """Longest the supervisor's first request waits for the warm-up before building its own."""
 IN_PROCESS_BASE_URL = "http://in-process.invalid./"
 """Where Airflow's supervisor client points its in-process transport (any host: nothing resolves it)."""
+
+FORK_WAIT_SECONDS = 60.0
+"""Longest the warm-up waits for the supervisor to fork its trigger runner before importing."""
+
+_forked = threading.Event()
+"""Set in this process at its first fork after :func:`watch_forks` (the supervisor's runner)."""
+_watching = threading.Lock()
+_watching_forks: list[bool] = []
+
+
+def watch_forks() -> None:
+    """Note this process's next fork; once per process (``os.register_at_fork`` has no undo)."""
+    with _watching:
+        if not _watching_forks:
+            os.register_at_fork(after_in_parent=_forked.set)
+            _watching_forks.append(True)
 
 
 def triggerer_job_id(job: Any, stopped: threading.Event, timeout: float = 300.0) -> int | None:
@@ -73,10 +96,17 @@ class ExecutionApiWarmup(threading.Thread):
         self.ready = threading.Event()
         """Set when the warm-up ended, with :attr:`api` ready or ``None`` (it failed)."""
         self.api: Any = None
+        self.waiting_for_fork = threading.Event()
+        """Set while the warm-up waits for the supervisor to fork its trigger runner."""
+        watch_forks()  # before the job starts: the supervisor forks its runner once it has
 
     def run(self) -> None:
         if triggerer_job_id(self.job, self.stopped) is None:
             return
+        # Not while the supervisor forks its runner (module docstring): after it.
+        self.waiting_for_fork.set()
+        _forked.wait(FORK_WAIT_SECONDS)
+        self.waiting_for_fork.clear()
         started = time.monotonic()
         from airflow.jobs import triggerer_job_runner
 

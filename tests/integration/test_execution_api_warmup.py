@@ -10,10 +10,12 @@ nothing, so the supervisor's own instance still paid at its first request.
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
 
 import pytest
 
+from airflow_shared_stream import execution_api_warmup
 from airflow_shared_stream.execution_api_warmup import ExecutionApiWarmup
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -29,6 +31,9 @@ def test_the_supervisors_in_process_api_is_ready_before_its_first_request(
         triggerer_job_runner, "in_process_api_server", triggerer_job_runner.in_process_api_server
     )
     job = SimpleNamespace(job_type="TriggererJob", id=1)
+    supervisor_forked = threading.Event()
+    supervisor_forked.set()  # the warm-up imports only after the supervisor forked its runner
+    monkeypatch.setattr(execution_api_warmup, "_forked", supervisor_forked)
     warmup = ExecutionApiWarmup(job)
     warmup.start()
     warmup.join()  # a guard, not a wait: the test's timeout bounds it
@@ -87,8 +92,12 @@ from airflow_shared_stream.execution_api_warmup import ExecutionApiWarmup
 
 assert SHARED not in sys.modules, "the triggerer imports it before its job starts"
 sys.meta_path.insert(0, Gate())
-ExecutionApiWarmup(SimpleNamespace(job_type="TriggererJob", id=1)).start()
-entered.wait(60)  # a warm-up that begins only after the supervisor forked never enters it
+warmup = ExecutionApiWarmup(SimpleNamespace(job_type="TriggererJob", id=1))
+warmup.start()
+# The supervisor forks once its job started: here, once the warm-up is importing, or waits for it.
+waiting = getattr(warmup, "waiting_for_fork", None)
+while not entered.wait(0.05) and not (waiting is not None and waiting.is_set()):
+    pass
 pid = os.fork()  # TriggerRunnerSupervisor.start: a bare os.fork, the trigger runner in the child
 if pid == 0:
     signal.alarm(120)  # the default action ends a child stuck on the lock
@@ -101,10 +110,6 @@ print("runner imported its SDK" if imported else f"runner stuck: {status}")
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the warm-up imports while the supervisor forks the runner: the runner hangs importing its SDK",
-)
 def test_the_runner_forked_during_the_warm_up_can_import_its_sdk() -> None:
     """
     Classes 7 and 10. The listener starts the warm-up when the triggerer's job has its id, and

@@ -12,6 +12,14 @@ from airflow_shared_stream import execution_api_warmup
 from airflow_shared_stream.execution_api_warmup import ExecutionApiWarmup
 
 
+@pytest.fixture(autouse=True)
+def supervisor_forked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm-up imports only after the supervisor forked its runner: it has, here."""
+    forked = threading.Event()
+    forked.set()
+    monkeypatch.setattr(execution_api_warmup, "_forked", forked)
+
+
 def test_a_first_request_during_the_warm_up_waits_for_its_instance(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.jobs import triggerer_job_runner
 

@@ -111,10 +111,6 @@ def sso_profile(tmp_path, monkeypatch) -> Iterator[str]:
         server.shutdown()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the SSO access token (x-amz-sso_bearer_token) is logged by botocore.endpoint at DEBUG",
-)
 async def test_an_sso_profiles_access_token_never_reaches_a_log(
     sqs, harness, monkeypatch, caplog, sso_profile
 ):
@@ -156,10 +152,6 @@ def _assumed_roles() -> list[Any]:
     return [role for role in sts_backends[ROLE_ACCOUNT]["aws"].assumed_roles if role.role_arn == ROLE_ARN]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the depth read discards its secrets: the role's session token is logged at DEBUG",
-)
 async def test_the_pages_depth_read_as_a_role_logs_no_role_secret(sqs, proxy, monkeypatch, caplog):
     """
     Class 12. The Streams page reads a queue's depth as the connection's role
