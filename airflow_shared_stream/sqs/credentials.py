@@ -130,11 +130,12 @@ Sections for other services belong to other hooks sharing the connection and are
 _SESSION_NAME_INVALID = re.compile(r"[^\w+=,.@-]")
 _STS_SECRET_FIELDS = re.compile(
     r"(<(SecretAccessKey|SessionToken)>)[^<]*(</\2>)"
-    r"|(\"(SecretAccessKey|SessionToken|AccessToken|RefreshToken|ClientSecret)\"\s*:\s*\")[^\"]*(\")"
+    r"|(\"(SecretAccessKey|SessionToken|AccessToken|RefreshToken|ClientSecret|IdToken)\"\s*:\s*\")[^\"]*(\")"
     r"|('x-amz-sso_bearer_token'\s*:\s*b?')[^']*(')",
     # SSO's GetRoleCredentials answers secretAccessKey and sessionToken; it is asked with the
     # profile's cached access token in a header botocore logs with the request; SSO OIDC's
-    # CreateToken (an sso-session's refresh) sends a client secret and a refresh token.
+    # CreateToken (an sso-session's refresh) sends a client secret and a refresh token, and
+    # answers new tokens.
     re.IGNORECASE,
 )
 _STS_SECRET_MARKERS = (
@@ -144,6 +145,7 @@ _STS_SECRET_MARKERS = (
     '"accesstoken"',
     '"refreshtoken"',
     '"clientsecret"',
+    '"idtoken"',
 )
 _RESPONSE_LOGGERS = ("botocore.parsers", "aiobotocore.parsers", "botocore.endpoint", "aiobotocore.endpoint")
 

@@ -199,3 +199,70 @@ async def test_the_pages_depth_read_as_a_role_logs_no_role_secret(sqs, proxy, mo
     for role in assumed:
         assert role.secret_access_key not in caplog.text
         assert role.session_token not in caplog.text
+
+
+OIDC_CLIENT_SECRET = "sso-oidc-client-secret-never-logged-0d3f"
+OIDC_REFRESH_TOKEN = "sso-oidc-refresh-token-never-logged-91aa"
+OIDC_NEW_TOKENS = ("sso-oidc-new-access-never-logged-6c21", "sso-oidc-id-token-never-logged-2f87")
+
+
+class _SsoOidc(BaseHTTPRequestHandler):
+    """SSO OIDC's ``CreateToken`` (``POST /token``), answered as the service documents it."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        access, id_token = OIDC_NEW_TOKENS
+        body = json.dumps(
+            {
+                "accessToken": access,
+                "expiresIn": 3600,
+                "idToken": id_token,
+                "refreshToken": "sso-oidc-next-refresh-never-logged-b7e0",
+                "tokenType": "Bearer",
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_an_sso_session_refresh_logs_none_of_its_secrets(caplog):
+    """
+    Class 12. A profile of an ``sso-session`` refreshes its access token with SSO OIDC's
+    ``CreateToken`` (botocore's ``SSOTokenProvider``, through the stream's session): botocore
+    logs the request (client secret, refresh token) and the answer (new access, id and refresh
+    tokens) at DEBUG, on the loggers the STS filter sits on.
+    """
+    from botocore import UNSIGNED
+    from botocore.config import Config
+
+    from airflow_shared_stream.sqs.credentials import _install_sts_filter
+
+    server = HTTPServer(("127.0.0.1", 0), _SsoOidc)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        _install_sts_filter()
+        client = boto3.client(
+            "sso-oidc",
+            endpoint_url=f"http://127.0.0.1:{server.server_address[1]}",
+            region_name=REGION,
+            config=Config(signature_version=UNSIGNED),
+        )
+        with caplog.at_level(logging.DEBUG):
+            answer = client.create_token(
+                clientId="client-id",
+                clientSecret=OIDC_CLIENT_SECRET,
+                grantType="refresh_token",
+                refreshToken=OIDC_REFRESH_TOKEN,
+            )
+    finally:
+        server.shutdown()
+    assert answer["accessToken"] == OIDC_NEW_TOKENS[0]
+    assert "CreateToken" in caplog.text
+    for secret in (OIDC_CLIENT_SECRET, OIDC_REFRESH_TOKEN, *OIDC_NEW_TOKENS, "next-refresh-never"):
+        assert secret not in caplog.text
