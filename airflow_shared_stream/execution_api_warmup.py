@@ -16,6 +16,12 @@ client, made at its first request, uses it ready, or waits for it if the warm-up
 (``TriggerRunnerSupervisor.make_client`` is meant for subclasses, and Airflow makes the
 supervisor itself). If the supervisor made its client before the warm-up began, nothing
 changes: it built its own as before.
+
+The warm-up imports nothing before the supervisor has forked its trigger runner (a bare
+``os.fork``, right after the job starts; :mod:`.runner_fork` tells when): a module a thread is
+importing at a fork stays locked in the child by a thread the child does not have, and the API's
+461 modules include aiohttp (which the SQS stream's SDK imports in the runner) and
+cryptography's (Pub/Sub's): a trigger importing one there would wait forever.
 """
 
 from __future__ import annotations
@@ -34,14 +40,19 @@ IN_PROCESS_BASE_URL = "http://in-process.invalid./"
 
 
 def triggerer_job_id(
-    job: Any, stopped: threading.Event, timeout: float = 300.0, forked: threading.Event | None = None
+    job: Any,
+    stopped: threading.Event,
+    timeout: float = 300.0,
+    forked: threading.Event | None = None,
+    waiting: threading.Event | None = None,
 ) -> int | None:
     """
     The listener fires before the job has a type or an id: wait for both; ``None`` if the job is
     not a triggerer's. Read from the instance's ``__dict__``: an ORM attribute read from this
     thread must never lazy-load through the session the job's own thread is using. With
     ``forked``, wait for it too: a supervisor thread that imports while the trigger runner is
-    forked can leave the runner a module lock held for good (:mod:`.runner_fork`).
+    forked can leave the runner a module lock held for good (:mod:`.runner_fork`); ``waiting``
+    is set meanwhile.
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not stopped.is_set():
@@ -52,7 +63,11 @@ def triggerer_job_id(
         job_id = state.get("id")
         if job_type == "TriggererJob" and job_id is not None:
             if forked is None or forked.is_set():
+                if waiting is not None:
+                    waiting.clear()
                 return int(job_id)
+            if waiting is not None:
+                waiting.set()
             forked.wait(min(0.5, max(0.0, deadline - time.monotonic())))
             continue
         stopped.wait(0.5)
@@ -82,9 +97,14 @@ class ExecutionApiWarmup(threading.Thread):
         self.ready = threading.Event()
         """Set when the warm-up ended, with :attr:`api` ready or ``None`` (it failed)."""
         self.api: Any = None
+        self.waiting_for_fork = threading.Event()
+        """Set while the warm-up waits for the supervisor to fork its trigger runner."""
 
     def run(self) -> None:
-        if triggerer_job_id(self.job, self.stopped, forked=self.forked) is None:
+        if (
+            triggerer_job_id(self.job, self.stopped, forked=self.forked, waiting=self.waiting_for_fork)
+            is None
+        ):
             return
         started = time.monotonic()
         from airflow.jobs import triggerer_job_runner

@@ -59,8 +59,10 @@ class SecretScrubber:
     themselves; call it when a stream starts, not at import.
     """
 
-    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
+    def __init__(self, secrets: Iterable[str | None] = (), *, tell_masker: bool = True) -> None:
         self._secrets: set[str] = set()
+        self._tell_masker = tell_masker
+        """``False`` for a short-lived client (a depth read): its secrets are dropped with it."""
         self.add(*secrets)
 
     def add(self, *secrets: str | None) -> None:
@@ -69,6 +71,8 @@ class SecretScrubber:
             if not secret:
                 continue
             self._secrets.add(secret)
+            if not self._tell_masker:
+                continue
             with contextlib.suppress(Exception):  # no masker outside a deployment
                 from airflow.sdk.log import mask_secret
 
@@ -90,6 +94,13 @@ class SecretScrubber:
             logger = logging.getLogger(name)
             if not any(f is self._filter for f in logger.filters):
                 logger.addFilter(self._filter)
+
+    def uninstall(self, *logger_names: str) -> None:
+        """Stop scrubbing these loggers' records (a short-lived client's scrubber, once it is closed)."""
+        for name in logger_names:
+            logger = logging.getLogger(name)
+            for found in [f for f in logger.filters if f is self._filter]:
+                logger.removeFilter(found)
 
     def _filter(self, record: logging.LogRecord) -> bool:
         if self._secrets:

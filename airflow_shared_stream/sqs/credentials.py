@@ -130,8 +130,22 @@ Sections for other services belong to other hooks sharing the connection and are
 _SESSION_NAME_INVALID = re.compile(r"[^\w+=,.@-]")
 _STS_SECRET_FIELDS = re.compile(
     r"(<(SecretAccessKey|SessionToken)>)[^<]*(</\2>)"
-    r"|(\"(SecretAccessKey|SessionToken)\"\s*:\s*\")[^\"]*(\")",
-    re.IGNORECASE,  # SSO's GetRoleCredentials answers secretAccessKey and sessionToken
+    r"|(\"(SecretAccessKey|SessionToken|AccessToken|RefreshToken|ClientSecret|IdToken)\"\s*:\s*\")[^\"]*(\")"
+    r"|('x-amz-sso_bearer_token'\s*:\s*b?')[^']*(')",
+    # SSO's GetRoleCredentials answers secretAccessKey and sessionToken; it is asked with the
+    # profile's cached access token in a header botocore logs with the request; SSO OIDC's
+    # CreateToken (an sso-session's refresh) sends a client secret and a refresh token, and
+    # answers new tokens.
+    re.IGNORECASE,
+)
+_STS_SECRET_MARKERS = (
+    "secretaccesskey",
+    "sessiontoken",
+    "x-amz-sso_bearer_token",
+    '"accesstoken"',
+    '"refreshtoken"',
+    '"clientsecret"',
+    '"idtoken"',
 )
 _RESPONSE_LOGGERS = ("botocore.parsers", "aiobotocore.parsers", "botocore.endpoint", "aiobotocore.endpoint")
 
@@ -210,7 +224,7 @@ def role_session_name(conn_id: str) -> str:
 class _StsSecretFilter(logging.Filter):
     """
     Redact the keys in STS (and SSO) responses, which botocore logs at DEBUG before anyone can
-    know them.
+    know them, and the SSO access token botocore sends (and logs) to get them.
 
     The secret scrubber removes secrets it was told about; these are new on every refresh.
     """
@@ -218,7 +232,7 @@ class _StsSecretFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         folded = message.lower()
-        if "secretaccesskey" in folded or "sessiontoken" in folded:
+        if any(marker in folded for marker in _STS_SECRET_MARKERS):
             record.msg, record.args = _STS_SECRET_FIELDS.sub(_redact, message), None
         return True
 
@@ -226,7 +240,9 @@ class _StsSecretFilter(logging.Filter):
 def _redact(found: re.Match[str]) -> str:
     if found.group(1):
         return f"{found.group(1)}***{found.group(3)}"
-    return f"{found.group(4)}***{found.group(6)}"
+    if found.group(4):
+        return f"{found.group(4)}***{found.group(6)}"
+    return f"{found.group(7)}***{found.group(8)}"
 
 
 _STS_FILTER = _StsSecretFilter()

@@ -14,9 +14,10 @@ from typing import Any
 
 from aiobotocore.config import AioConfig
 
+from airflow_shared_stream.common.errors import SecretScrubber
 from airflow_shared_stream.common.operations import Backlog, BrokerOperations, DepthRead
 from airflow_shared_stream.common.redrive import DeadLetterSource
-from airflow_shared_stream.sqs.credentials import open_sqs_client
+from airflow_shared_stream.sqs.credentials import open_sqs_client, sdk_logger_names
 from airflow_shared_stream.sqs.hook import QueueUrl, SqsSharedStreamHook
 from airflow_shared_stream.sqs.redrive import dead_letter_source
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
@@ -43,11 +44,20 @@ async def _read_depth(conn_id: str, queue_url: str, region_name: str | None) -> 
     botocore_config = AioConfig(
         connect_timeout=SDK_TIMEOUT_SECONDS, read_timeout=SDK_TIMEOUT_SECONDS, retries={"max_attempts": 1}
     )
-    async with open_sqs_client(config, botocore_config, on_secrets=lambda _secrets: None) as client:
-        answer = await client.get_queue_attributes(
-            QueueUrl=queue.url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )
+    # botocore logs each signed request at DEBUG, a role's session token included: scrubbed while
+    # the read lasts (not told to Airflow's masker, which would keep every read's new token).
+    scrubber = SecretScrubber(tell_masker=False)
+    try:
+        async with open_sqs_client(
+            config, botocore_config, on_secrets=lambda secrets: scrubber.add(*secrets)
+        ) as client:
+            scrubber.install(*sdk_logger_names())
+            answer = await client.get_queue_attributes(
+                QueueUrl=queue.url,
+                AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+            )
+    finally:
+        scrubber.uninstall(*sdk_logger_names())
     attributes = answer.get("Attributes", {})
     visible = int(attributes.get("ApproximateNumberOfMessages", 0))
     in_flight = int(attributes.get("ApproximateNumberOfMessagesNotVisible", 0))
