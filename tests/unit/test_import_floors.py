@@ -30,6 +30,7 @@ FLOORS: dict[str, int] = {
     "spark": 1,
     "placement": 2,
     "execution_api_warmup": 2,
+    "runner_fork": 2,
     "scheduling": 2,
     "brokers": 2,
     "redrive": 2,
