@@ -56,10 +56,6 @@ def _heartbeats(deployment: AirflowDeployment) -> list[str]:
     return [str(row[0]) for row in rows]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a SIGTERM during the pre-fork imports is lost inside the at-fork hook: the triggerer runs on",
-)
 def test_a_triggerer_told_to_stop_while_it_imports_before_the_fork_stops(tmp_path: Path) -> None:
     """FAULT_MODEL 10 (restarts) and 7 (liveness): a stop request is never lost."""
     gate, site, dags = tmp_path / "gate", tmp_path / "site", tmp_path / "dags"
