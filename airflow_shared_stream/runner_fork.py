@@ -22,12 +22,13 @@ whatever the supervisor had imported. Two consequences for this provider:
 Both hooks are registered once per process by this provider's listener, act only in a triggerer
 job's process, and never raise: a failed import is the stream's to report when it opens.
 
-* **Signals.** CPython reports an exception that leaves an at-fork hook as "unraisable" and forks
-  anyway. Airflow's SIGTERM/SIGINT handler raises ``SystemExit`` while the runner does not exist
-  yet: run inside the imports, it would be lost and the triggerer would run on as though never
-  told to stop (the imports take seconds on a loaded machine). While they run, those signals
-  stop the imports and are kept; once the fork is done and the supervisor's main thread is out
-  of the hooks, they are sent again, and Airflow's own handler acts on them.
+A stop signal during the imports is not lost. CPython reports an exception that leaves an
+at-fork hook as "unraisable" and forks anyway, and Airflow's SIGTERM/SIGINT handler raises
+``SystemExit`` while the runner does not exist yet: run inside the imports, it was dropped and
+the triggerer ran on as though never told to stop (the imports take seconds on a loaded
+machine). While they run, those signals end the imports and are kept; once the fork is done and
+the supervisor's main thread is out of the hooks, a thread sends them again, and Airflow's own
+handler acts on them.
 """
 
 from __future__ import annotations
