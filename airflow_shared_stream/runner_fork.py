@@ -21,6 +21,14 @@ whatever the supervisor had imported. Two consequences for this provider:
 
 Both hooks are registered once per process by this provider's listener, act only in a triggerer
 job's process, and never raise: a failed import is the stream's to report when it opens.
+
+A stop signal during the imports is not lost. CPython reports an exception that leaves an
+at-fork hook as "unraisable" and forks anyway, and Airflow's SIGTERM/SIGINT handler raises
+``SystemExit`` while the runner does not exist yet: run inside the imports, it was dropped and
+the triggerer ran on as though never told to stop (the imports take seconds on a loaded
+machine). While they run, those signals end the imports and are kept; once the fork is done and
+the supervisor's main thread is out of the hooks, a thread sends them again, and Airflow's own
+handler acts on them.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ import contextlib
 import importlib
 import logging
 import os
+import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -49,6 +59,20 @@ runner_forked = threading.Event()
 _jobs: list[Any] = []
 _hooks_registered = False
 _lock = threading.Lock()
+_kept_signals: list[int] = []
+_importing = False
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+"""What Airflow's jobs handle to stop; kept while the imports run, sent again after the fork."""
+
+
+class _StopRequested(BaseException):
+    """A stop signal came during the imports: they end, and the signal is sent again after the fork."""
+
+
+def _keep(signum: int, frame: Any) -> None:
+    _kept_signals.append(signum)
+    if _importing:
+        raise _StopRequested
 
 
 def watch(job: Any) -> None:
@@ -69,13 +93,49 @@ def _in_triggerer() -> bool:
 def _before_fork() -> None:
     if runner_forked.is_set() or not _in_triggerer():
         return
-    with contextlib.suppress(Exception):
-        preload_stream_modules()
+    if threading.current_thread() is not threading.main_thread():
+        return  # Airflow forks its runner from the main thread: the only one that may set handlers
+    global _importing
+    _kept_signals.clear()  # a runner that forks in turn inherited its supervisor's list
+    handlers = {signum: signal.signal(signum, _keep) for signum in STOP_SIGNALS}
+    _importing = True
+    try:
+        with contextlib.suppress(Exception):
+            preload_stream_modules()
+    except _StopRequested:
+        pass
+    finally:
+        _importing = False
+        for signum, handler in handlers.items():
+            if handler is not None:
+                signal.signal(signum, handler)
 
 
 def _after_fork_in_parent() -> None:
-    if _in_triggerer():
-        runner_forked.set()
+    if not _in_triggerer():
+        return
+    runner_forked.set()
+    if _kept_signals:
+        kept = list(_kept_signals)
+        _kept_signals.clear()
+        threading.Thread(
+            target=_send_again, args=(kept,), name="shared-stream-stop-signal", daemon=True
+        ).start()
+
+
+def _send_again(signums: list[int]) -> None:
+    """Send the kept signals once the main thread has left the fork hooks (where they would be lost)."""
+    hooks = {_before_fork.__code__, _after_fork_in_parent.__code__}
+    main = threading.main_thread().ident
+    while True:
+        frame = sys._current_frames().get(main or 0)
+        while frame is not None and frame.f_code not in hooks:
+            frame = frame.f_back
+        if frame is None:
+            break
+        time.sleep(0.01)
+    for signum in signums:
+        os.kill(os.getpid(), signum)
 
 
 def preload_stream_modules() -> list[str]:
