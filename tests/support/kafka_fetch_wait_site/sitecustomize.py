@@ -42,7 +42,10 @@ class _AfterAiokafkaClient:
 
         def exec_then_install(module: Any) -> None:
             exec_module(module)
-            _load_shim().install()
+            try:
+                _load_shim().install()
+            except Exception as exc:  # an aiokafka unlike ours (another venv): run it unchanged
+                print(f"kafka_fetch_wait not installed: {exc!r}", file=sys.stderr)
 
         loader.exec_module = exec_then_install  # type: ignore[method-assign]
         return spec
