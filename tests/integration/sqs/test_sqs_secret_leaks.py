@@ -25,8 +25,8 @@ import pytest
 
 from airflow_shared_stream.sqs.operations import queue_depth
 from airflow_shared_stream.sqs.trigger import SqsSharedStreamTrigger
-from tests.integration.sqs.conftest import ACCESS_KEY, REGION, SECRET_KEY
-from tests.support.request_log import RecordingProxy
+from tests.integration.sqs.conftest import REGION, SECRET_KEY
+from tests.integration.sqs.test_sqs_identity import _assumed_roles, _role_connection, _role_queue, proxy  # noqa: F401
 
 pytestmark = pytest.mark.integration
 
@@ -36,6 +36,14 @@ SSO_ACCESS_TOKEN = "sso-portal-bearer-token-never-logged-51e2"
 account and role the person may use, for hours."""
 SSO_ROLE_SECRET = "sso-role-secret-never-logged-7b0c"
 SSO_ROLE_TOKEN = "sso-role-session-token-never-logged-e44a"
+
+
+def _answer_json(handler: BaseHTTPRequestHandler, body: bytes) -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
 
 
 class _SsoPortal(BaseHTTPRequestHandler):
@@ -59,11 +67,7 @@ class _SsoPortal(BaseHTTPRequestHandler):
                 }
             }
         ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        _answer_json(self, body)
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -136,63 +140,19 @@ async def test_an_sso_profiles_access_token_never_reaches_a_log(
     assert SSO_ACCESS_TOKEN not in caplog.text
 
 
-ROLE_ACCOUNT = "210987654321"
-ROLE_ARN = f"arn:aws:iam::{ROLE_ACCOUNT}:role/shared-stream-depth-reader"
-
-
-@pytest.fixture
-def proxy(sqs) -> Iterator[RecordingProxy]:
-    with RecordingProxy("127.0.0.1", sqs.port) as recording:
-        yield recording
-
-
-def _assumed_roles() -> list[Any]:
-    from moto.sts.models import sts_backends
-
-    return [role for role in sts_backends[ROLE_ACCOUNT]["aws"].assumed_roles if role.role_arn == ROLE_ARN]
-
-
-async def test_the_pages_depth_read_as_a_role_logs_no_role_secret(sqs, proxy, monkeypatch, caplog):
+async def test_the_pages_depth_read_as_a_role_logs_no_role_secret(sqs, proxy, monkeypatch, caplog):  # noqa: F811
     """
     Class 12. The Streams page reads a queue's depth as the connection's role
     (``sqs/operations.py``); it opens the client with ``on_secrets`` that drops what it is told
     and installs no scrubber, so the role's session token, sent in every signed request's
     ``X-Amz-Security-Token`` header, is logged by botocore at DEBUG in the api-server's log.
     """
-    sts = boto3.client(
-        "sts",
-        endpoint_url=sqs.endpoint_url,
-        region_name=REGION,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-    )
-    keys = sts.assume_role(RoleArn=ROLE_ARN, RoleSessionName="test-setup")["Credentials"]
-    role_sqs = boto3.client(
-        "sqs",
-        endpoint_url=sqs.endpoint_url,
-        region_name=REGION,
-        aws_access_key_id=keys["AccessKeyId"],
-        aws_secret_access_key=keys["SecretAccessKey"],
-        aws_session_token=keys["SessionToken"],
-    )
-    url = role_sqs.create_queue(QueueName=f"depth-{time.monotonic_ns()}")["QueueUrl"]
-    role_sqs.send_message(QueueUrl=url, MessageBody="{}")
-    connection = {
-        "conn_type": "aws",
-        "login": ACCESS_KEY,
-        "password": SECRET_KEY,
-        "extra": {
-            "region_name": REGION,
-            "endpoint_url": proxy.endpoint_url,
-            "role_arn": ROLE_ARN,
-            "service_config": {"sts": {"endpoint_url": proxy.endpoint_url}},
-        },
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEPTH_ROLE", json.dumps(connection))
+    url = _role_queue(sqs)  # three messages, in the role's account
+    conn_id = _role_connection(proxy, monkeypatch, "aws_depth_role")
     before = len(_assumed_roles())
     with caplog.at_level(logging.DEBUG):
-        depth = await queue_depth("aws_depth_role", url, REGION).read()
-    assert depth["visible"] == 1
+        depth = await queue_depth(conn_id, url, REGION).read()
+    assert depth["visible"] == 3
     assumed = _assumed_roles()[before:]
     assert assumed, "the depth read did not assume the role"
     assert SECRET_KEY not in caplog.text
@@ -221,11 +181,7 @@ class _SsoOidc(BaseHTTPRequestHandler):
                 "tokenType": "Bearer",
             }
         ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        _answer_json(self, body)
 
     def log_message(self, *args: Any) -> None:
         pass
