@@ -32,12 +32,6 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-shared-st
 from bench.machine import describe  # noqa: E402
 from tests.reliability.brokers import BROKERS, RIGS, broker_rig  # noqa: E402
 from tests.reliability.scenarios import SCENARIOS, Result, Scenario, run_scenario, table  # noqa: E402
-from tests.support import kafka_fetch_wait  # noqa: E402
-
-# noida-db answers an empty Fetch at once, where Kafka holds it: hold it here and in the rigs' child
-# triggerers, as the test suite does (tests/support/kafka_fetch_wait.py).
-if kafka_fetch_wait.wanted():
-    kafka_fetch_wait.enable_here_and_in_children()
 
 RESULTS = REPO / "bench" / "results"
 PACKAGES = {

@@ -22,14 +22,6 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
-# noida-db answers an empty Fetch at once, where Kafka holds it (tests/support/kafka_fetch_wait.py):
-# hold it here, and in the child processes that inherit this environment (the Airflow deployments'
-# components, the reliability rigs' triggerers). SHARED_STREAM_TEST_KAFKA_FETCH_WAIT=0 turns it off.
-from tests.support import kafka_fetch_wait  # noqa: E402
-
-if kafka_fetch_wait.wanted():
-    kafka_fetch_wait.enable_here_and_in_children()
-
 AIRFLOW_AND_SPARK = ("tests/e2e/", "tests/integration/spark/")
 """Tests that run Airflow deployments or Spark JVMs: one xdist worker runs all of them, in order."""
 

@@ -52,7 +52,6 @@ from tests.reliability.triggerer import (
     TriggererSpec,
     WatcherSpec,
 )
-from tests.support.kafka_fetch_wait import child_python_path
 from tests.support.processes import running_threads
 from tests.support.statsd import statsd_listening
 
@@ -340,7 +339,7 @@ class ScenarioRun:
         with open(self.out / f"child-{incarnation}.log", "wb") as log:  # noqa: ASYNC230 - a local file
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "tests.reliability.triggerer", str(spec_path),
-                cwd=REPO, env={**os.environ, "PYTHONPATH": child_python_path(REPO)},
+                cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                 stdout=log, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         try:

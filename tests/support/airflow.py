@@ -33,7 +33,6 @@ from typing import Any
 import httpx
 from cryptography.fernet import Fernet
 
-from tests.support.kafka_fetch_wait import child_python_path, with_fetch_wait
 from tests.support.migrated_databases import copy_migrated, keep_as_template
 from tests.support.processes import free_port, stop_all, tail, wait_for_port, wait_until
 
@@ -111,7 +110,7 @@ def migrated_airflow_home(home: Path, dag_file: Path) -> dict[str, str]:
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-        "PYTHONPATH": child_python_path(REPO),
+        "PYTHONPATH": str(REPO),
     }
     migrate = subprocess.run(
         [sys.executable, "-m", "airflow", "db", "migrate"],
@@ -206,7 +205,7 @@ class AirflowDeployment:
     def _env(self) -> dict[str, str]:
         # Computed once: the JWT secret must be the same for every component.
         if self._environment is None:
-            self._environment = with_fetch_wait(self.environment())  # under pytest only
+            self._environment = self.environment()
         return self._environment
 
     # ----------------------------------------------------------------- lifecycle

@@ -13,7 +13,6 @@ import pytest
 
 from airflow_shared_stream.kafka.trigger import KafkaSharedStreamTrigger
 from airflow_shared_stream.testing import SharedStreamHarness
-from tests.support.kafka_fetch_wait import child_python_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -42,7 +41,7 @@ async def test_consumer_killed_mid_stream_loses_nothing(kafka):
     values = [f"m{i}" for i in range(COUNT)]
     await kafka.produce(topic, values)
 
-    env = {**os.environ, "PYTHONPATH": child_python_path(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.support.kafka_child_consumer", topic, kafka.conn_id, group,
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=REPO, start_new_session=True,
