@@ -54,6 +54,8 @@ MEMORY_KEY_PREFIX = "shared_stream.kafka.topic_ids"
 READ_TIMEOUT = 120.0
 """Longest a start waits, in the background, for the memory (a loaded supervisor is slow)."""
 WRITE_TIMEOUT = 60.0
+WRITE_RETRY = 30.0
+"""Seconds before a write of the memory that failed is asked again."""
 START_GRACE = 1.0
 """Longest the first fetch waits for the memory: a prompt answer is applied before anything is read."""
 MAX_STORES = 5
@@ -158,7 +160,11 @@ class TopicMemory:
             self.held = remembered
             self.ready.set()
             while True:
-                await self._wake.wait()
+                # A write that failed is asked again: a memory left on the old id would make the
+                # next start take the topic it read since for created again (read all again).
+                due = WRITE_RETRY if self._wanted() != self.held else None
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), due)
                 self._wake.clear()
                 wanted = self._wanted()
                 if wanted != self.held and await self._write(key, wanted):
