@@ -27,8 +27,8 @@ waits at most :data:`START_GRACE` for the answer before its first fetch. When it
 * a broker without topic ids (noida-db) cannot tell the two apart: a topic the stream had
   positions on and starts without any is named at WARNING with the offsets skipped.
 
-Nothing here ever fails the stream: a read or write that fails or times out is logged and the
-stream goes on as it would without the memory.
+Nothing here ever fails the stream: a read or write that fails or times out is logged, asked
+again every 30 s, and the stream goes on as it would without the memory meanwhile.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ MEMORY_KEY_PREFIX = "shared_stream.kafka.topic_ids"
 READ_TIMEOUT = 120.0
 """Longest a start waits, in the background, for the memory (a loaded supervisor is slow)."""
 WRITE_TIMEOUT = 60.0
+READ_RETRY = 30.0
+"""Seconds before a read of the memory that failed or timed out is asked again."""
 WRITE_RETRY = 30.0
 """Seconds before a write of the memory that failed is asked again."""
 START_GRACE = 1.0
@@ -88,6 +90,7 @@ class TopicMemory:
         self._written = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._seen: dict[int, Any] = {}
+        self._read_failures = 0
 
     # -- the producer's side ----------------------------------------------------------------
 
@@ -140,6 +143,7 @@ class TopicMemory:
             await self._written.wait()
 
     async def _run(self, cluster: ClusterWatch, consumer: AIOKafkaConsumer) -> None:
+        at_start = {topic: shape.topic_id for topic, shape in cluster.shapes.items()}
         try:
             while not self.watchers.carriers:  # noqa: ASYNC110 - watchers join from their own tasks
                 await asyncio.sleep(STORE_POLL)
@@ -151,10 +155,14 @@ class TopicMemory:
                 # it build one on its main thread, deaf to the runner (as the figures wait).
                 await asyncio.sleep(max(FIRST_PUBLISH_DELAY_SECONDS - (time.monotonic() - LOADED_AT), 0.0))
             remembered = await self._read(key)
-            if remembered is None:  # kept as it is: a later start compares with it (duplicates at worst)
-                return
+            while remembered is None:  # asked again: a run that never read it could never write it,
+                # and a re-creation it followed would then look to the next start like one while no
+                # stream ran (the whole topic read again, for every watcher)
+                self.ready.set()
+                await asyncio.sleep(READ_RETRY)
+                remembered = await self._read(key)
             try:
-                await self._apply(remembered, cluster, consumer)
+                await self._apply(remembered, cluster, consumer, at_start)
             except Exception as exc:  # never fails the stream
                 log.warning("Comparing the stream's topics with its memory failed: %s", exc)
             self.held = remembered
@@ -189,9 +197,12 @@ class TopicMemory:
             try:
                 value = await asyncio.wait_for(store.aget(key), max(deadline - loop.time(), 0.01))
             except Exception as exc:
-                log.warning(
+                self._read_failures += 1  # said once at WARNING; asked again every READ_RETRY
+                log.log(
+                    logging.WARNING if self._read_failures == 1 else logging.INFO,
                     "Reading which Kafka topic ids stream %s last committed on failed (%s): a topic "
-                    "deleted and created again while no stream ran is not detected at this start",
+                    "deleted and created again while no stream ran is detected only once a read "
+                    "answers (asked again)",
                     ",".join(self.topics),
                     type(exc).__name__,
                 )
@@ -212,7 +223,11 @@ class TopicMemory:
         return wrote
 
     async def _apply(
-        self, remembered: dict[str, str], cluster: ClusterWatch, consumer: AIOKafkaConsumer
+        self,
+        remembered: dict[str, str],
+        cluster: ClusterWatch,
+        consumer: AIOKafkaConsumer,
+        at_start: dict[str, str] | None = None,
     ) -> None:
         """Compare what the stream last committed on with the topics it found (module docstring)."""
         for topic in self.topics:
@@ -221,6 +236,8 @@ class TopicMemory:
             current = shape.topic_id if shape is not None else ""  # None: no Metadata v10
             if before is None or topic in cluster.gone:
                 continue  # never committed on it, or it is gone (the cluster check says so)
+            if at_start is not None and at_start.get(topic, current) != current:
+                continue  # created again since this start: followed (read from its start) already
             if before and current:
                 if before != current:
                     log.warning(
