@@ -14,7 +14,8 @@ store (the channel :mod:`~airflow_shared_stream.common.figures` uses): under
 here (:func:`~airflow_shared_stream.common.figures.one_asset_writer`), at most
 :data:`MAX_STORES` of them, lowest trigger id first. It is written, in the background, when the
 stream first commits on a topic id this memory does not hold (its first start, a re-creation it
-followed), so a stream that starts again and finds the same ids writes nothing.
+followed), and once to each watcher's asset that does not hold it yet (a watcher that joined
+later: a start with only such watchers would find no memory).
 
 At start it is read in the background (the store's reads go through the triggerer's supervisor and
 can take tens of seconds), bounded by :data:`READ_TIMEOUT`; the stream anchors as it always did and
@@ -91,6 +92,8 @@ class TopicMemory:
         self._task: asyncio.Task[None] | None = None
         self._seen: dict[int, Any] = {}
         self._read_failures = 0
+        self._given: set[int] = set()
+        """Trigger ids whose asset's store holds :attr:`held` (a watcher that joined later is given it)."""
 
     # -- the producer's side ----------------------------------------------------------------
 
@@ -124,7 +127,7 @@ class TopicMemory:
         task, self._task = self._task, None
         if task is None:
             return
-        if self.held is not None and self._wanted() != self.held:  # a write is due: let it land
+        if self._due():  # a write is due: let it land
             self._wake.set()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(self._flushed()), CLOSE_WAIT)
@@ -137,8 +140,17 @@ class TopicMemory:
     def _wanted(self) -> dict[str, str]:
         return {**(self.held or {}), **self._committed}
 
+    def _due(self) -> bool:
+        """Whether a write is due: a new id, or a watcher's asset that does not hold the memory yet."""
+        if self.held is None:
+            return False
+        return self._wanted() != self.held or bool(self.held and self._ungiven())
+
+    def _ungiven(self) -> set[int]:
+        return {trigger_id for trigger_id, _ in self._carried()} - self._given
+
     async def _flushed(self) -> None:
-        while self.held is not None and self._wanted() != self.held:
+        while self._due():
             self._written.clear()
             await self._written.wait()
 
@@ -170,21 +182,29 @@ class TopicMemory:
             while True:
                 # A write that failed is asked again: a memory left on the old id would make the
                 # next start take the topic it read since for created again (read all again).
-                due = WRITE_RETRY if self._wanted() != self.held else None
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), due)
+                # Every WRITE_RETRY also gives it to a watcher that joined since: memory kept only in
+                # the first watchers' assets would be lost to a start with only later ones.
+                waiter = asyncio.ensure_future(self._wake.wait())
+                try:  # not wait_for: on 3.10/3.11 it can swallow a cancel that meets the wake
+                    await asyncio.wait({waiter}, timeout=WRITE_RETRY)
+                finally:
+                    waiter.cancel()
                 self._wake.clear()
                 wanted = self._wanted()
-                if wanted != self.held and await self._write(key, wanted):
-                    self.held = wanted
+                if wanted != self.held:
+                    written = await self._write(key, wanted)
+                    if written:
+                        self.held, self._given = wanted, written
+                elif self.held and (fresh := self._ungiven()):
+                    self._given |= await self._write(key, self.held, fresh)
                 self._written.set()
         finally:
             self.ready.set()
 
-    def _stores(self) -> list[Any]:
+    def _carried(self) -> list[tuple[int, Any]]:
         """The watchers' stores, lowest trigger id first; one that left is kept (a stream that stops)."""
         self._seen.update((trigger_id, store) for trigger_id, (_, store) in self.watchers.carriers.items())
-        return [store for _, store in sorted(self._seen.items(), key=lambda item: item[0])][:MAX_STORES]
+        return sorted(self._seen.items(), key=lambda item: item[0])[:MAX_STORES]
 
     async def _read(self, key: str) -> dict[str, str] | None:
         """
@@ -193,7 +213,7 @@ class TopicMemory:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + READ_TIMEOUT
-        for store in self._stores():
+        for trigger_id, store in self._carried():
             try:
                 value = await asyncio.wait_for(store.aget(key), max(deadline - loop.time(), 0.01))
             except Exception as exc:
@@ -209,15 +229,19 @@ class TopicMemory:
                 return None
             topics = value.get("topics") if isinstance(value, dict) else None
             if isinstance(topics, dict):
+                self._given = {trigger_id}
                 return {str(topic): str(topic_id) for topic, topic_id in topics.items()}
         return {}
 
-    async def _write(self, key: str, topics: dict[str, str]) -> bool:
-        wrote = False
-        for store in self._stores():
+    async def _write(self, key: str, topics: dict[str, str], only: set[int] | None = None) -> set[int]:
+        """Write ``topics`` to the watchers' stores (``only`` these trigger ids); those written."""
+        wrote: set[int] = set()
+        for trigger_id, store in self._carried():
+            if only is not None and trigger_id not in only:
+                continue
             try:
                 await asyncio.wait_for(store.aset(key, {"topics": topics}), WRITE_TIMEOUT)
-                wrote = True
+                wrote.add(trigger_id)
             except Exception as exc:
                 log.info("Writing which Kafka topic ids the stream committed on failed: %s", exc)
         return wrote
