@@ -14,7 +14,8 @@ store (the channel :mod:`~airflow_shared_stream.common.figures` uses): under
 here (:func:`~airflow_shared_stream.common.figures.one_asset_writer`), at most
 :data:`MAX_STORES` of them, lowest trigger id first. It is written, in the background, when the
 stream first commits on a topic id this memory does not hold (its first start, a re-creation it
-followed), so a stream that starts again and finds the same ids writes nothing.
+followed), and once to each watcher's asset that does not hold it yet (a watcher that joined
+later: a start with only such watchers would find no memory).
 
 At start it is read in the background (the store's reads go through the triggerer's supervisor and
 can take tens of seconds), bounded by :data:`READ_TIMEOUT`; the stream anchors as it always did and
@@ -27,8 +28,8 @@ waits at most :data:`START_GRACE` for the answer before its first fetch. When it
 * a broker without topic ids (noida-db) cannot tell the two apart: a topic the stream had
   positions on and starts without any is named at WARNING with the offsets skipped.
 
-Nothing here ever fails the stream: a read or write that fails or times out is logged and the
-stream goes on as it would without the memory.
+Nothing here ever fails the stream: a read or write that fails or times out is logged, asked
+again every 30 s, and the stream goes on as it would without the memory meanwhile.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ MEMORY_KEY_PREFIX = "shared_stream.kafka.topic_ids"
 READ_TIMEOUT = 120.0
 """Longest a start waits, in the background, for the memory (a loaded supervisor is slow)."""
 WRITE_TIMEOUT = 60.0
+READ_RETRY = 30.0
+"""Seconds before a read of the memory that failed or timed out is asked again."""
+WRITE_RETRY = 30.0
+"""Seconds before a write of the memory that failed is asked again."""
 START_GRACE = 1.0
 """Longest the first fetch waits for the memory: a prompt answer is applied before anything is read."""
 MAX_STORES = 5
@@ -86,6 +91,9 @@ class TopicMemory:
         self._written = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._seen: dict[int, Any] = {}
+        self._read_failures = 0
+        self._given: set[int] = set()
+        """Trigger ids whose asset's store holds :attr:`held` (a watcher that joined later is given it)."""
 
     # -- the producer's side ----------------------------------------------------------------
 
@@ -119,7 +127,7 @@ class TopicMemory:
         task, self._task = self._task, None
         if task is None:
             return
-        if self.held is not None and self._wanted() != self.held:  # a write is due: let it land
+        if self._due():  # a write is due: let it land
             self._wake.set()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(self._flushed()), CLOSE_WAIT)
@@ -132,12 +140,22 @@ class TopicMemory:
     def _wanted(self) -> dict[str, str]:
         return {**(self.held or {}), **self._committed}
 
+    def _due(self) -> bool:
+        """Whether a write is due: a new id, or a watcher's asset that does not hold the memory yet."""
+        if self.held is None:
+            return False
+        return self._wanted() != self.held or bool(self.held and self._ungiven())
+
+    def _ungiven(self) -> set[int]:
+        return {trigger_id for trigger_id, _ in self._carried()} - self._given
+
     async def _flushed(self) -> None:
-        while self.held is not None and self._wanted() != self.held:
+        while self._due():
             self._written.clear()
             await self._written.wait()
 
     async def _run(self, cluster: ClusterWatch, consumer: AIOKafkaConsumer) -> None:
+        at_start = {topic: shape.topic_id for topic, shape in cluster.shapes.items()}
         try:
             while not self.watchers.carriers:  # noqa: ASYNC110 - watchers join from their own tasks
                 await asyncio.sleep(STORE_POLL)
@@ -149,28 +167,44 @@ class TopicMemory:
                 # it build one on its main thread, deaf to the runner (as the figures wait).
                 await asyncio.sleep(max(FIRST_PUBLISH_DELAY_SECONDS - (time.monotonic() - LOADED_AT), 0.0))
             remembered = await self._read(key)
-            if remembered is None:  # kept as it is: a later start compares with it (duplicates at worst)
-                return
+            while remembered is None:  # asked again: a run that never read it could never write it,
+                # and a re-creation it followed would then look to the next start like one while no
+                # stream ran (the whole topic read again, for every watcher)
+                self.ready.set()
+                await asyncio.sleep(READ_RETRY)
+                remembered = await self._read(key)
             try:
-                await self._apply(remembered, cluster, consumer)
+                await self._apply(remembered, cluster, consumer, at_start)
             except Exception as exc:  # never fails the stream
                 log.warning("Comparing the stream's topics with its memory failed: %s", exc)
             self.held = remembered
             self.ready.set()
             while True:
-                await self._wake.wait()
+                # A write that failed is asked again: a memory left on the old id would make the
+                # next start take the topic it read since for created again (read all again).
+                # Every WRITE_RETRY also gives it to a watcher that joined since: memory kept only in
+                # the first watchers' assets would be lost to a start with only later ones.
+                waiter = asyncio.ensure_future(self._wake.wait())
+                try:  # not wait_for: on 3.10/3.11 it can swallow a cancel that meets the wake
+                    await asyncio.wait({waiter}, timeout=WRITE_RETRY)
+                finally:
+                    waiter.cancel()
                 self._wake.clear()
                 wanted = self._wanted()
-                if wanted != self.held and await self._write(key, wanted):
-                    self.held = wanted
+                if wanted != self.held:
+                    written = await self._write(key, wanted)
+                    if written:
+                        self.held, self._given = wanted, written
+                elif self.held and (fresh := self._ungiven()):
+                    self._given |= await self._write(key, self.held, fresh)
                 self._written.set()
         finally:
             self.ready.set()
 
-    def _stores(self) -> list[Any]:
+    def _carried(self) -> list[tuple[int, Any]]:
         """The watchers' stores, lowest trigger id first; one that left is kept (a stream that stops)."""
         self._seen.update((trigger_id, store) for trigger_id, (_, store) in self.watchers.carriers.items())
-        return [store for _, store in sorted(self._seen.items(), key=lambda item: item[0])][:MAX_STORES]
+        return sorted(self._seen.items(), key=lambda item: item[0])[:MAX_STORES]
 
     async def _read(self, key: str) -> dict[str, str] | None:
         """
@@ -179,34 +213,45 @@ class TopicMemory:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + READ_TIMEOUT
-        for store in self._stores():
+        for trigger_id, store in self._carried():
             try:
                 value = await asyncio.wait_for(store.aget(key), max(deadline - loop.time(), 0.01))
             except Exception as exc:
-                log.warning(
+                self._read_failures += 1  # said once at WARNING; asked again every READ_RETRY
+                log.log(
+                    logging.WARNING if self._read_failures == 1 else logging.INFO,
                     "Reading which Kafka topic ids stream %s last committed on failed (%s): a topic "
-                    "deleted and created again while no stream ran is not detected at this start",
+                    "deleted and created again while no stream ran is detected only once a read "
+                    "answers (asked again)",
                     ",".join(self.topics),
                     type(exc).__name__,
                 )
                 return None
             topics = value.get("topics") if isinstance(value, dict) else None
             if isinstance(topics, dict):
+                self._given = {trigger_id}
                 return {str(topic): str(topic_id) for topic, topic_id in topics.items()}
         return {}
 
-    async def _write(self, key: str, topics: dict[str, str]) -> bool:
-        wrote = False
-        for store in self._stores():
+    async def _write(self, key: str, topics: dict[str, str], only: set[int] | None = None) -> set[int]:
+        """Write ``topics`` to the watchers' stores (``only`` these trigger ids); those written."""
+        wrote: set[int] = set()
+        for trigger_id, store in self._carried():
+            if only is not None and trigger_id not in only:
+                continue
             try:
                 await asyncio.wait_for(store.aset(key, {"topics": topics}), WRITE_TIMEOUT)
-                wrote = True
+                wrote.add(trigger_id)
             except Exception as exc:
                 log.info("Writing which Kafka topic ids the stream committed on failed: %s", exc)
         return wrote
 
     async def _apply(
-        self, remembered: dict[str, str], cluster: ClusterWatch, consumer: AIOKafkaConsumer
+        self,
+        remembered: dict[str, str],
+        cluster: ClusterWatch,
+        consumer: AIOKafkaConsumer,
+        at_start: dict[str, str] | None = None,
     ) -> None:
         """Compare what the stream last committed on with the topics it found (module docstring)."""
         for topic in self.topics:
@@ -215,6 +260,8 @@ class TopicMemory:
             current = shape.topic_id if shape is not None else ""  # None: no Metadata v10
             if before is None or topic in cluster.gone:
                 continue  # never committed on it, or it is gone (the cluster check says so)
+            if at_start is not None and at_start.get(topic, current) != current:
+                continue  # created again since this start: followed (read from its start) already
             if before and current:
                 if before != current:
                     log.warning(

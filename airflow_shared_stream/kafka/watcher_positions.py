@@ -173,18 +173,28 @@ class WatcherPositions:
         Anchored at the read position, it would skip what the new log received while it was away:
         a watcher this stream served before and that was away then reads the new log from its
         start instead. A watcher new to the stream starts at the read position, as anywhere.
+
+        A position the joiner has there above the new log's start is taken for its last position
+        on the old log, still in flight when the topic was created again (the commit guard read
+        the old id; the request landed on the new topic): it reads the new log from its start too
+        (duplicates at worst, of what another triggerer fired for it meanwhile; never a skip).
         """
         for tp, (start, away) in self.new_logs.items():
-            if cursor.group in away and tp in self.lanes and tp not in found:
-                found[tp] = start
-                log.warning(
-                    "Kafka %s/%d is a new log since watcher %s last had a position there (the "
-                    "topic was created again or the partition added): it reads it from its start %d",
-                    tp.topic,
-                    tp.partition,
-                    cursor.label,
-                    start,
-                )
+            if cursor.group not in away or tp not in self.lanes:
+                continue
+            stale = found.get(tp)
+            if stale is not None and stale <= start:
+                continue
+            found[tp] = start
+            log.warning(
+                "Kafka %s/%d is a new log since watcher %s last had a position there (the "
+                "topic was created again or the partition added): it reads it from its start %d%s",
+                tp.topic,
+                tp.partition,
+                cursor.label,
+                start,
+                "" if stale is None else f" (its position {stale} there was of the old log, sent late)",
+            )
         return found
 
     def _no_longer_away(self, group: str) -> None:
