@@ -28,6 +28,51 @@ from tests.integration.kafka.test_kafka_cluster_changes import _until
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
+async def _running_and_paused(kafka: Any, monkeypatch: Any) -> tuple[Any, ...]:
+    """A topic and two watchers of one stream on it (and their groups), checked every 0.2 s."""
+    monkeypatch.setattr(cluster_watch, "CLUSTER_CHECK_INTERVAL", 0.2)
+    topic = kafka.name("t")
+    await kafka.create_topics(topic)
+    group = kafka.name("g")
+
+    def watcher(name: str) -> KafkaSharedStreamTrigger:
+        return KafkaSharedStreamTrigger(
+            [topic], kafka_config_id=kafka.conn_id, group_id=group, match=f"'{name}' != 'never'"
+        )
+
+    running, paused = watcher("running"), watcher("paused")
+    return (
+        topic,
+        group,
+        running,
+        paused,
+        watcher_group_id(group, running.watcher_digest()),
+        watcher_group_id(group, paused.watcher_digest()),
+    )
+
+
+class _HeldCommits:
+    """Once :attr:`hold` is set, each commit of ``group`` waits, past the guard, for :attr:`release`."""
+
+    def __init__(self, group: str, monkeypatch: Any) -> None:
+        self.holding, self.release, self.landed = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        self.hold = False
+        commit = PositionStore.commit
+
+        async def slow_to_arrive(
+            store: PositionStore, grp: str, offsets: Any, *args: Any, **kwargs: Any
+        ) -> None:
+            if self.hold and grp == group and offsets:  # past the guard: the request is on its way
+                self.holding.set()
+                await self.release.wait()
+                await commit(store, grp, offsets, *args, **kwargs)
+                self.landed.set()
+                return
+            await commit(store, grp, offsets, *args, **kwargs)
+
+        monkeypatch.setattr(PositionStore, "commit", slow_to_arrive)
+
+
 @pytest.mark.parametrize("kafka_broker", ["tansu"], indirect=True)  # the broker with topic ids
 async def test_a_last_position_in_flight_across_a_re_creation_skips_nothing_of_the_new_topic(
     kafka, monkeypatch, caplog
@@ -46,34 +91,8 @@ async def test_a_last_position_in_flight_across_a_re_creation_skips_nothing_of_t
     id once the stream commits on it).
     """
     caplog.set_level(logging.INFO, logger="airflow_shared_stream.kafka")
-    monkeypatch.setattr(cluster_watch, "CLUSTER_CHECK_INTERVAL", 0.2)
-    topic = kafka.name("t")
-    await kafka.create_topics(topic)
-    group = kafka.name("g")
-
-    def watcher(name: str) -> KafkaSharedStreamTrigger:
-        return KafkaSharedStreamTrigger(
-            [topic], kafka_config_id=kafka.conn_id, group_id=group, match=f"'{name}' != 'never'"
-        )
-
-    running, paused = watcher("running"), watcher("paused")
-    paused_group = watcher_group_id(group, paused.watcher_digest())
-    running_group = watcher_group_id(group, running.watcher_digest())
-
-    holding, release, landed = asyncio.Event(), asyncio.Event(), asyncio.Event()
-    hold = False
-    commit = PositionStore.commit
-
-    async def slow_to_arrive(store: PositionStore, grp: str, offsets: Any, *args: Any, **kwargs: Any) -> None:
-        if hold and grp == paused_group and offsets:  # past the guard: the request is on its way
-            holding.set()
-            await release.wait()
-            await commit(store, grp, offsets, *args, **kwargs)
-            landed.set()
-            return
-        await commit(store, grp, offsets, *args, **kwargs)
-
-    monkeypatch.setattr(PositionStore, "commit", slow_to_arrive)
+    topic, group, running, paused, running_group, paused_group = await _running_and_paused(kafka, monkeypatch)
+    held = _HeldCommits(paused_group, monkeypatch)
     async with SharedStreamHarness(confirm_after=0.0) as triggerer:
         a = triggerer.add(running)
         b = triggerer.add(paused)
@@ -81,14 +100,14 @@ async def test_a_last_position_in_flight_across_a_re_creation_skips_nothing_of_t
         await a.wait_for_events(20)
         await b.wait_for_events(20)
         assert await kafka.wait_committed(paused_group, topic, {0: 20}) == {0: 20}
-        hold = True
+        held.hold = True
         await triggerer.remove(b)  # its last position is sent in the background: held on its way
-        await asyncio.wait_for(holding.wait(), 20)
+        await asyncio.wait_for(held.holding.wait(), 20)
         await kafka.delete_topic(topic, groups=(group, running_group, paused_group))
         await kafka.create_topics(topic)
         await kafka.produce(topic, [{"round": 2, "i": i} for i in range(25)])
-        release.set()
-        await asyncio.wait_for(landed.wait(), 30)
+        held.release.set()
+        await asyncio.wait_for(held.landed.wait(), 30)
 
         def second(w: Any) -> list[int]:
             return [p["value"]["i"] for p in w.payloads if p["value"]["round"] == 2]
@@ -131,33 +150,8 @@ async def test_a_last_position_in_flight_across_a_re_creation_skips_nothing_afte
     finds: nothing says position 20 is not the paused watcher's own on the new topic, so it
     resumes there and never gets the new topic's records 0-19 (silently).
     """
-    monkeypatch.setattr(cluster_watch, "CLUSTER_CHECK_INTERVAL", 0.2)
-    topic = kafka.name("t")
-    await kafka.create_topics(topic)
-    group = kafka.name("g")
-
-    def watcher(name: str) -> KafkaSharedStreamTrigger:
-        return KafkaSharedStreamTrigger(
-            [topic], kafka_config_id=kafka.conn_id, group_id=group, match=f"'{name}' != 'never'"
-        )
-
-    running, paused = watcher("running"), watcher("paused")
-    paused_group = watcher_group_id(group, paused.watcher_digest())
-    running_group = watcher_group_id(group, running.watcher_digest())
-    holding, release, landed = asyncio.Event(), asyncio.Event(), asyncio.Event()
-    hold = False
-    commit = PositionStore.commit
-
-    async def slow_to_arrive(store: PositionStore, grp: str, offsets: Any, *args: Any, **kwargs: Any) -> None:
-        if hold and grp == paused_group and offsets:  # past the guard: the request is on its way
-            holding.set()
-            await release.wait()
-            await commit(store, grp, offsets, *args, **kwargs)
-            landed.set()
-            return
-        await commit(store, grp, offsets, *args, **kwargs)
-
-    monkeypatch.setattr(PositionStore, "commit", slow_to_arrive)
+    topic, group, running, paused, running_group, paused_group = await _running_and_paused(kafka, monkeypatch)
+    held = _HeldCommits(paused_group, monkeypatch)
     state_store = InMemoryStateStore()
 
     def second(w: Any) -> list[int]:
@@ -172,14 +166,14 @@ async def test_a_last_position_in_flight_across_a_re_creation_skips_nothing_afte
         assert await kafka.wait_committed(paused_group, topic, {0: 20}) == {0: 20}
         await _until(lambda: bool(_remembered_ids(state_store)), "the stream's memory of its topic ids")
         old_ids = _remembered_ids(state_store)
-        hold = True
+        held.hold = True
         await triggerer.remove(b)
-        await asyncio.wait_for(holding.wait(), 20)
+        await asyncio.wait_for(held.holding.wait(), 20)
         await kafka.delete_topic(topic, groups=(group, running_group, paused_group))
         await kafka.create_topics(topic)
         await kafka.produce(topic, [{"round": 2, "i": i} for i in range(25)])
-        release.set()
-        await asyncio.wait_for(landed.wait(), 30)
+        held.release.set()
+        await asyncio.wait_for(held.landed.wait(), 30)
         await _until(
             lambda: set(second(a)) >= set(range(25)), "the running watcher's new records", timeout=30
         )
