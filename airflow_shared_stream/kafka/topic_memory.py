@@ -67,7 +67,9 @@ CLOSE_WAIT = 5.0
 """Longest a stopping stream waits for a write in progress."""
 STORE_POLL = 0.5
 LOADED_AT = time.monotonic()
-"""When this process first started a Kafka stream (this module is imported then)."""
+"""When this module was imported: in a triggerer, just before its runner was forked (the supervisor
+imports the streams' modules then, :mod:`~airflow_shared_stream.runner_fork`), so about when the
+triggerer started and its Execution API warm-up began; elsewhere, at a stream's first start."""
 
 
 def memory_key(stream_id: str) -> str:
