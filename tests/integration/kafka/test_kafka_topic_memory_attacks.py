@@ -28,6 +28,11 @@ from tests.integration.kafka.test_kafka_cluster_changes import _until
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
+def second(w: Any) -> list[int]:
+    """The ``i`` of each round-2 record (of the topic created again) that watcher ``w`` received."""
+    return [p["value"]["i"] for p in w.payloads if p["value"]["round"] == 2]
+
+
 async def _running_and_paused(kafka: Any, monkeypatch: Any) -> tuple[Any, ...]:
     """A topic and two watchers of one stream on it (and their groups), checked every 0.2 s."""
     monkeypatch.setattr(cluster_watch, "CLUSTER_CHECK_INTERVAL", 0.2)
@@ -109,9 +114,6 @@ async def test_a_last_position_in_flight_across_a_re_creation_skips_nothing_of_t
         held.release.set()
         await asyncio.wait_for(held.landed.wait(), 30)
 
-        def second(w: Any) -> list[int]:
-            return [p["value"]["i"] for p in w.payloads if p["value"]["round"] == 2]
-
         await _until(
             lambda: set(second(a)) >= set(range(25)), "the running watcher's new records", timeout=30
         )
@@ -153,9 +155,6 @@ async def test_a_last_position_in_flight_across_a_re_creation_skips_nothing_afte
     topic, group, running, paused, running_group, paused_group = await _running_and_paused(kafka, monkeypatch)
     held = _HeldCommits(paused_group, monkeypatch)
     state_store = InMemoryStateStore()
-
-    def second(w: Any) -> list[int]:
-        return [p["value"]["i"] for p in w.payloads if p["value"]["round"] == 2]
 
     async with SharedStreamHarness(confirm_after=0.0, state_store=state_store) as triggerer:
         a = triggerer.add(running)
@@ -235,9 +234,6 @@ async def test_a_failed_memory_write_does_not_make_a_restart_re_read_a_followed_
             with contextlib.suppress(BaseException):
                 await task
 
-    def second(w: Any) -> list[int]:
-        return [p["value"]["i"] for p in w.payloads if p["value"]["round"] == 2]
-
     async with SharedStreamHarness(confirm_after=0.0, state_store=store) as triggerer:
         w = triggerer.add(trigger)
         await kafka.produce(topic, [{"round": 1, "i": i} for i in range(5)])
@@ -304,9 +300,6 @@ async def test_a_failed_memory_read_does_not_make_the_next_start_re_read_a_follo
     own_group = watcher_group_id(group, trigger.watcher_digest())
     store = _ReadsFailing()
 
-    def second(w: Any) -> list[int]:
-        return [p["value"]["i"] for p in w.payloads if p["value"]["round"] == 2]
-
     async with SharedStreamHarness(confirm_after=0.0, state_store=store) as first:
         w = first.add(trigger)
         await kafka.produce(topic, [{"round": 1, "i": i} for i in range(5)])
@@ -370,9 +363,6 @@ async def test_a_topic_created_again_while_no_stream_runs_is_read_from_its_start
     first_group = watcher_group_id(group, first.watcher_digest())
     later_group = watcher_group_id(group, later.watcher_digest())
     first_asset, later_asset = InMemoryStateStore(), InMemoryStateStore()
-
-    def second(w: Any) -> list[int]:
-        return [p["value"]["i"] for p in w.payloads if p["value"]["round"] == 2]
 
     async with SharedStreamHarness(confirm_after=0.0, state_store=InMemoryStateStore()) as triggerer:
         a = triggerer.add(first)
