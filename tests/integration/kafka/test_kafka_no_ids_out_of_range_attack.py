@@ -39,11 +39,6 @@ def _round(handle: Any, n: int) -> list[int]:
     return [p["value"]["i"] for p in handle.payloads if p["value"].get("round") == n]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="without topic ids, an out-of-range fetch is taken for a new log only if the log still "
-    "ends below the position when its bounds are read afterwards: a new topic filled meanwhile is skipped",
-)
 @pytest.mark.parametrize("reset", ["earliest", "latest"])
 @pytest.mark.parametrize("kafka_broker", ["noida-db"], indirect=True)  # a broker without topic ids
 async def test_a_new_log_filled_between_the_out_of_range_fetch_and_the_bounds_read_is_read_from_its_start(
