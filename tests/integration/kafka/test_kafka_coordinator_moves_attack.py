@@ -35,11 +35,6 @@ def _round(handle: Any, n: int) -> list[int]:
     return [p["value"]["i"] for p in handle.payloads if p["value"].get("round") == n]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a watcher's position commit answered NOT_COORDINATOR fails the stream (not asked again), "
-    "and the restarted stream forgets the watchers away from a new log",
-)
 @pytest.mark.parametrize("kafka_broker", ["tansu", "noida-db"], indirect=True)
 async def test_a_coordinator_move_at_a_watchers_commit_neither_fails_the_stream_nor_loses_a_new_log(
     kafka, monkeypatch, caplog
