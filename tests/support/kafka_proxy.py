@@ -75,6 +75,9 @@ class KafkaProtocolProxy(LoopbackForwarder):
 
     ``moved[group] = n``: the next ``n`` OffsetCommit requests of ``group`` are not applied and are
     answered ``NOT_COORDINATOR`` for every partition; ``moved_answered`` counts them.
+
+    :meth:`go_down` and :meth:`come_up`: an outage as a client sees a broker restart, every
+    connection closed and new ones closed at once, until it comes up.
     """
 
     def __init__(self, target_port: int) -> None:
@@ -83,6 +86,22 @@ class KafkaProtocolProxy(LoopbackForwarder):
         self.loading_answered = 0
         self.moved: dict[str, int] = {}
         self.moved_answered = 0
+        self.down = False
+
+    def go_down(self) -> None:
+        """Close every connection, and each new one at once, until :meth:`come_up`."""
+        self.down = True
+        for task in list(self._tasks):
+            task.cancel()
+
+    def come_up(self) -> None:
+        self.down = False
+
+    async def _serve(self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter) -> None:
+        if self.down:
+            client_out.close()
+            return
+        await super()._serve(client_in, client_out)
 
     @property
     def bootstrap(self) -> str:
