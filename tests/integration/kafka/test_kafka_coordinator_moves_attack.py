@@ -113,12 +113,6 @@ async def test_a_coordinator_move_at_a_watchers_commit_neither_fails_the_stream_
             assert await kafka.wait_committed(running_group, topic, {0: 18}) == {0: 18}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the commit guard gives up reading topic ids after about 3 s (a commit asks again for "
-    "about 15 s): a broker restart at a commit round fails the stream, which forgets the watchers "
-    "away from a new log",
-)
 @pytest.mark.parametrize("kafka_broker", ["tansu"], indirect=True)  # the commit guard needs topic ids
 async def test_a_broker_restart_at_a_commit_round_neither_fails_the_stream_nor_loses_a_new_log(
     kafka, monkeypatch, caplog
