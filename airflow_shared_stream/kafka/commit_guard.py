@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
+from airflow_shared_stream.kafka.positions import FETCH_ATTEMPTS, FETCH_BACKOFF
 from airflow_shared_stream.kafka.topic_ids import TopicShape, read_topic_shapes
 
 if TYPE_CHECKING:
@@ -37,8 +38,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-READ_ATTEMPTS = 5
-"""How often a failed read of the ids is asked again before the round fails (0.1 s to 1.6 s apart)."""
+READ_ATTEMPTS = FETCH_ATTEMPTS
+"""How often a failed read of the ids is asked again before the round fails: as long as a commit
+itself is asked again (0.1 s to 2 s apart, about 15 s in all), so a broker restart that a commit
+lives through does not fail the stream here (a restarted stream forgets which watchers were away
+from a topic created again)."""
 
 
 class CommitGuard:
@@ -123,7 +127,7 @@ class CommitGuard:
             return shapes
 
     async def _read(self) -> dict[str, TopicShape] | None:
-        wait = 0.1
+        wait, longest = FETCH_BACKOFF
         for attempt in range(1, READ_ATTEMPTS + 1):
             try:
                 self.reads += 1
@@ -135,5 +139,5 @@ class CommitGuard:
                     "Reading the topic ids before a commit failed (%s): asking again", type(exc).__name__
                 )
             await asyncio.sleep(wait)
-            wait *= 2
+            wait = min(wait * 2, longest)
         return None  # pragma: no cover - the loop returns or raises

@@ -214,8 +214,10 @@ async def place_off_the_log(
 
     Below the log start (retention or DeleteRecords passed the read position while the stream
     ran, or a seek back landed there): the lane, its held floor, the stream's commit and every
-    watcher below it move to the log start, said at WARNING. Past the log end on a broker
-    without topic ids: a topic created again, read from its start by the cluster check, now.
+    watcher below it move to the log start, said at WARNING. Not below the log start on a broker
+    without topic ids: the fetch found the log ending below the position (a producer may have
+    written past it since, before the bounds were read here), so a topic created again, read from
+    its start by the cluster check, now.
     Anything else (past the log end where topic ids show new topics, or a lane with no
     position at all) goes where ``auto.offset.reset`` points, as the client did.
     """
@@ -236,9 +238,11 @@ async def place_off_the_log(
             stream.ledger.skip_to((tp.topic, tp.partition), start)
             stream.committer.queue(tp, start)
             stream.positions.skip_to(tp, start)
-        elif offset is not None and offset > edges.end and not stream.cluster.has_topic_ids:
-            # A log that ends below the position, on a broker without topic ids: a new log.
-            # The check that follows now reads it from its start, for every watcher too.
+        elif offset is not None and not stream.cluster.has_topic_ids:
+            # Not below the log start, so the log ended below the position when the fetch was
+            # answered (its end now may be past it: records written since), on a broker without
+            # topic ids: a new log. The check that follows now reads it from its start, for every
+            # watcher too.
             start = edges.start
             stream.cluster.suspect_new_log(tp.topic)
         else:

@@ -228,13 +228,17 @@ class PositionStore:
         self,
         group: str,
         offsets: Mapping[TopicPartition, int],
+        metadata: str = "",
         *,
         member: GroupMember = SIMPLE_COMMIT,
         retention_ms: int = DEFAULT_RETENTION,
     ) -> None:
         """
         :meth:`commit`, asked again (bounded, as :meth:`fetch` is) after a retriable error: a
-        coordinator loading or moved, a connection closed, a request timed out.
+        coordinator loading or moved, a connection closed, a request timed out. Every position
+        commit goes through here, the stream's and each watcher's: a watcher's that failed the
+        stream at a coordinator move would restart it, and a restarted stream forgets which
+        watchers were away from a topic created again (they then skip its new log).
 
         The stream's own commits go through here, not ``AIOKafkaConsumer.commit``: that one takes
         ``UNKNOWN_TOPIC_OR_PARTITION`` (a topic deleted for good) for retriable and asks again for
@@ -244,11 +248,13 @@ class PositionStore:
         wait, longest = FETCH_BACKOFF
         for attempt in range(1, FETCH_ATTEMPTS + 1):
             try:
-                return await self.commit(group, offsets, member=member, retention_ms=retention_ms)
+                return await self.commit(group, offsets, metadata, member=member, retention_ms=retention_ms)
             except FENCED as exc:
                 # A consumer joined the group, or it rebalanced: what AIOKafkaConsumer.commit says
                 # (on the last attempt too: its caller waits for the rebalance, never fails).
                 raise CommitFailedError(f"offsets of group {group!r}: {type(exc).__name__}") from None
+            except UnknownTopicOrPartitionError:
+                raise  # :meth:`commit` asked that again already (about 15 s)
             except KafkaError as exc:
                 if not exc.retriable or attempt == FETCH_ATTEMPTS:
                     raise  # the last answer, whatever it is

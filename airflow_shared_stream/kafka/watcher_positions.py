@@ -313,8 +313,8 @@ class WatcherPositions:
             return
         if guard is not None:
             offsets = await guard.admit(offsets)
-        try:
-            await store.commit(group, offsets, self._mark(cursor))
+        try:  # a coordinator loading or moved is asked again, never the stream's failure
+            await store.commit_asking_again(group, offsets, self._mark(cursor))
         except OffsetMetadataTooLargeError:
             if not self._marking:
                 raise
@@ -327,7 +327,7 @@ class WatcherPositions:
                 "watchers that differ only in a shaping argument are not detected across triggerers",
                 ",".join(self.topics),
             )
-            await store.commit(group, offsets)
+            await store.commit_asking_again(group, offsets)
         if guard is not None:
             guard.committed(offsets)
 

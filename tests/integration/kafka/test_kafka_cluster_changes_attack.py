@@ -44,11 +44,20 @@ async def _produce_one_by_one(kafka: Any, topic: str, values: list[dict[str, Any
 @pytest.mark.parametrize("kafka_broker", ["noida-db"], indirect=True)  # Tansu: no DeleteRecords
 async def test_retention_passing_a_running_streams_read_position_moves_it_to_the_log_start(kafka, caplog):
     """
-    Class 14 / 11 (item 5 while running). The stream reads slowly (one record per fetch, two in
-    flight, nothing persisted yet) and is at 3 when retention deletes 0-19. Its next fetch is out
-    of range: the client resets to ``auto.offset.reset=latest`` (logged at INFO), so 20-29, which
-    retention kept, are never delivered and the watcher's position stays at 3 for as long as the
-    stream runs. They must be read from the log start (20), said at WARNING.
+    Class 14 / 11 (item 5 while running). The stream reads slowly (two in flight, nothing
+    persisted yet): records 0-2 came in one fetch, 0 and 1 are in flight and 2 waits in the
+    client's buffer (a partition with buffered records is not fetched again), when 3-29 are
+    produced and retention deletes 0-19. Its next fetch, at 3, is out of range: the client resets
+    to ``auto.offset.reset=latest`` (logged at INFO), so 20-29, which retention kept, are never
+    delivered and the watcher's position stays at 3 for as long as the stream runs. They must be
+    read from the log start (20), said at WARNING.
+
+    Records 3-29 are produced only once 0-2 were fetched: noida-db and Tansu answer a fetch with
+    every record they have, whatever ``max.partition.fetch.bytes`` (Kafka stops after the first
+    batch above it), so a fetch at 2 made after 3-29 exist would buffer them all before the
+    deletion. The test used to produce 0-29 one record at a time and rely on noida-db answering
+    empty fetches at once to read each as it came; holding those fetches as Kafka does (100 ms)
+    made it fail about one run in two, with 2-19 read before retention took them.
     """
     caplog.set_level(logging.INFO, logger=POSITIONS_LOG)
     topic = kafka.name("t")
@@ -60,8 +69,9 @@ async def test_retention_passing_a_running_streams_read_position_moves_it_to_the
     async with SharedStreamHarness(confirm_after=None) as triggerer:
         w = triggerer.add(trigger)
         assert await kafka.wait_committed(own_group, topic, {0: 0}) == {0: 0}
-        await _produce_one_by_one(kafka, topic, [{"i": i} for i in range(30)])
+        await kafka.produce(topic, [{"i": i} for i in range(3)])  # one batch: one fetch takes 0-2
         await w.wait_for_events(2)
+        await _produce_one_by_one(kafka, topic, [{"i": i} for i in range(3, 30)])
         tp = TopicPartition(topic, 0)
         await _admin(kafka, lambda admin: admin.delete_records({tp: RecordsToDelete(20)}))
         triggerer.confirm_after = 0.0  # persistence resumes: the stream reads on

@@ -142,6 +142,8 @@ class MetadataLimitedStore:
             raise OffsetMetadataTooLargeError(f"offsets of group {group!r}")
         self.commits.append((group, dict(offsets), metadata))
 
+    commit_asking_again = commit  # no retriable answers here
+
 
 async def test_a_cluster_that_refuses_marks_still_gets_every_position():
     positions = WatcherPositions(
