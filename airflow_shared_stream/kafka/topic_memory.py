@@ -28,6 +28,19 @@ waits at most :data:`START_GRACE` for the answer before its first fetch. When it
 * a broker without topic ids (noida-db) cannot tell the two apart: a topic the stream had
   positions on and starts without any is named at WARNING with the offsets skipped.
 
+It also keeps the new logs the stream saw (a topic created again, a partition added) that watchers
+it served were away from (:attr:`.WatcherPositions.new_logs`): per lane, the new log's start, its
+topic id and those watchers' position groups. Kafka deleted their positions with the old topic, and
+a position of the old one still in flight may have landed on the new one, so without this a
+watcher resuming after a restart could not be told from one with a position there, and would skip
+the new log's first records. An entry is written with the new topic id, in one write (not before
+the stream committed on that id); a watcher is dropped from it (written) once it has a position on
+the new log. When the start's read answers within :data:`START_GRACE` the entries are given back
+(:meth:`.WatcherPositions.recall`) before the watchers' positions are placed; a later answer puts
+a watcher admitted meanwhile that an entry names back at the new log's start (duplicates, never a
+skip). An entry of another topic id than the topic's (created again while no stream ran: every
+watcher reads it from its start) is dropped.
+
 Nothing here ever fails the stream: a read or write that fails or times out is logged, asked
 again every 30 s, and the stream goes on as it would without the memory meanwhile.
 """
@@ -47,6 +60,7 @@ from airflow_shared_stream.common.figures import FIRST_PUBLISH_DELAY_SECONDS
 
 if TYPE_CHECKING:
     from airflow_shared_stream.kafka.cluster_watch import ClusterWatch
+    from airflow_shared_stream.kafka.watcher_positions import WatcherPositions
     from airflow_shared_stream.kafka.watchers import StreamWatchers
 
 log = logging.getLogger(__name__)
@@ -77,14 +91,26 @@ def memory_key(stream_id: str) -> str:
     return f"{MEMORY_KEY_PREFIX}.{stream_id}"
 
 
+NewLog = dict[str, Any]
+"""One new log as the memory keeps it: ``topic``, ``partition``, ``start``, ``topic_id``, ``away``."""
+
+
 class TopicMemory:
     """One producer's view of its stream's memory (see the module docstring)."""
 
-    def __init__(self, watchers: StreamWatchers, topics: Sequence[str]) -> None:
+    def __init__(
+        self, watchers: StreamWatchers, topics: Sequence[str], positions: WatcherPositions | None = None
+    ) -> None:
         self.watchers = watchers
         self.topics = list(topics)
+        self.positions = positions
+        if positions is not None:
+            positions.on_new_logs = self._wake_up
         self.held: dict[str, str] | None = None
         """What the stores hold (read, then as written); ``None`` until the read is done."""
+        self.held_new_logs: list[NewLog] = []
+        """The new logs the stores hold (read, then as written)."""
+        self._cluster: ClusterWatch | None = None
         self._committed: dict[str, str] = {}
         self.unplaced: dict[TopicPartition, int] = {}
         """Lanes the stream found no position on at start, and where ``auto.offset.reset`` put them."""
@@ -110,10 +136,14 @@ class TopicMemory:
     async def start(self, cluster: ClusterWatch, consumer: AIOKafkaConsumer) -> None:
         """Read the memory in the background; wait for it briefly if a watcher can give it."""
         if self._task is None:
+            self._cluster = cluster
             self._task = asyncio.create_task(self._run(cluster, consumer), name="kafka-topic-memory")
         if self.watchers.carriers:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.ready.wait(), START_GRACE)
+
+    def _wake_up(self) -> None:
+        self._wake.set()
 
     def committed_on(self, ids: dict[str, str]) -> None:
         """Positions were committed on these topic ids: remember them (written in the background)."""
@@ -142,11 +172,28 @@ class TopicMemory:
     def _wanted(self) -> dict[str, str]:
         return {**(self.held or {}), **self._committed}
 
+    def _new_logs_wanted(self) -> list[NewLog]:
+        """The positions' new logs on the topic ids the memory keeps: written with the new id."""
+        positions, cluster, wanted = self.positions, self._cluster, self._wanted()
+        if positions is None or cluster is None:
+            return []
+        entries: list[NewLog] = []
+        for tp, (start, away) in sorted(positions.new_logs.items()):
+            shape = cluster.shapes.get(tp.topic)
+            if shape is None or tp.topic in cluster.gone or wanted.get(tp.topic) != shape.topic_id:
+                continue  # not committed on the new log yet: kept back until its id is written
+            entries.append(_new_log(tp.topic, tp.partition, start, shape.topic_id, away))
+        return entries
+
+    def _value(self, topics: dict[str, str], new_logs: list[NewLog]) -> dict[str, Any]:
+        return {"topics": topics, "new_logs": new_logs} if new_logs else {"topics": topics}
+
     def _due(self) -> bool:
-        """Whether a write is due: a new id, or a watcher's asset that does not hold the memory yet."""
+        """Whether a write is due: a new id or new log, or a watcher's asset without the memory yet."""
         if self.held is None:
             return False
-        return self._wanted() != self.held or bool(self.held and self._ungiven())
+        changed = self._wanted() != self.held or self._new_logs_wanted() != self.held_new_logs
+        return changed or bool(self.held and self._ungiven())
 
     def _ungiven(self) -> set[int]:
         return {trigger_id for trigger_id, _ in self._carried()} - self._given
@@ -175,11 +222,13 @@ class TopicMemory:
                 self.ready.set()
                 await asyncio.sleep(READ_RETRY)
                 remembered = await self._read(key)
+            ids, new_logs = remembered
             try:
-                await self._apply(remembered, cluster, consumer, at_start)
+                await self._apply(ids, cluster, consumer, at_start)
+                self._recall(ids, new_logs, cluster, at_start)
             except Exception as exc:  # never fails the stream
                 log.warning("Comparing the stream's topics with its memory failed: %s", exc)
-            self.held = remembered
+            self.held, self.held_new_logs = ids, new_logs
             self.ready.set()
             while True:
                 # A write that failed is asked again: a memory left on the old id would make the
@@ -192,13 +241,13 @@ class TopicMemory:
                 finally:
                     waiter.cancel()
                 self._wake.clear()
-                wanted = self._wanted()
-                if wanted != self.held:
-                    written = await self._write(key, wanted)
+                wanted, new_logs = self._wanted(), self._new_logs_wanted()
+                if wanted != self.held or new_logs != self.held_new_logs:
+                    written = await self._write(key, self._value(wanted, new_logs))
                     if written:
-                        self.held, self._given = wanted, written
+                        self.held, self.held_new_logs, self._given = wanted, new_logs, written
                 elif self.held and (fresh := self._ungiven()):
-                    self._given |= await self._write(key, self.held, fresh)
+                    self._given |= await self._write(key, self._value(self.held, self.held_new_logs), fresh)
                 self._written.set()
         finally:
             self.ready.set()
@@ -208,10 +257,11 @@ class TopicMemory:
         self._seen.update((trigger_id, store) for trigger_id, (_, store) in self.watchers.carriers.items())
         return sorted(self._seen.items(), key=lambda item: item[0])[:MAX_STORES]
 
-    async def _read(self, key: str) -> dict[str, str] | None:
+    async def _read(self, key: str) -> tuple[dict[str, str], list[NewLog]] | None:
         """
-        The first memory a watcher's asset holds; ``{}`` when none does; ``None`` when one does not
-        answer in time (this run then writes nothing: a memory it did not read is not overwritten).
+        The first memory a watcher's asset holds (topic ids, new logs); empty when none does;
+        ``None`` when one does not answer in time (this run then writes nothing: a memory it did
+        not read is not overwritten).
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + READ_TIMEOUT
@@ -232,21 +282,46 @@ class TopicMemory:
             topics = value.get("topics") if isinstance(value, dict) else None
             if isinstance(topics, dict):
                 self._given = {trigger_id}
-                return {str(topic): str(topic_id) for topic, topic_id in topics.items()}
-        return {}
+                new_logs = value.get("new_logs") if isinstance(value, dict) else None
+                return {str(topic): str(topic_id) for topic, topic_id in topics.items()}, _read_new_logs(
+                    new_logs
+                )
+        return {}, []
 
-    async def _write(self, key: str, topics: dict[str, str], only: set[int] | None = None) -> set[int]:
-        """Write ``topics`` to the watchers' stores (``only`` these trigger ids); those written."""
+    async def _write(self, key: str, value: dict[str, Any], only: set[int] | None = None) -> set[int]:
+        """Write ``value`` to the watchers' stores (``only`` these trigger ids); those written."""
         wrote: set[int] = set()
         for trigger_id, store in self._carried():
             if only is not None and trigger_id not in only:
                 continue
             try:
-                await asyncio.wait_for(store.aset(key, {"topics": topics}), WRITE_TIMEOUT)
+                await asyncio.wait_for(store.aset(key, value), WRITE_TIMEOUT)
                 wrote.add(trigger_id)
             except Exception as exc:
                 log.info("Writing which Kafka topic ids the stream committed on failed: %s", exc)
         return wrote
+
+    def _recall(
+        self,
+        remembered: dict[str, str],
+        new_logs: list[NewLog],
+        cluster: ClusterWatch,
+        at_start: dict[str, str],
+    ) -> None:
+        """Give the new logs an earlier run saw back to the positions (module docstring)."""
+        if self.positions is None:
+            return
+        for entry in new_logs:
+            topic = entry["topic"]
+            shape = cluster.shapes.get(topic)
+            if shape is None or topic in cluster.gone or topic not in self.topics:
+                continue
+            if at_start.get(topic, shape.topic_id) != shape.topic_id:
+                continue  # created again since this start: followed, every watcher reads it from its start
+            if entry["topic_id"] != shape.topic_id or remembered.get(topic) != shape.topic_id:
+                continue  # created again while no stream ran: every watcher reads it from its start
+            lane = TopicPartition(topic, entry["partition"])
+            self.positions.recall(lane, entry["start"], frozenset(entry["away"]))
 
     async def _apply(
         self,
@@ -296,3 +371,27 @@ class TopicMemory:
                     topic,
                     ", ".join(skipped),
                 )
+
+
+def _new_log(topic: str, partition: int, start: int, topic_id: str, away: frozenset[str]) -> NewLog:
+    away_groups = sorted(away)
+    return {"topic": topic, "partition": partition, "start": start, "topic_id": topic_id, "away": away_groups}
+
+
+def _read_new_logs(value: Any) -> list[NewLog]:
+    """The new logs of a memory read, in the form it is written; what does not parse is left out."""
+    entries: list[NewLog] = []
+    for item in value if isinstance(value, list) else ():
+        try:
+            entries.append(
+                _new_log(
+                    str(item["topic"]),
+                    int(item["partition"]),
+                    int(item["start"]),
+                    str(item["topic_id"]),
+                    frozenset(str(group) for group in item["away"]),
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    return sorted(entries, key=lambda entry: (entry["topic"], entry["partition"]))

@@ -134,11 +134,6 @@ def _remembered_ids(store: InMemoryStateStore) -> set[str]:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a watcher's last position in flight across a re-creation lands on the new topic; after a "
-    "triggerer restart (the stream's memory holds the new id) the watcher resumes there and skips",
-)
 @pytest.mark.parametrize("kafka_broker", ["tansu"], indirect=True)  # the broker with topic ids
 async def test_a_last_position_in_flight_across_a_re_creation_skips_nothing_after_a_restart(
     kafka, monkeypatch
