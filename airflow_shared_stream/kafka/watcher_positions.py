@@ -252,8 +252,8 @@ class WatcherPositions:
         recalled, self.recalled = self.recalled, {}
         for tp, (start, away) in recalled.items():
             for cursor in self.watchers.admitted():
-                group, position = cursor.group, cursor.next.get(tp)
-                if group is None or group not in away or position is None or tp not in self.lanes:
+                named, position = cursor.group, cursor.next.get(tp)
+                if named is None or named not in away or position is None or tp not in self.lanes:
                     continue
                 if position > start:
                     log.warning(
@@ -271,12 +271,12 @@ class WatcherPositions:
                     if start < await consumer.position(tp):
                         seek(tp, start)
                     try:
-                        await self._write(cursor, group, {tp: start})
+                        await self._write(cursor, named, {tp: start})
                     except KafkaError as exc:
                         raise self._error(f"placing the position of watcher {cursor.label}", exc) from None
                     if cursor.committer is not None:
                         cursor.committer.queue(tp, start)
-                self._no_longer_away(group)
+                self._no_longer_away(named)
 
     def restart_lanes(self, starts: dict[TopicPartition, int]) -> None:
         """Every admitted watcher reads these lanes from these offsets (new partitions, new logs)."""
