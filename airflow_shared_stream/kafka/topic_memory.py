@@ -39,7 +39,10 @@ the new log. When the start's read answers within :data:`START_GRACE` the entrie
 (:meth:`.WatcherPositions.recall`) before the watchers' positions are placed; a later answer puts
 a watcher admitted meanwhile that an entry names back at the new log's start (duplicates, never a
 skip). An entry of another topic id than the topic's (created again while no stream ran: every
-watcher reads it from its start) is dropped.
+watcher reads it from its start) is dropped. It keeps the position groups of the watchers the
+stream served, too (at most :data:`MAX_SERVED`, the latest admitted): a watcher served only before
+a restart, paused while the restarted stream saw a new log, is away from it like one the running
+stream served.
 
 Nothing here ever fails the stream: a read or write that fails or times out is logged, asked
 again every 30 s, and the stream goes on as it would without the memory meanwhile.
@@ -77,6 +80,8 @@ START_GRACE = 1.0
 """Longest the first fetch waits for the memory: a prompt answer is applied before anything is read."""
 MAX_STORES = 5
 """Most watchers' assets read (until one answers) and written."""
+MAX_SERVED = 200
+"""Most position groups of served watchers kept (the latest admitted): bounds the memory's size."""
 CLOSE_WAIT = 5.0
 """Longest a stopping stream waits for a write in progress."""
 STORE_POLL = 0.5
@@ -106,10 +111,15 @@ class TopicMemory:
         self.positions = positions
         if positions is not None:
             positions.on_new_logs = self._wake_up
+            positions.on_served = self._note_served
         self.held: dict[str, str] | None = None
         """What the stores hold (read, then as written); ``None`` until the read is done."""
         self.held_new_logs: list[NewLog] = []
         """The new logs the stores hold (read, then as written)."""
+        self.held_served: list[str] = []
+        """The served watchers' groups the stores hold (read, then as written)."""
+        self._served: dict[str, None] = {}
+        """Groups served by this run and, read, by earlier runs: the latest admitted last."""
         self._cluster: ClusterWatch | None = None
         self._committed: dict[str, str] = {}
         self.unplaced: dict[TopicPartition, int] = {}
@@ -144,6 +154,12 @@ class TopicMemory:
 
     def _wake_up(self) -> None:
         self._wake.set()
+
+    def _note_served(self, group: str) -> None:
+        self._served.pop(group, None)
+        self._served[group] = None
+        if group not in self.held_served:
+            self._wake.set()
 
     def committed_on(self, ids: dict[str, str]) -> None:
         """Positions were committed on these topic ids: remember them (written in the background)."""
@@ -185,15 +201,30 @@ class TopicMemory:
             entries.append(_new_log(tp.topic, tp.partition, start, shape.topic_id, away))
         return entries
 
-    def _value(self, topics: dict[str, str], new_logs: list[NewLog]) -> dict[str, Any]:
-        return {"topics": topics, "new_logs": new_logs} if new_logs else {"topics": topics}
+    def _served_wanted(self) -> list[str]:
+        return list(self._served)[-MAX_SERVED:]
+
+    def _value(self, topics: dict[str, str], new_logs: list[NewLog], served: list[str]) -> dict[str, Any]:
+        value: dict[str, Any] = {"topics": topics}
+        if new_logs:
+            value["new_logs"] = new_logs
+        if served:
+            value["served"] = served
+        return value
+
+    def _changed(self) -> bool:
+        """Whether what the stores hold differs from what the stream would keep now."""
+        return (
+            self._wanted() != self.held
+            or self._new_logs_wanted() != self.held_new_logs
+            or set(self._served_wanted()) != set(self.held_served)
+        )
 
     def _due(self) -> bool:
         """Whether a write is due: a new id or new log, or a watcher's asset without the memory yet."""
         if self.held is None:
             return False
-        changed = self._wanted() != self.held or self._new_logs_wanted() != self.held_new_logs
-        return changed or bool(self.held and self._ungiven())
+        return self._changed() or bool(self.held and self._ungiven())
 
     def _ungiven(self) -> set[int]:
         return {trigger_id for trigger_id, _ in self._carried()} - self._given
@@ -222,13 +253,14 @@ class TopicMemory:
                 self.ready.set()
                 await asyncio.sleep(READ_RETRY)
                 remembered = await self._read(key)
-            ids, new_logs = remembered
+            ids, new_logs, served = remembered
             try:
                 await self._apply(ids, cluster, consumer, at_start)
+                self._recall_served(served)
                 self._recall(ids, new_logs, cluster, at_start)
             except Exception as exc:  # never fails the stream
                 log.warning("Comparing the stream's topics with its memory failed: %s", exc)
-            self.held, self.held_new_logs = ids, new_logs
+            self.held, self.held_new_logs, self.held_served = ids, new_logs, served
             self.ready.set()
             while True:
                 # A write that failed is asked again: a memory left on the old id would make the
@@ -241,13 +273,15 @@ class TopicMemory:
                 finally:
                     waiter.cancel()
                 self._wake.clear()
-                wanted, new_logs = self._wanted(), self._new_logs_wanted()
-                if wanted != self.held or new_logs != self.held_new_logs:
-                    written = await self._write(key, self._value(wanted, new_logs))
+                wanted, new_logs, served = self._wanted(), self._new_logs_wanted(), self._served_wanted()
+                if self._changed():
+                    written = await self._write(key, self._value(wanted, new_logs, served))
                     if written:
-                        self.held, self.held_new_logs, self._given = wanted, new_logs, written
+                        self.held, self.held_new_logs, self.held_served = wanted, new_logs, served
+                        self._given = written
                 elif self.held and (fresh := self._ungiven()):
-                    self._given |= await self._write(key, self._value(self.held, self.held_new_logs), fresh)
+                    held = self._value(self.held, self.held_new_logs, self.held_served)
+                    self._given |= await self._write(key, held, fresh)
                 self._written.set()
         finally:
             self.ready.set()
@@ -257,9 +291,9 @@ class TopicMemory:
         self._seen.update((trigger_id, store) for trigger_id, (_, store) in self.watchers.carriers.items())
         return sorted(self._seen.items(), key=lambda item: item[0])[:MAX_STORES]
 
-    async def _read(self, key: str) -> tuple[dict[str, str], list[NewLog]] | None:
+    async def _read(self, key: str) -> tuple[dict[str, str], list[NewLog], list[str]] | None:
         """
-        The first memory a watcher's asset holds (topic ids, new logs); empty when none does;
+        The first memory a watcher's asset holds (topic ids, new logs, served); empty when none does;
         ``None`` when one does not answer in time (this run then writes nothing: a memory it did
         not read is not overwritten).
         """
@@ -279,14 +313,13 @@ class TopicMemory:
                     type(exc).__name__,
                 )
                 return None
-            topics = value.get("topics") if isinstance(value, dict) else None
-            if isinstance(topics, dict):
+            if isinstance(value, dict) and isinstance(topics := value.get("topics"), dict):
                 self._given = {trigger_id}
-                new_logs = value.get("new_logs") if isinstance(value, dict) else None
-                return {str(topic): str(topic_id) for topic, topic_id in topics.items()}, _read_new_logs(
-                    new_logs
-                )
-        return {}, []
+                ids = {str(topic): str(topic_id) for topic, topic_id in topics.items()}
+                served = value.get("served")
+                groups = [str(group) for group in served] if isinstance(served, list) else []
+                return ids, _read_new_logs(value.get("new_logs")), groups[-MAX_SERVED:]
+        return {}, [], []
 
     async def _write(self, key: str, value: dict[str, Any], only: set[int] | None = None) -> set[int]:
         """Write ``value`` to the watchers' stores (``only`` these trigger ids); those written."""
@@ -300,6 +333,21 @@ class TopicMemory:
             except Exception as exc:
                 log.info("Writing which Kafka topic ids the stream committed on failed: %s", exc)
         return wrote
+
+    def _recall_served(self, served: list[str]) -> None:
+        """
+        The watchers earlier runs served are the stream's served ones too: away from a new log it
+        sees while they are paused. One this run never admitted is away from the new logs this
+        run saw before the answer came (it came late) too.
+        """
+        positions = self.positions
+        if positions is None:
+            return
+        self._served = {**dict.fromkeys(served), **self._served}
+        never_here = set(served) - positions.served
+        positions.served |= never_here
+        for tp, (start, away) in list(positions.new_logs.items()):  # only this run's: before recall
+            positions.new_logs[tp] = (start, away | never_here)
 
     def _recall(
         self,

@@ -6,8 +6,9 @@ The rules are :mod:`~airflow_shared_stream.kafka.watchers`'s; the marks each com
 its refresh task apply them, through the stream consumer's own client
 (:class:`~airflow_shared_stream.kafka.positions.PositionStore`).
 
-The new logs the stream saw (a topic created again, a partition added) and the watchers away from
-each (:attr:`WatcherPositions.new_logs`) outlive the process: the stream's memory
+The new logs the stream saw (a topic created again, a partition added), the watchers away from
+each (:attr:`WatcherPositions.new_logs`) and the watchers it served outlive the process: the
+stream's memory
 (:mod:`~airflow_shared_stream.kafka.topic_memory`) keeps them, is told of every change
 (:attr:`WatcherPositions.on_new_logs`), and gives them back to the next start
 (:meth:`WatcherPositions.recall`). A watcher a restart admitted before that answer came is put
@@ -69,7 +70,10 @@ class WatcherPositions:
         self.end_shows_new_topics = True
         """Whether a log ending below a position means a new topic (a broker without topic ids)."""
         self.served: set[str] = set()
-        """The position groups of every watcher this stream admitted."""
+        """The position groups of every watcher this stream admitted (and, from its memory, the
+        ones earlier runs of it admitted)."""
+        self.on_served: Callable[[str], None] = lambda group: None
+        """Called with each group admitted: the stream's memory keeps them (:mod:`.topic_memory`)."""
         self.new_logs: dict[TopicPartition, tuple[int, frozenset[str]]] = {}
         """Lanes this stream saw added or created again: the start of each new log, and the
         watchers it had served that were away then (see :meth:`_with_new_logs`)."""
@@ -150,6 +154,7 @@ class WatcherPositions:
             anchors: dict[TopicPartition, int] = dict(moved[group])
             anchors.update({tp: found[tp] for tp in self.new_logs if tp in found and tp not in anchors})
             self.served.add(group)
+            self.on_served(group)
             for tp in self.lanes:
                 if tp in found:
                     cursor.next[tp] = found[tp]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from typing import Any
 
@@ -170,3 +171,50 @@ async def test_a_watcher_back_on_a_new_log_is_not_read_from_its_start_again_afte
         await _until(lambda: 26 in second(again), "record 26")
         assert await kafka.wait_committed(rig.paused_group, rig.topic, {0: 27}) == {0: 27}
         assert second(again) == [26], f"the new log was read again for a watcher back on it: {second(again)}"
+
+
+def _served(store: InMemoryStateStore) -> set[str]:
+    """The position groups the stream's memory in ``store`` names as served."""
+    return {
+        group
+        for key, value in store.values.items()
+        if key.startswith(MEMORY_KEY_PREFIX)
+        for group in json.loads(value).get("served", ())
+    }
+
+
+@pytest.mark.parametrize("kafka_broker", ["tansu", "noida-db"], indirect=True)
+async def test_a_watcher_served_only_before_a_restart_reads_a_log_created_while_it_was_paused_from_its_start(
+    kafka, monkeypatch
+):
+    """
+    Class 14 / 10: a watcher runs, is paused, and the triggerer restarts without it (its Dag
+    stays paused). The restarted stream then sees its topic deleted and created again with 15
+    records. When the watcher resumes it must get them all: it never saw the new topic. Broke:
+    which watchers the stream served was kept in the process only, so the restarted stream did
+    not know it as away, and it joined at the read position, skipping records 0-14 silently.
+    """
+    rig = _Rig(kafka, monkeypatch)
+    store = InMemoryStateStore()
+    await kafka.create_topics(rig.topic)
+    async with SharedStreamHarness(confirm_after=0.0, state_store=store) as first:
+        a = first.add(rig.running)
+        b = first.add(rig.paused)
+        await kafka.produce(rig.topic, [{"round": 1, "i": i} for i in range(10)])
+        await a.wait_for_events(10)
+        await b.wait_for_events(10)
+        assert await kafka.wait_committed(rig.paused_group, rig.topic, {0: 10}) == {0: 10}
+        await rig.pause(first, b)
+    assert rig.paused_group in _served(store), "the memory does not name the paused watcher as served"
+    async with SharedStreamHarness(confirm_after=0.0, state_store=store) as restarted:
+        a = restarted.add(rig.running)
+        await kafka.produce(rig.topic, [{"round": 1, "i": 10}])
+        await a.wait_for_events(1)
+        assert await kafka.wait_committed(rig.running_group, rig.topic, {0: 11}) == {0: 11}
+        await rig.recreate([{"round": 2, "i": i} for i in range(15)])
+        await _until(lambda: set(second(a)) >= set(range(15)), "the running watcher's new records")
+        resumed = restarted.add(rig.paused)
+        await kafka.produce(rig.topic, [{"round": 2, "i": 15}])
+        with contextlib.suppress(AssertionError):
+            await _until(lambda: set(second(resumed)) >= set(range(16)), "0-15", timeout=20)
+        assert set(second(resumed)) >= set(range(16)), f"the paused watcher skipped: {second(resumed)}"

@@ -166,3 +166,19 @@ async def test_a_new_log_is_written_with_its_topic_id_and_dropped_when_no_watche
     positions._no_longer_away("g")
     await memory.aclose()
     assert store.get(memory_key("digest")) == {"topics": {"orders": "bb"}}
+
+
+async def test_the_served_groups_kept_are_bounded_to_the_latest_admitted(monkeypatch):
+    monkeypatch.setattr(topic_memory, "MAX_SERVED", 3)
+    store = InMemoryStateStore()
+    store.set(memory_key("digest"), {"topics": {"orders": "aa"}, "served": ["g0", "g1"]})
+    watchers = StreamWatchers()
+    watchers.carriers[1] = ("digest", store)
+    positions = _positions(watchers)
+    memory = TopicMemory(watchers, ["orders"], positions)
+    await memory.start(_cluster("aa"), consumer=None)  # type: ignore[arg-type]
+    assert positions.served == {"g0", "g1"}
+    for group in ("g2", "g3"):
+        positions.on_served(group)
+    await memory.aclose()
+    assert store.get(memory_key("digest"))["served"] == ["g1", "g2", "g3"]
