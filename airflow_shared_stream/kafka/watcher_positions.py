@@ -8,11 +8,11 @@ its refresh task apply them, through the stream consumer's own client
 
 The new logs the stream saw (a topic created again, a partition added), the watchers away from
 each (:attr:`WatcherPositions.new_logs`) and the watchers it served outlive the process: the
-stream's memory
-(:mod:`~airflow_shared_stream.kafka.topic_memory`) keeps them, is told of every change
-(:attr:`WatcherPositions.on_new_logs`), and gives them back to the next start
-(:meth:`WatcherPositions.recall`). A watcher a restart admitted before that answer came is put
-back at the new log's start (duplicates, never a skip).
+stream's memory (:mod:`~airflow_shared_stream.kafka.topic_memory`) keeps them, is told of every
+change (:attr:`WatcherPositions.on_new_logs`, :attr:`WatcherPositions.on_served`), and gives them
+back to the next start (:meth:`WatcherPositions.recall`). A watcher a restart admitted before that
+answer came is put back at the new log's start (duplicates, never a skip). A watcher new to the
+stream starts at the read position even while others are away from a new log.
 """
 
 from __future__ import annotations
