@@ -92,8 +92,8 @@ async def test_a_last_position_in_flight_across_a_re_creation_skips_nothing_of_t
     The running watcher reads the new topic from its start (``... is a new log``). The paused
     watcher resumes: it never saw the new topic's records, so it must get 0-25. It gets 20-25: its
     stale position (its group had a position on the new log, so the stream's "away from a new log"
-    rule does not apply) skips 0-19, silently. A restart skips them too (the memory holds the new
-    id once the stream commits on it).
+    rule does not apply) skips 0-19, silently. After a restart too, now that the memory keeps
+    which watchers were away (``test_kafka_topic_memory_away.py``).
     """
     caplog.set_level(logging.INFO, logger="airflow_shared_stream.kafka")
     topic, group, running, paused, running_group, paused_group = await _running_and_paused(kafka, monkeypatch)
