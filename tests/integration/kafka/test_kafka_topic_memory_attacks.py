@@ -292,7 +292,9 @@ async def test_a_topic_created_again_while_no_stream_runs_is_read_from_its_start
     triggerer stops; the topic is deleted and created again and given 5 records while no stream
     runs. Watcher 2 starts alone (``auto.offset.reset=latest``): its asset holds no memory, so the
     re-creation was not seen and record 0 was skipped (Tansu's wrong end offset replays the rest),
-    silently, as before issue 46. Now a watcher that joins is given the memory (within
+    silently, as before issue 46. (The memory also keeps the watchers it served, written to every
+    watcher's asset when one is first admitted: here that write fails on watcher 2's asset, so
+    only the giving below puts it there.) Now a watcher that joins is given the memory (within
     ``WRITE_RETRY``): watcher 2 gets the new topic's records 0-5.
     """
     monkeypatch.setattr(topic_memory, "WRITE_RETRY", 0.2)
@@ -309,7 +311,8 @@ async def test_a_topic_created_again_while_no_stream_runs_is_read_from_its_start
     first, later = watcher("first"), watcher("later")
     first_group = watcher_group_id(group, first.watcher_digest())
     later_group = watcher_group_id(group, later.watcher_digest())
-    first_asset, later_asset = InMemoryStateStore(), InMemoryStateStore()
+    first_asset, later_asset = InMemoryStateStore(), _WritesFailing()
+    later_asset.failing = True  # the write when watcher 2 is first admitted fails there
 
     async with SharedStreamHarness(confirm_after=0.0, state_store=InMemoryStateStore()) as triggerer:
         a = triggerer.add(first)
@@ -321,6 +324,8 @@ async def test_a_topic_created_again_while_no_stream_runs_is_read_from_its_start
         b = triggerer.add(later)
         b.trigger.asset_state_store = later_asset
         assert await kafka.wait_committed(later_group, topic, {0: 5}) == {0: 5}
+        await _until(lambda: later_asset.failed > 0, "a failed write of the memory to watcher 2's asset")
+        later_asset.failing = False
         await kafka.produce(topic, [{"round": 1, "i": 5}])
         await b.wait_for_events(1)
         assert await kafka.wait_committed(later_group, topic, {0: 6}) == {0: 6}
