@@ -172,7 +172,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self._seq = self.watchers.first_seq()
         """Sequence number of the next record yielded (stamped on its payload and message)."""
         self.cluster = ClusterWatch(self.topics)
-        self.memory = TopicMemory(self.watchers, self.topics)  # which topic ids it committed on
+        self.memory = TopicMemory(self.watchers, self.topics, self.positions)  # ids, new logs
         self.guard = self.positions.guard = CommitGuard(self.cluster, self.memory)
         self._offset_reset = "latest"
         """The connection's ``auto.offset.reset``, applied by :meth:`_off_the_log`."""
@@ -212,7 +212,6 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
 
     async def open_stream(self) -> AsyncIterator[tuple[RawMessage, KafkaBrokerPayload]]:
         consumer = await self._connect()
-        await self.memory.start(self.cluster, consumer)
         self.committer.start()
         if self._refresher is None:
             self._refresher = asyncio.create_task(self._refresh_positions(), name="kafka-position-refresh")
@@ -227,7 +226,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             await anchors.anchor_all(consumer)
             if self.cluster.due():
                 await self.cluster.follow(consumer, self)
-            if self.watchers.pending:
+            if self.watchers.pending or self.positions.recalled:
                 await self.positions.admit(consumer, self._rewind, self._seq)
             try:
                 fetched = await fetch_evenly(consumer, available, self.poll_timeout_ms)
@@ -359,6 +358,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 consumer._fetcher._default_reset_strategy = OffsetResetStrategy.NONE
         except KafkaError as exc:
             raise self._error("reading where the stream starts", exc) from None
+        await self.memory.start(self.cluster, consumer)  # a prompt answer: before the watchers' positions
         await self.positions.admit(consumer, self._rewind, self._seq, starting=True)
         self.anchors.unanchored |= set(lanes)
         log.info(

@@ -28,6 +28,22 @@ waits at most :data:`START_GRACE` for the answer before its first fetch. When it
 * a broker without topic ids (noida-db) cannot tell the two apart: a topic the stream had
   positions on and starts without any is named at WARNING with the offsets skipped.
 
+It also keeps the new logs the stream saw (a topic created again, a partition added) that watchers
+it served were away from (:attr:`.WatcherPositions.new_logs`): per lane, the new log's start, its
+topic id and those watchers' position groups. Kafka deleted their positions with the old topic, and
+a position of the old one still in flight may have landed on the new one, so without this a
+watcher resuming after a restart could not be told from one with a position there, and would skip
+the new log's first records. An entry is written with the new topic id, in one write (not before
+the stream committed on that id); a watcher is dropped from it (written) once it has a position on
+the new log. When the start's read answers within :data:`START_GRACE` the entries are given back
+(:meth:`.WatcherPositions.recall`) before the watchers' positions are placed; a later answer puts
+a watcher admitted meanwhile that an entry names back at the new log's start (duplicates, never a
+skip). An entry of another topic id than the topic's (created again while no stream ran: every
+watcher reads it from its start) is dropped. It keeps the position groups of the watchers the
+stream served, too (at most :data:`MAX_SERVED`, the latest admitted): a watcher served only before
+a restart, paused while the restarted stream saw a new log, is away from it like one the running
+stream served.
+
 Nothing here ever fails the stream: a read or write that fails or times out is logged, asked
 again every 30 s, and the stream goes on as it would without the memory meanwhile.
 """
@@ -47,6 +63,7 @@ from airflow_shared_stream.common.figures import FIRST_PUBLISH_DELAY_SECONDS
 
 if TYPE_CHECKING:
     from airflow_shared_stream.kafka.cluster_watch import ClusterWatch
+    from airflow_shared_stream.kafka.watcher_positions import WatcherPositions
     from airflow_shared_stream.kafka.watchers import StreamWatchers
 
 log = logging.getLogger(__name__)
@@ -63,6 +80,8 @@ START_GRACE = 1.0
 """Longest the first fetch waits for the memory: a prompt answer is applied before anything is read."""
 MAX_STORES = 5
 """Most watchers' assets read (until one answers) and written."""
+MAX_SERVED = 200
+"""Most position groups of served watchers kept (the latest admitted): bounds the memory's size."""
 CLOSE_WAIT = 5.0
 """Longest a stopping stream waits for a write in progress."""
 STORE_POLL = 0.5
@@ -77,14 +96,31 @@ def memory_key(stream_id: str) -> str:
     return f"{MEMORY_KEY_PREFIX}.{stream_id}"
 
 
+NewLog = dict[str, Any]
+"""One new log as the memory keeps it: ``topic``, ``partition``, ``start``, ``topic_id``, ``away``."""
+
+
 class TopicMemory:
     """One producer's view of its stream's memory (see the module docstring)."""
 
-    def __init__(self, watchers: StreamWatchers, topics: Sequence[str]) -> None:
+    def __init__(
+        self, watchers: StreamWatchers, topics: Sequence[str], positions: WatcherPositions | None = None
+    ) -> None:
         self.watchers = watchers
         self.topics = list(topics)
+        self.positions = positions
+        if positions is not None:
+            positions.on_new_logs = self._wake_up
+            positions.on_served = self._note_served
         self.held: dict[str, str] | None = None
         """What the stores hold (read, then as written); ``None`` until the read is done."""
+        self.held_new_logs: list[NewLog] = []
+        """The new logs the stores hold (read, then as written)."""
+        self.held_served: list[str] = []
+        """The served watchers' groups the stores hold (read, then as written)."""
+        self._served: dict[str, None] = {}
+        """Groups served by this run and, read, by earlier runs: the latest admitted last."""
+        self._cluster: ClusterWatch | None = None
         self._committed: dict[str, str] = {}
         self.unplaced: dict[TopicPartition, int] = {}
         """Lanes the stream found no position on at start, and where ``auto.offset.reset`` put them."""
@@ -110,10 +146,20 @@ class TopicMemory:
     async def start(self, cluster: ClusterWatch, consumer: AIOKafkaConsumer) -> None:
         """Read the memory in the background; wait for it briefly if a watcher can give it."""
         if self._task is None:
+            self._cluster = cluster
             self._task = asyncio.create_task(self._run(cluster, consumer), name="kafka-topic-memory")
         if self.watchers.carriers:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.ready.wait(), START_GRACE)
+
+    def _wake_up(self) -> None:
+        self._wake.set()
+
+    def _note_served(self, group: str) -> None:
+        self._served.pop(group, None)
+        self._served[group] = None
+        if group not in self.held_served:
+            self._wake.set()
 
     def committed_on(self, ids: dict[str, str]) -> None:
         """Positions were committed on these topic ids: remember them (written in the background)."""
@@ -142,11 +188,43 @@ class TopicMemory:
     def _wanted(self) -> dict[str, str]:
         return {**(self.held or {}), **self._committed}
 
+    def _new_logs_wanted(self) -> list[NewLog]:
+        """The positions' new logs on the topic ids the memory keeps: written with the new id."""
+        positions, cluster, wanted = self.positions, self._cluster, self._wanted()
+        if positions is None or cluster is None:
+            return []
+        entries: list[NewLog] = []
+        for tp, (start, away) in sorted(positions.new_logs.items()):
+            shape = cluster.shapes.get(tp.topic)
+            if shape is None or tp.topic in cluster.gone or wanted.get(tp.topic) != shape.topic_id:
+                continue  # not committed on the new log yet: kept back until its id is written
+            entries.append(_new_log(tp.topic, tp.partition, start, shape.topic_id, away))
+        return entries
+
+    def _served_wanted(self) -> list[str]:
+        return list(self._served)[-MAX_SERVED:]
+
+    def _value(self, topics: dict[str, str], new_logs: list[NewLog], served: list[str]) -> dict[str, Any]:
+        value: dict[str, Any] = {"topics": topics}
+        if new_logs:
+            value["new_logs"] = new_logs
+        if served:
+            value["served"] = served
+        return value
+
+    def _changed(self) -> bool:
+        """Whether what the stores hold differs from what the stream would keep now."""
+        return (
+            self._wanted() != self.held
+            or self._new_logs_wanted() != self.held_new_logs
+            or set(self._served_wanted()) != set(self.held_served)
+        )
+
     def _due(self) -> bool:
-        """Whether a write is due: a new id, or a watcher's asset that does not hold the memory yet."""
+        """Whether a write is due: a new id or new log, or a watcher's asset without the memory yet."""
         if self.held is None:
             return False
-        return self._wanted() != self.held or bool(self.held and self._ungiven())
+        return self._changed() or bool(self.held and self._ungiven())
 
     def _ungiven(self) -> set[int]:
         return {trigger_id for trigger_id, _ in self._carried()} - self._given
@@ -175,11 +253,14 @@ class TopicMemory:
                 self.ready.set()
                 await asyncio.sleep(READ_RETRY)
                 remembered = await self._read(key)
+            ids, new_logs, served = remembered
             try:
-                await self._apply(remembered, cluster, consumer, at_start)
+                await self._apply(ids, cluster, consumer, at_start)
+                self._recall_served(served)
+                self._recall(ids, new_logs, cluster, at_start)
             except Exception as exc:  # never fails the stream
                 log.warning("Comparing the stream's topics with its memory failed: %s", exc)
-            self.held = remembered
+            self.held, self.held_new_logs, self.held_served = ids, new_logs, served
             self.ready.set()
             while True:
                 # A write that failed is asked again: a memory left on the old id would make the
@@ -192,13 +273,15 @@ class TopicMemory:
                 finally:
                     waiter.cancel()
                 self._wake.clear()
-                wanted = self._wanted()
-                if wanted != self.held:
-                    written = await self._write(key, wanted)
+                wanted, new_logs, served = self._wanted(), self._new_logs_wanted(), self._served_wanted()
+                if self._changed():
+                    written = await self._write(key, self._value(wanted, new_logs, served))
                     if written:
-                        self.held, self._given = wanted, written
+                        self.held, self.held_new_logs, self.held_served = wanted, new_logs, served
+                        self._given = written
                 elif self.held and (fresh := self._ungiven()):
-                    self._given |= await self._write(key, self.held, fresh)
+                    held = self._value(self.held, self.held_new_logs, self.held_served)
+                    self._given |= await self._write(key, held, fresh)
                 self._written.set()
         finally:
             self.ready.set()
@@ -208,10 +291,11 @@ class TopicMemory:
         self._seen.update((trigger_id, store) for trigger_id, (_, store) in self.watchers.carriers.items())
         return sorted(self._seen.items(), key=lambda item: item[0])[:MAX_STORES]
 
-    async def _read(self, key: str) -> dict[str, str] | None:
+    async def _read(self, key: str) -> tuple[dict[str, str], list[NewLog], list[str]] | None:
         """
-        The first memory a watcher's asset holds; ``{}`` when none does; ``None`` when one does not
-        answer in time (this run then writes nothing: a memory it did not read is not overwritten).
+        The first memory a watcher's asset holds (topic ids, new logs, served); empty when none does;
+        ``None`` when one does not answer in time (this run then writes nothing: a memory it did
+        not read is not overwritten).
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + READ_TIMEOUT
@@ -229,24 +313,63 @@ class TopicMemory:
                     type(exc).__name__,
                 )
                 return None
-            topics = value.get("topics") if isinstance(value, dict) else None
-            if isinstance(topics, dict):
+            if isinstance(value, dict) and isinstance(topics := value.get("topics"), dict):
                 self._given = {trigger_id}
-                return {str(topic): str(topic_id) for topic, topic_id in topics.items()}
-        return {}
+                ids = {str(topic): str(topic_id) for topic, topic_id in topics.items()}
+                served = value.get("served")
+                groups = [str(group) for group in served] if isinstance(served, list) else []
+                return ids, _read_new_logs(value.get("new_logs")), groups[-MAX_SERVED:]
+        return {}, [], []
 
-    async def _write(self, key: str, topics: dict[str, str], only: set[int] | None = None) -> set[int]:
-        """Write ``topics`` to the watchers' stores (``only`` these trigger ids); those written."""
+    async def _write(self, key: str, value: dict[str, Any], only: set[int] | None = None) -> set[int]:
+        """Write ``value`` to the watchers' stores (``only`` these trigger ids); those written."""
         wrote: set[int] = set()
         for trigger_id, store in self._carried():
             if only is not None and trigger_id not in only:
                 continue
             try:
-                await asyncio.wait_for(store.aset(key, {"topics": topics}), WRITE_TIMEOUT)
+                await asyncio.wait_for(store.aset(key, value), WRITE_TIMEOUT)
                 wrote.add(trigger_id)
             except Exception as exc:
                 log.info("Writing which Kafka topic ids the stream committed on failed: %s", exc)
         return wrote
+
+    def _recall_served(self, served: list[str]) -> None:
+        """
+        The watchers earlier runs served are the stream's served ones too: away from a new log it
+        sees while they are paused. One this run never admitted is away from the new logs this
+        run saw before the answer came (it came late) too.
+        """
+        positions = self.positions
+        if positions is None:
+            return
+        self._served = {**dict.fromkeys(served), **self._served}
+        never_here = set(served) - positions.served
+        positions.served |= never_here
+        for tp, (start, away) in list(positions.new_logs.items()):  # only this run's: before recall
+            positions.new_logs[tp] = (start, away | never_here)
+
+    def _recall(
+        self,
+        remembered: dict[str, str],
+        new_logs: list[NewLog],
+        cluster: ClusterWatch,
+        at_start: dict[str, str],
+    ) -> None:
+        """Give the new logs an earlier run saw back to the positions (module docstring)."""
+        if self.positions is None:
+            return
+        for entry in new_logs:
+            topic = entry["topic"]
+            shape = cluster.shapes.get(topic)
+            if shape is None or topic in cluster.gone or topic not in self.topics:
+                continue
+            if at_start.get(topic, shape.topic_id) != shape.topic_id:
+                continue  # created again since this start: followed, every watcher reads it from its start
+            if entry["topic_id"] != shape.topic_id or remembered.get(topic) != shape.topic_id:
+                continue  # created again while no stream ran: every watcher reads it from its start
+            lane = TopicPartition(topic, entry["partition"])
+            self.positions.recall(lane, entry["start"], frozenset(entry["away"]))
 
     async def _apply(
         self,
@@ -296,3 +419,27 @@ class TopicMemory:
                     topic,
                     ", ".join(skipped),
                 )
+
+
+def _new_log(topic: str, partition: int, start: int, topic_id: str, away: frozenset[str]) -> NewLog:
+    away_groups = sorted(away)
+    return {"topic": topic, "partition": partition, "start": start, "topic_id": topic_id, "away": away_groups}
+
+
+def _read_new_logs(value: Any) -> list[NewLog]:
+    """The new logs of a memory read, in the form it is written; what does not parse is left out."""
+    entries: list[NewLog] = []
+    for item in value if isinstance(value, list) else ():
+        try:
+            entries.append(
+                _new_log(
+                    str(item["topic"]),
+                    int(item["partition"]),
+                    int(item["start"]),
+                    str(item["topic_id"]),
+                    frozenset(str(group) for group in item["away"]),
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    return sorted(entries, key=lambda entry: (entry["topic"], entry["partition"]))

@@ -5,6 +5,14 @@ The rules are :mod:`~airflow_shared_stream.kafka.watchers`'s; the marks each com
 :mod:`~airflow_shared_stream.kafka.marks`'s. This is where the producer's read loop, its folds and
 its refresh task apply them, through the stream consumer's own client
 (:class:`~airflow_shared_stream.kafka.positions.PositionStore`).
+
+The new logs the stream saw (a topic created again, a partition added), the watchers away from
+each (:attr:`WatcherPositions.new_logs`) and the watchers it served outlive the process: the
+stream's memory (:mod:`~airflow_shared_stream.kafka.topic_memory`) keeps them, is told of every
+change (:attr:`WatcherPositions.on_new_logs`, :attr:`WatcherPositions.on_served`), and gives them
+back to the next start (:meth:`WatcherPositions.recall`). A watcher a restart admitted before that
+answer came is put back at the new log's start (duplicates, never a skip). A watcher new to the
+stream starts at the read position even while others are away from a new log.
 """
 
 from __future__ import annotations
@@ -62,10 +70,18 @@ class WatcherPositions:
         self.end_shows_new_topics = True
         """Whether a log ending below a position means a new topic (a broker without topic ids)."""
         self.served: set[str] = set()
-        """The position groups of every watcher this stream admitted."""
+        """The position groups of every watcher this stream admitted (and, from its memory, the
+        ones earlier runs of it admitted)."""
+        self.on_served: Callable[[str], None] = lambda group: None
+        """Called with each group admitted: the stream's memory keeps them (:mod:`.topic_memory`)."""
         self.new_logs: dict[TopicPartition, tuple[int, frozenset[str]]] = {}
         """Lanes this stream saw added or created again: the start of each new log, and the
         watchers it had served that were away then (see :meth:`_with_new_logs`)."""
+        self.on_new_logs: Callable[[], None] = lambda: None
+        """Called when :attr:`new_logs` changed: the stream's memory keeps them (:mod:`.topic_memory`)."""
+        self.recalled: dict[TopicPartition, tuple[int, frozenset[str]]] = {}
+        """New logs the memory named after watchers away from them were admitted: put back at the
+        next pass (:meth:`recall`)."""
         self._marking = True
         self.guard: CommitGuard | None = None
         """Filters every commit of a position (:mod:`.commit_guard`)."""
@@ -93,6 +109,8 @@ class WatcherPositions:
         ``next_seq`` (the sequence number of the next record yielded) is exact. A watcher whose
         position a live consumer of another shape writes is refused instead (:mod:`.marks`).
         """
+        if self.recalled:
+            await self._put_back(consumer, seek, next_seq)
         pending = [cursor for cursor in self.watchers.take_pending() if cursor.conflict is None]
         store, stream_group = self.store, self.stream_group
         if not pending or store is None or stream_group is None:
@@ -136,6 +154,7 @@ class WatcherPositions:
             anchors: dict[TopicPartition, int] = dict(moved[group])
             anchors.update({tp: found[tp] for tp in self.new_logs if tp in found and tp not in anchors})
             self.served.add(group)
+            self.on_served(group)
             for tp in self.lanes:
                 if tp in found:
                     cursor.next[tp] = found[tp]
@@ -203,7 +222,7 @@ class WatcherPositions:
 
         Kept away, a watcher whose position later expires (``offsets.retention.minutes``, while it
         runs nowhere) would read the new log again from its start, firing again for every record
-        it had fired for. A new log no watcher is away from is forgotten.
+        it had fired for. A new log no watcher is away from is forgotten (by the memory too).
         """
         for tp, (start, away) in list(self.new_logs.items()):
             if group in away:
@@ -211,6 +230,58 @@ class WatcherPositions:
                     del self.new_logs[tp]
                 else:
                     self.new_logs[tp] = (start, away - {group})
+                self.on_new_logs()
+
+    def recall(self, tp: TopicPartition, start: int, away: frozenset[str]) -> None:
+        """
+        A new log an earlier run of the stream saw, and the watchers away from it then (its memory).
+
+        A watcher not admitted yet reads it from its start when admitted (:meth:`_with_new_logs`);
+        one admitted already (the memory answered after the start) is put back at its start at the
+        next pass (:meth:`admit`): it resumed at a position that skips the new log's first records.
+        """
+        if tp not in self.lanes:
+            return
+        known_start, known_away = self.new_logs.get(tp, (start, frozenset()))
+        if known_start != start:
+            return  # this run followed a later new log there already
+        self.new_logs[tp] = (start, known_away | away)
+        admitted = {cursor.group for cursor in self.watchers.admitted()} & away
+        if admitted:
+            self.recalled[tp] = (start, frozenset(group for group in admitted if group is not None))
+
+    async def _put_back(
+        self, consumer: AIOKafkaConsumer, seek: Callable[[TopicPartition, int], None], next_seq: int
+    ) -> None:
+        """Move admitted watchers the memory names as away back to the new log's start (:meth:`recall`)."""
+        recalled, self.recalled = self.recalled, {}
+        for tp, (start, away) in recalled.items():
+            for cursor in self.watchers.admitted():
+                named, position = cursor.group, cursor.next.get(tp)
+                if named is None or named not in away or position is None or tp not in self.lanes:
+                    continue
+                if position > start:
+                    log.warning(
+                        "Kafka %s/%d is a new log since watcher %s last had a position there (the "
+                        "stream's memory says so, read after the watcher resumed at %d): it reads it "
+                        "again from its start %d",
+                        tp.topic,
+                        tp.partition,
+                        cursor.label,
+                        position,
+                        start,
+                    )
+                    cursor.next[tp] = start
+                    cursor.since_seq = next_seq
+                    if start < await consumer.position(tp):
+                        seek(tp, start)
+                    try:
+                        await self._write(cursor, named, {tp: start})
+                    except KafkaError as exc:
+                        raise self._error(f"placing the position of watcher {cursor.label}", exc) from None
+                    if cursor.committer is not None:
+                        cursor.committer.queue(tp, start)
+                self._no_longer_away(named)
 
     def restart_lanes(self, starts: dict[TopicPartition, int]) -> None:
         """Every admitted watcher reads these lanes from these offsets (new partitions, new logs)."""
@@ -218,6 +289,9 @@ class WatcherPositions:
         for tp, start in starts.items():
             _, away_before = self.new_logs.get(tp, (start, frozenset()))
             self.new_logs[tp] = (start, away_before | (self.served - here))
+            self.recalled.pop(tp, None)  # every watcher here reads it from its start now
+        if starts:
+            self.on_new_logs()
         for cursor in self.watchers.admitted():
             for tp, start in starts.items():
                 cursor.next[tp] = start

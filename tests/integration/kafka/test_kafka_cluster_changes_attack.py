@@ -392,7 +392,8 @@ async def test_a_watcher_paused_across_a_re_creation_resumes_at_the_new_topics_s
     runs and reads them all from the new topic's start. The paused watcher resumes with no
     position: it must get the new topic's 25 records, which it never saw, said at WARNING.
     Broke: it joined at the stream's read position and got none of them. A watcher new to the
-    stream, added then, starts at the read position (it was never away).
+    stream, added while the paused one is still away from the new log, starts at the read
+    position (it was never away), not at the new log's start.
     """
     caplog.set_level(logging.INFO, logger=POSITIONS_LOG)
     monkeypatch.setattr(cluster_watch, "CLUSTER_CHECK_INTERVAL", 0.2)
@@ -437,6 +438,19 @@ async def test_a_watcher_paused_across_a_re_creation_resumes_at_the_new_topics_s
         await _until(
             lambda: set(second(a)) >= set(range(25)), "the running watcher's new records", timeout=30
         )
+        # A watcher new to the stream, added while the paused one is still away from the new log:
+        # it was never away, so it starts at the read position (25), not at the new log's start.
+        late = watcher("late")
+        late_group = watcher_group_id(group, late.watcher_digest())
+        added = triggerer.add(late)
+
+        def late_joined() -> list[str]:
+            return [m for r in caplog.records if "joined" in (m := r.getMessage()) and late_group in m]
+
+        await _until(lambda: bool(late_joined()), "the new watcher admitted")
+        joined = late_joined()[0]
+        assert "at 0@25 (group" in joined, f"a new watcher starts in the new log's past: {joined}"
+        assert await kafka.wait_committed(late_group, topic, {0: 25}) == {0: 25}
         resumed = triggerer.add(paused)
         await kafka.produce(topic, [{"round": 2, "i": 25}])
         # It may take the marker before it is admitted (read between fetches): at least once.
@@ -444,11 +458,7 @@ async def test_a_watcher_paused_across_a_re_creation_resumes_at_the_new_topics_s
             await _until(lambda: set(second(resumed)) >= set(range(26)), "0-25", timeout=30)
         assert set(second(resumed)) >= set(range(26)), f"the paused watcher skipped: {second(resumed)}"
         assert await kafka.wait_committed(paused_group, topic, {0: 26}) == {0: 26}
-        # A watcher new to the stream is no returning one: it starts at the read position.
-        late = watcher("late")
-        added = triggerer.add(late)
         await kafka.produce(topic, [{"round": 2, "i": 26}])
-        late_group = watcher_group_id(group, late.watcher_digest())
         assert await kafka.wait_committed(late_group, topic, {0: 27}) == {0: 27}
         assert set(second(added)) <= {25, 26}, f"a new watcher got the new log's past: {second(added)}"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

@@ -11,8 +11,10 @@ from aiokafka import TopicPartition
 from airflow_shared_stream.kafka import commit_guard, topic_memory
 from airflow_shared_stream.kafka.cluster_watch import ClusterWatch
 from airflow_shared_stream.kafka.commit_guard import CommitGuard
+from airflow_shared_stream.kafka.errors import KafkaSharedStreamError
 from airflow_shared_stream.kafka.topic_ids import TopicShape
 from airflow_shared_stream.kafka.topic_memory import TopicMemory, memory_key
+from airflow_shared_stream.kafka.watcher_positions import WatcherPositions
 from airflow_shared_stream.kafka.watchers import StreamWatchers
 from airflow_shared_stream.testing import InMemoryStateStore
 
@@ -112,3 +114,71 @@ async def test_the_guard_withholds_a_topic_whose_id_changed(monkeypatch):
     results = await asyncio.gather(*(guard.admit({TP: n}) for n in range(5)))
     assert [r[TP] for r in results] == list(range(5))
     assert client.sent <= 4
+
+
+def _no_error(what: str, exc: BaseException) -> KafkaSharedStreamError:
+    return KafkaSharedStreamError(what)
+
+
+def _positions(watchers: StreamWatchers) -> WatcherPositions:
+    positions = WatcherPositions(watchers, topics=["orders"], shape={}, describe_error=_no_error)
+    positions.lanes = [TP]
+    return positions
+
+
+async def test_new_logs_of_the_topics_id_are_given_back_and_what_does_not_parse_is_left_out():
+    store = InMemoryStateStore()
+    entry = {"topic": "orders", "partition": 0, "start": 3, "topic_id": "aa", "away": ["g"]}
+    other_id = {**entry, "topic_id": "zz", "partition": 0, "away": ["h"]}
+    store.set(
+        memory_key("digest"),
+        {"topics": {"orders": "aa"}, "new_logs": ["junk", {"topic": 1}, other_id, entry]},
+    )
+    watchers = StreamWatchers()
+    watchers.carriers[1] = ("digest", store)
+    positions = _positions(watchers)
+    memory = TopicMemory(watchers, ["orders"], positions)
+    await memory.start(_cluster("aa"), consumer=None)  # type: ignore[arg-type]
+    assert positions.new_logs == {TP: (3, frozenset({"g"}))}
+    await memory.aclose()
+
+
+async def test_a_new_log_is_written_with_its_topic_id_and_dropped_when_no_watcher_is_away():
+    store = InMemoryStateStore()
+    store.set(memory_key("digest"), {"topics": {"orders": "aa"}})
+    watchers = StreamWatchers()
+    watchers.carriers[1] = ("digest", store)
+    positions = _positions(watchers)
+    memory = TopicMemory(watchers, ["orders"], positions)
+    cluster = _cluster("aa")
+    await memory.start(cluster, consumer=None)  # type: ignore[arg-type]
+    cluster.shapes = {"orders": TopicShape("bb", 1)}  # followed a re-creation
+    positions.restart_lanes({TP: 0})
+    positions.new_logs[TP] = (0, frozenset({"g"}))
+    assert not memory._due()  # not before the stream committed on the new id
+    memory.committed_on({"orders": "bb"})
+    await asyncio.wait_for(memory._flushed(), 5)
+    written = store.get(memory_key("digest"))
+    assert written["topics"] == {"orders": "bb"}
+    assert written["new_logs"] == [
+        {"topic": "orders", "partition": 0, "start": 0, "topic_id": "bb", "away": ["g"]}
+    ]
+    positions._no_longer_away("g")
+    await memory.aclose()
+    assert store.get(memory_key("digest")) == {"topics": {"orders": "bb"}}
+
+
+async def test_the_served_groups_kept_are_bounded_to_the_latest_admitted(monkeypatch):
+    monkeypatch.setattr(topic_memory, "MAX_SERVED", 3)
+    store = InMemoryStateStore()
+    store.set(memory_key("digest"), {"topics": {"orders": "aa"}, "served": ["g0", "g1"]})
+    watchers = StreamWatchers()
+    watchers.carriers[1] = ("digest", store)
+    positions = _positions(watchers)
+    memory = TopicMemory(watchers, ["orders"], positions)
+    await memory.start(_cluster("aa"), consumer=None)  # type: ignore[arg-type]
+    assert positions.served == {"g0", "g1"}
+    for group in ("g2", "g3"):
+        positions.on_served(group)
+    await memory.aclose()
+    assert store.get(memory_key("digest"))["served"] == ["g1", "g2", "g3"]
