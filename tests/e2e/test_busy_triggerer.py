@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.startup_rigs import RIGS, Rig
+from bench.startup_rigs import RIGS, Rig, sqs_rig
 from tests.support.airflow import AirflowDeployment
 from tests.support.machine_load import busy_processes, deadlocked_lines, load_average
 from tests.support.processes import tail, wait_until
@@ -41,7 +41,6 @@ from tests.support.processes import tail, wait_until
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
-BROKERS = ("kafka", "sqs")
 BUSY_PROCESSES = 8
 WATCHERS = 3
 MESSAGES = 20
@@ -50,12 +49,12 @@ CANARY_AGAIN_AFTER = 5.0
 GENEROUS = 420.0
 """Seconds any one wait may take: a 2-core machine at load 20 with the spinners beside it."""
 
-LEASE_LAPSED = re.compile(
-    r"refused to extend \d+ lease|lease\(s\) held past|Heartbeat session expired|"
-    r"giving back \d+ message\(s\) no watcher has seen"
-)
+LEASE_SECONDS = 5
+"""The SQS queue's visibility timeout: the lease of issue 50's acceptance check, where a renewal
+that came late at load 18 made one duplicate per watcher."""
+LEASE_LAPSED = re.compile(r"refused to extend \d+ lease|lease\(s\) held past|Heartbeat session expired")
 """The triggerer's lines for a lease that lapsed: refused by the broker or let go by the keeper
-(``common.leases``, ``common.leased_queue``), or a Kafka group session that expired (aiokafka)."""
+(``common.leases``), or a Kafka group session that expired (aiokafka)."""
 
 SUPERVISOR_STALLS = re.compile(r"Heartbeat recovered after|Warmed the in-process Execution API")
 """Airflow's line for a late heartbeat of the supervisor, and the warm-up's own: the evidence."""
@@ -114,6 +113,17 @@ def _streams_without_events(airflow: AirflowDeployment, rigs: dict[str, Rig]) ->
     return {_broker(asset) for asset, ids in _events_by_watcher(airflow, rigs).items() if not ids}
 
 
+def _received_again(airflow: AirflowDeployment, rig: Rig, messages: set[str]) -> list[str]:
+    """SQS asset events of ``messages`` from a second receive: the message's lease had lapsed."""
+    again = []
+    for event in airflow.asset_events():
+        payload = event.payload or {}
+        count = (payload.get("attributes") or {}).get("ApproximateReceiveCount")
+        if rig.payload_id(payload) in messages and count != "1":
+            again.append(f"{event.asset_name}: {rig.payload_id(payload)} received {count} times")
+    return again
+
+
 def _figures_written(airflow: AirflowDeployment) -> set[str]:
     """The brokers whose stream's first figures write reached the asset state store."""
     with airflow.db() as conn:
@@ -133,22 +143,25 @@ def _triggerer_heartbeat(airflow: AirflowDeployment) -> datetime | None:
 
 
 @pytest.mark.xfail(
-    strict=True,
+    # Not strict: the stalls are 16-45 s against a 30 s watchdog, so the line depends on the
+    # machine's load (one run at load 5-11 logged none). raises=: only the line is excused.
+    strict=False,
     raises=SupervisorStalled,
     reason=(
-        "Issue 50, found by this test (2026-11-29, load 7-15 with the spinners): the supervisor "
-        "stops reading its runner past Airflow's 30 s watchdog. (1) It persists the burst's 126 "
-        "asset events in one handle_events pass at 3-4/s, the ExecutionApiWarmup thread beside it: "
-        "'deadlocked: no communication received for 43.3s'. (2) The first state store write (figures, "
-        "Kafka's topic ids) waits on its main thread for the warm-up (74-76 s): 30.3 s, logged 0.1 s "
-        "after 'Warmed the in-process Execution API'. Every message still reached every watcher."
+        "Issue 50, found by this test (2026-11-29, load 7-17 with the spinners, 3 of 4 runs): the "
+        "supervisor stops reading its runner past Airflow's 30 s watchdog. (1) It persists the "
+        "burst's 126 asset events in one handle_events pass at 3-4/s while the ExecutionApiWarmup "
+        "thread runs beside it (17-21/s without it): 'deadlocked: no communication received for "
+        "43.3s'. (2) The first state store write (figures, Kafka's topic ids) waits on its main "
+        "thread for the warm-up (74-78 s): 30.3 s, logged 0.1 s after 'Warmed the in-process "
+        "Execution API'. Every message still reached every watcher, no lease lapsed."
     ),
 )
 def test_every_message_reaches_every_watcher_with_8_busy_processes_beside_the_triggerer(
     tmp_path: Path,
 ) -> None:
     with contextlib.ExitStack() as stack:
-        rigs = {broker: RIGS[broker](stack) for broker in BROKERS}
+        rigs = {"kafka": RIGS["kafka"](stack), "sqs": sqs_rig(stack, visibility_timeout=LEASE_SECONDS)}
         dags = tmp_path / "dags"
         dags.mkdir()
         (dags / "busy_probe.py").write_text(
@@ -219,6 +232,7 @@ def test_every_message_reaches_every_watcher_with_8_busy_processes_beside_the_tr
             deadlocked = deadlocked_lines(triggerer_log)
             log_lines = triggerer_log.read_text(errors="replace").splitlines()
             lapsed = [line for line in log_lines if LEASE_LAPSED.search(line)]
+            lapsed += _received_again(airflow, rigs["sqs"], messages["sqs"])
             stalls = [line[:200] for line in log_lines if SUPERVISOR_STALLS.search(line)]
             spinning = [spinner.poll() is None for spinner in spinners]
             load_at_end = load_average()
