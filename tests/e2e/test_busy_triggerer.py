@@ -148,12 +148,12 @@ def _triggerer_heartbeat(airflow: AirflowDeployment) -> datetime | None:
     strict=False,
     raises=SupervisorStalled,
     reason=(
-        "Issue 50, found by this test (2026-11-29, load 7-17 with the spinners, 3 of 4 runs): the "
+        "Issue 50, found by this test (2026-11-29, load 5-17 with the spinners, 4 of 5 runs): the "
         "supervisor stops reading its runner past Airflow's 30 s watchdog. (1) It persists the "
         "burst's 126 asset events in one handle_events pass at 3-4/s while the ExecutionApiWarmup "
         "thread runs beside it (17-21/s without it): 'deadlocked: no communication received for "
         "43.3s'. (2) The first state store write (figures, Kafka's topic ids) waits on its main "
-        "thread for the warm-up (74-78 s): 30.3 s, logged 0.1 s after 'Warmed the in-process "
+        "thread for the warm-up (73-78 s): 30.3 s, logged 0.1 s after 'Warmed the in-process "
         "Execution API'. Every message still reached every watcher, no lease lapsed."
     ),
 )
