@@ -15,7 +15,8 @@ ONE SQS queue (moto: the leases), all in one triggerer (one deployment's start f
   read once the supervisor has served both streams' first figures writes (the asset state store
   write that stalled it 44-49 s before ``execution_api_warmup.ExecutionApiWarmup``) and has run
   its health check since (its job's heartbeat is newer);
-* no lease lapsed: none the broker refused to extend or the keeper let go (SQS), no Kafka
+* no lease lapsed: every SQS asset event of those messages came from the message's first
+  receive (leases of 5 s), none the broker refused to extend or the keeper let go, no Kafka
   group session expired (the triggerer's own log).
 
 One Airflow at a time on the machine: it sits with the e2e deployments (``AIRFLOW_AND_SPARK`` in
