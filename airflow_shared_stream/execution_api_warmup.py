@@ -45,15 +45,13 @@ def triggerer_job_id(
     stopped: threading.Event,
     timeout: float = 300.0,
     forked: threading.Event | None = None,
-    waiting: threading.Event | None = None,
 ) -> int | None:
     """
     The listener fires before the job has a type or an id: wait for both; ``None`` if the job is
     not a triggerer's. Read from the instance's ``__dict__``: an ORM attribute read from this
     thread must never lazy-load through the session the job's own thread is using. With
     ``forked``, wait for it too: a supervisor thread that imports while the trigger runner is
-    forked can leave the runner a module lock held for good (:mod:`.runner_fork`); ``waiting``
-    is set meanwhile.
+    forked can leave the runner a module lock held for good (:mod:`.runner_fork`).
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not stopped.is_set():
@@ -64,11 +62,7 @@ def triggerer_job_id(
         job_id = state.get("id")
         if job_type == "TriggererJob" and job_id is not None:
             if forked is None or forked.is_set():
-                if waiting is not None:
-                    waiting.clear()
                 return int(job_id)
-            if waiting is not None:
-                waiting.set()
             forked.wait(min(0.5, max(0.0, deadline - time.monotonic())))
             continue
         stopped.wait(0.5)
