@@ -43,7 +43,7 @@ from airflow.listeners import hookimpl
 from airflow_shared_stream import runner_fork
 from airflow_shared_stream.common.figures import metric_label
 from airflow_shared_stream.common.metrics import StreamMetrics
-from airflow_shared_stream.execution_api_warmup import ExecutionApiWarmup, triggerer_job_id
+from airflow_shared_stream.execution_api_warmup import triggerer_job_id
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ class PlacementMonitor(threading.Thread):
 
 
 class PlacementListener:
-    """Starts a :class:`PlacementMonitor` (and an :class:`ExecutionApiWarmup`) per triggerer job."""
+    """Starts a :class:`PlacementMonitor` per triggerer job and has its fork hooks registered."""
 
     def __init__(self) -> None:
         self.monitors: list[PlacementMonitor] = []
@@ -217,8 +217,7 @@ class PlacementListener:
     def on_starting(self, component: Any) -> None:
         if not hasattr(component, "job_type"):
             return
-        runner_fork.watch(component)
-        ExecutionApiWarmup(component, forked=runner_fork.runner_forked).start()
+        runner_fork.watch(component)  # also readies the Execution API before the runner's fork
         interval = check_interval()
         if interval <= 0:
             return

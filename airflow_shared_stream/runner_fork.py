@@ -16,8 +16,9 @@ whatever the supervisor had imported. Two consequences for this provider:
   OpenTelemetry backend starts an exporter thread that a fork would leave behind.
 * **Threads.** A thread importing modules while the process forks leaves the child a module lock
   that nobody will release: the runner would hang at its first import of that module. The
-  provider's supervisor threads (the Execution API warm-up, the placement check) therefore wait
-  for :data:`runner_forked` before they do anything.
+  provider's supervisor thread (the placement check) therefore waits for :data:`runner_forked`
+  before it does anything, and the Execution API warm-up runs in the hook itself, on the main
+  thread (:mod:`.execution_api_warmup`).
 
 Both hooks are registered once per process by this provider's listener, act only in a triggerer
 job's process, and never raise: a failed import is the stream's to report when it opens.
@@ -42,6 +43,8 @@ import sys
 import threading
 import time
 from typing import Any
+
+from airflow_shared_stream.execution_api_warmup import warm_up_before_fork
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +105,7 @@ def _before_fork() -> None:
     try:
         with contextlib.suppress(Exception):
             preload_stream_modules()
+        warm_up_before_fork()
     except _StopRequested:
         pass
     finally:

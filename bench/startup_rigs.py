@@ -31,12 +31,12 @@ def _own_match(field: str) -> str:
     return f"match=f\"{field}.canary != 'none-{{n}}'\""
 
 
-def _sqs_rig(stack: contextlib.ExitStack, official: bool) -> Rig:
+def _sqs_rig(stack: contextlib.ExitStack, official: bool, visibility_timeout: int = 30) -> Rig:
     from tests.support.brokers import SqsServer, moto_server
 
     server = stack.enter_context(moto_server(own_process=True))
     sqs = SqsServer(port=server.port)
-    queue_url = sqs.create_queue(f"startup-{uuid.uuid4().hex[:8]}", visibility_timeout=30)
+    queue_url = sqs.create_queue(f"startup-{uuid.uuid4().hex[:8]}", visibility_timeout=visibility_timeout)
     conn = json.dumps(sqs.connection())
     if official:
         imports = "from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger"
@@ -65,6 +65,11 @@ def _sqs_rig(stack: contextlib.ExitStack, official: bool) -> Rig:
         publish=lambda body: sqs.send(queue_url, [body]),
         payload_id=payload_id,
     )
+
+
+def sqs_rig(stack: contextlib.ExitStack, visibility_timeout: int) -> Rig:
+    """Ours on SQS, on a queue whose leases (visibility timeout) last ``visibility_timeout`` seconds."""
+    return _sqs_rig(stack, False, visibility_timeout)
 
 
 def _kafka_rig(stack: contextlib.ExitStack, official: bool, broker: str = "noida-db") -> Rig:

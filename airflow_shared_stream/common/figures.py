@@ -61,16 +61,6 @@ def publish_interval() -> float:
     return conf.getfloat(CONFIG_SECTION, CONFIG_KEY, fallback=PUBLISH_INTERVAL_SECONDS)
 
 
-FIRST_PUBLISH_DELAY_SECONDS = 30.0
-"""In a triggerer, a stream's first write waits this long after its first watcher started.
-
-The triggerer's supervisor builds Airflow's in-process Execution API on the first state store
-write it serves, on its main thread: 10-50 s on a loaded machine, during which it answered no
-request of the trigger runner (the streams starting then waited for their connection reads) and
-sent no heartbeat, until it called the runner deadlocked and reassigned its triggers.
-:class:`~airflow_shared_stream.placement.ExecutionApiWarmup` builds it once in the background
-when the triggerer starts; the first write waits for that."""
-
 HISTORY_SAMPLES = 120
 """Samples kept for the page's chart: ten minutes at one sample per publish."""
 
@@ -226,15 +216,6 @@ class StreamFigures:
             return
 
 
-def _through_supervisor(store: Any) -> bool:
-    """Whether ``store`` writes through the triggerer's supervisor (Airflow's own accessors)."""
-    try:
-        from airflow.sdk.execution_time.context import AssetStateStoreAccessors
-    except ImportError:  # pragma: no cover - an Airflow without asset state stores
-        return False
-    return isinstance(store, AssetStateStoreAccessors)
-
-
 class FiguresPublisher:
     """This triggerer's streams' figures (per triggerer scope, as the harness plays several)."""
 
@@ -319,14 +300,11 @@ class FiguresPublisher:
                     label = metric_label(trigger, import_producer=False)
                     figures = self._figures(stream_id, trigger.broker, label)
                 figures.carriers[trigger_id] = one_asset_writer(store)
-                if _through_supervisor(store) and not figures.history:
-                    # A triggerer that may have just started: first let its supervisor build its
-                    # Execution API in the background (placement.ExecutionApiWarmup), then write.
-                    figures.published_at = time.time() - figures.interval + FIRST_PUBLISH_DELAY_SECONDS
-                else:
-                    # Write at once: shows the watcher's stream, and after a takeover makes this
-                    # triggerer's value newer than what a dead one left under the carrier's key.
-                    figures.published_at = 0.0
+                # Write at once: shows the watcher's stream, and after a takeover makes this
+                # triggerer's value newer than what a dead one left under the carrier's key. A
+                # triggerer's supervisor readied its Execution API before its runner existed
+                # (execution_api_warmup): the write finds it ready, however young the triggerer.
+                figures.published_at = 0.0
                 self._publish_if_due(figures, time.time())
             except Exception as exc:
                 log.debug("Watcher %s cannot carry its stream's figures: %s", trigger_id, exc)

@@ -53,13 +53,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-
-from airflow_shared_stream.common.figures import FIRST_PUBLISH_DELAY_SECONDS
 
 if TYPE_CHECKING:
     from airflow_shared_stream.kafka.cluster_watch import ClusterWatch
@@ -85,10 +82,6 @@ MAX_SERVED = 200
 CLOSE_WAIT = 5.0
 """Longest a stopping stream waits for a write in progress."""
 STORE_POLL = 0.5
-LOADED_AT = time.monotonic()
-"""When this module was imported: in a triggerer, just before its runner was forked (the supervisor
-imports the streams' modules then, :mod:`~airflow_shared_stream.runner_fork`), so about when the
-triggerer started and its Execution API warm-up began; elsewhere, at a stream's first start."""
 
 
 def memory_key(stream_id: str) -> str:
@@ -239,13 +232,8 @@ class TopicMemory:
         try:
             while not self.watchers.carriers:  # noqa: ASYNC110 - watchers join from their own tasks
                 await asyncio.sleep(STORE_POLL)
-            stream_id, first = next(iter(self.watchers.carriers.values()))
-            key = memory_key(stream_id)
-            if type(first).__module__.startswith("airflow."):  # Airflow's accessors: the supervisor's
-                # A triggerer that just started: its supervisor first builds its Execution API in
-                # the background (placement.ExecutionApiWarmup); a request before that would make
-                # it build one on its main thread, deaf to the runner (as the figures wait).
-                await asyncio.sleep(max(FIRST_PUBLISH_DELAY_SECONDS - (time.monotonic() - LOADED_AT), 0.0))
+            stream_id, _ = next(iter(self.watchers.carriers.values()))
+            key = memory_key(stream_id)  # read at once: the supervisor's API is ready (execution_api_warmup)
             remembered = await self._read(key)
             while remembered is None:  # asked again: a run that never read it could never write it,
                 # and a re-creation it followed would then look to the next start like one while no

@@ -55,8 +55,8 @@ def test_the_kafka_dag_parses_and_its_watchers_run(stack: Stack) -> None:
 def test_the_triggerer_builds_the_execution_api_before_the_first_figures(stack: Stack) -> None:
     """
     Issue 50: the supervisor builds its in-process Execution API on the first state store write
-    it serves, on its main thread, and stops answering the runner meanwhile; the placement
-    listener builds it first in the background (placement.ExecutionApiWarmup).
+    it serves, on its main thread, and stops answering the runner meanwhile; the supervisor now
+    builds it just before it forks its runner (execution_api_warmup, from runner_fork's hook).
     """
     triggerer_log = stack.airflow.log_path("triggerer")
     wait_until(

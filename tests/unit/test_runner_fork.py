@@ -23,7 +23,7 @@ from airflow_shared_stream.execution_api_warmup import triggerer_job_id
 REPO = Path(__file__).resolve().parents[2]
 
 FORK_AS_THE_TRIGGERER_DOES = """
-import json, os, sys
+import json, os, sys, threading
 from types import SimpleNamespace
 from airflow_shared_stream import runner_fork
 from airflow_shared_stream.placement import PlacementListener
@@ -34,16 +34,32 @@ job.job_type = sys.argv[1]
 job.id = 7
 read, write = os.pipe()
 pid = os.fork()
-if pid == 0:  # the trigger runner
+if pid == 0:  # the trigger runner: what it started with is what the supervisor had at the fork
     names = ("aiokafka", "aiobotocore", "azure.servicebus", "google.pubsub_v1",
              "airflow_shared_stream.kafka.producer", "airflow_shared_stream.sqs.producer",
              "airflow_shared_stream.pubsub.producer", "airflow_shared_stream.servicebus.producer")
-    os.write(write, json.dumps([name for name in names if name in sys.modules]).encode())
+    from airflow.jobs import triggerer_job_runner
+    build = triggerer_job_runner.in_process_api_server  # what the supervisor's first request calls
+    api = build() if build.__module__ != triggerer_job_runner.__name__ else None  # never Airflow's own
+    os.write(write, json.dumps({
+        "runner_had": [name for name in names if name in sys.modules],
+        "api_ready_at_fork": bool(api is not None and api.app._cadwyn_initialized),
+    }).encode())
     os._exit(0)
+threads_after_fork = sorted(thread.name for thread in threading.enumerate())
 os.waitpid(pid, 0)
-print(json.dumps({"runner_had": json.loads(os.read(read, 65536)),
-                  "forked": runner_fork.runner_forked.is_set()}))
+print(json.dumps({**json.loads(os.read(read, 65536)),
+                  "forked": runner_fork.runner_forked.is_set(),
+                  "threads_after_fork": threads_after_fork}))
 """
+
+THREADS_IDLE_AFTER_THE_FORK = {
+    "MainThread",
+    "InProcessExecutionAPI-loop",  # Airflow's event loop of the instance, idle until a request
+    "AnyIO worker thread",  # the instance's worker that answered the warm-up's request, idle
+    "shared-stream-placement-monitor",  # waits on an event; one database read per interval
+}
+"""The supervisor's threads once its runner is forked: none of them works beside its main thread."""
 
 
 def _fork_as(job_type: str) -> dict[str, object]:
@@ -77,7 +93,32 @@ def test_a_triggerers_runner_starts_with_every_installed_streams_modules_importe
 
 def test_another_jobs_fork_imports_nothing() -> None:
     result = _fork_as("SchedulerJob")
-    assert result == {"runner_had": [], "forked": False}
+    assert result["runner_had"] == []
+    assert result["forked"] is False
+    assert result["api_ready_at_fork"] is False
+
+
+def test_a_triggerers_execution_api_is_ready_before_its_runner_is_forked() -> None:
+    """
+    Issue 50: the supervisor's first state store write (a stream's figures, Kafka's topic-id
+    memory) waited on its main thread for a warm-up thread still building the API, 30.3 s on a
+    loaded machine, past Airflow's 30 s watchdog. Ready before the runner exists, it never waits.
+    """
+    result = _fork_as("TriggererJob")
+    assert result["api_ready_at_fork"] is True, (
+        "the supervisor's first request would build the API, or wait for a warm-up, on its main thread"
+    )
+
+
+def test_no_thread_of_the_supervisor_works_beside_its_main_thread_after_the_fork() -> None:
+    """
+    Issue 50: a warm-up thread that built the API after the fork ran beside the supervisor's
+    main thread for a minute on a loaded machine, and each database round trip of the main
+    thread waited for it to give the interpreter back: a burst's 126 asset events persisted at
+    3-4 per second (17-21 without it), 43 s with no read of the runner ("deadlocked").
+    """
+    result = _fork_as("TriggererJob")
+    assert set(result["threads_after_fork"]) <= THREADS_IDLE_AFTER_THE_FORK, result["threads_after_fork"]  # type: ignore[arg-type]
 
 
 def test_supervisor_threads_start_their_work_only_after_the_runner_is_forked() -> None:

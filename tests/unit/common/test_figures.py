@@ -241,9 +241,6 @@ async def test_a_watcher_of_two_assets_carries_its_streams_figures(monkeypatch: 
         written.append((self._name, key))  # the supervisor's channel is not there in a unit test
 
     monkeypatch.setattr(context.AssetStateStoreAccessor, "aset", record)
-    # Airflow's accessors write through the supervisor: the first write waits for its warm-up,
-    # which is not what this test is about.
-    monkeypatch.setattr(f, "FIRST_PUBLISH_DELAY_SECONDS", 0.0)
     store = AssetStateStoreAccessors(
         inlets=[Asset(name="orders-b", uri="s3://b"), Asset(name="orders-a", uri="s3://a")]
     )
@@ -253,6 +250,29 @@ async def test_a_watcher_of_two_assets_carries_its_streams_figures(monkeypatch: 
         f.stream_figures.absorb(_metrics(), {m.RECEIVED: 1}, {})
         await until(lambda: len(written) == 2, "the write after a flush")
     assert written == [("orders-a", f"shared_stream.figures.sqs.{STREAM_ID}.3")] * 2
+
+
+async def test_a_first_write_through_the_supervisor_goes_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """
+    Issue 50: a stream's first figures write through Airflow's accessors (the triggerer's
+    supervisor) waited 30 s after its first watcher started, a guess at when a warm-up thread
+    would have built the supervisor's Execution API; the supervisor then waited for that thread
+    on its main thread (30.3 s, "deadlocked"). The API is ready before the runner exists now.
+    """
+    from airflow.sdk import Asset
+    from airflow.sdk.execution_time import context
+    from airflow.sdk.execution_time.context import AssetStateStoreAccessors
+
+    written: list[str] = []
+
+    async def record(self: context.AssetStateStoreAccessor, key: str, value: Any) -> None:
+        written.append(key)
+
+    monkeypatch.setattr(context.AssetStateStoreAccessor, "aset", record)
+    store = AssetStateStoreAccessors(inlets=[Asset(name="orders-a", uri="s3://a")])
+    with f.stream_figures.watching(_watcher(5, store)):  # type: ignore[arg-type]
+        await until(lambda: bool(written), "the first write through the supervisor")
+    assert written == [f"shared_stream.figures.sqs.{STREAM_ID}.5"]
 
 
 def test_every_spelling_of_one_queue_is_one_stream_in_the_figures() -> None:

@@ -67,6 +67,29 @@ async def test_the_same_id_changes_nothing_and_writes_nothing():
     assert store.writes == 1  # the test's own
 
 
+class SupervisorsStore(InMemoryStateStore):
+    """A store as a triggerer's watcher has one: Airflow's accessor, served by the supervisor."""
+
+
+SupervisorsStore.__module__ = "airflow.sdk.execution_time.context"
+
+
+async def test_the_supervisors_store_is_read_at_once_in_a_triggerer_that_just_started():
+    """
+    Issue 50: the memory waited 30 s after the triggerer's start before its first read through the
+    supervisor (a guess at when a warm-up thread would have built the supervisor's Execution
+    API), and its first write then made the supervisor wait for that thread. The supervisor now
+    readies its API before the runner exists (``execution_api_warmup``): read at once.
+    """
+    store = SupervisorsStore()
+    store.set(memory_key("digest"), {"topics": {"orders": "aa"}})
+    cluster = _cluster("bb")
+    memory = _memory(store)
+    await memory.start(cluster, consumer=None)  # type: ignore[arg-type]
+    assert "orders" in cluster.gone, "the memory was not read before the stream's first fetch"
+    await memory.aclose()
+
+
 async def test_a_new_id_committed_on_is_written_and_read_by_the_next_start():
     store = InMemoryStateStore()
     memory = _memory(store)
