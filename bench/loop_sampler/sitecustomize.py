@@ -149,10 +149,65 @@ def _on_gc(phase: str, info: dict[str, int]) -> None:
         )
 
 
+_CPU_REPORTED = 0.03
+_steps: list[tuple[float, str]] = []
+
+
+def _what(handle: Any) -> str:
+    """The coroutine a task step ran and where it stopped, else the callback."""
+    task = getattr(handle._callback, "__self__", None)
+    coro = task.get_coro() if hasattr(task, "get_coro") else None
+    if coro is None:
+        return repr(handle._callback)[:200]
+    where = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+        if frame is not None:
+            where.append(
+                f"{frame.f_code.co_filename.rsplit('/', 2)[-1]}:{frame.f_lineno} {frame.f_code.co_name}"
+            )
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+    return " > ".join(where[-6:]) or getattr(task, "get_name", lambda: "?")()
+
+
+def _time_the_loop() -> None:
+    """The loop thread's CPU per iteration and per callback: its own work, whatever the machine's load."""
+    import asyncio.base_events
+    import asyncio.events
+
+    run_once = asyncio.base_events.BaseEventLoop._run_once
+    handle_run = asyncio.events.Handle._run
+
+    def timed_run(handle: Any) -> None:
+        cpu = time.thread_time()
+        try:
+            handle_run(handle)
+        finally:
+            spent = time.thread_time() - cpu
+            if spent >= 0.005:
+                _steps.append((spent, _what(handle)))
+
+    def timed_run_once(loop: Any) -> None:
+        _steps.clear()
+        cpu, wall = time.thread_time(), time.perf_counter()
+        run_once(loop)
+        spent = time.thread_time() - cpu
+        if spent >= _CPU_REPORTED:
+            steps = "; ".join(f"{t * 1000:.0f} ms {what}" for t, what in sorted(_steps, reverse=True)[:6])
+            _write(
+                f"=== loop iteration at {_stamp(time.time())} UTC: {spent * 1000:.0f} ms CPU on the loop "
+                f"thread, {(time.perf_counter() - wall) * 1000:.0f} ms wall; steps: {steps}"
+            )
+
+    asyncio.events.Handle._run = timed_run  # type: ignore[method-assign]
+    asyncio.base_events.BaseEventLoop._run_once = timed_run_once  # type: ignore[method-assign]
+
+
 def _after_fork_in_child() -> None:
     if _OUT:
         ident = threading.get_ident()
         gc.callbacks.append(_on_gc)
+        _time_the_loop()
         threading.Thread(target=_sample, args=(ident,), name="loop-sampler", daemon=True).start()
 
 
