@@ -12,7 +12,8 @@ samples the forking thread's stack every few milliseconds. Written to
   scheduled), with each thread's CPU time over the gap and every thread's stack after it;
 * every garbage collection longer than a few milliseconds: generation, duration, thread.
 
-Diagnosis only: the sampler takes the interpreter from the loop for each sample.
+Diagnosis only: the sampler takes the interpreter from the loop for each sample
+(``LOOP_SAMPLER_PERIOD=0`` keeps only the collections and the loop's CPU, without the thread).
 """
 
 from __future__ import annotations
@@ -208,6 +209,9 @@ def _after_fork_in_child() -> None:
         ident = threading.get_ident()
         gc.callbacks.append(_on_gc)
         _time_the_loop()
+        if _PERIOD <= 0:  # the collections and the loop's CPU only: no thread to perturb the runner
+            _write(f"=== timing the loop of {sys.argv[:3]}, no stack sampling")
+            return
         threading.Thread(target=_sample, args=(ident,), name="loop-sampler", daemon=True).start()
 
 
