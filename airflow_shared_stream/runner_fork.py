@@ -20,6 +20,13 @@ whatever the supervisor had imported. Two consequences for this provider:
   before it does anything, and the Execution API warm-up runs in the hook itself, on the main
   thread (:mod:`.execution_api_warmup`).
 
+* **The collector.** The runner's first full garbage collection, set off by a stream's first
+  allocations (its client, its SDK's models), walked every object the supervisor had at the
+  fork: Airflow's modules and the preloaded SDKs, a few hundred thousand objects, on the loop.
+  The supervisor freezes its heap just before the fork (``gc.freeze``, as Airflow's
+  LocalExecutor does before it forks its workers) and unfreezes it just after, in itself only:
+  the runner keeps those objects out of its collections, the supervisor's collector is as it was.
+
 Both hooks are registered once per process by this provider's listener, act only in a triggerer
 job's process, and never raise: a failed import is the stream's to report when it opens.
 
@@ -35,6 +42,7 @@ handler acts on them.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import logging
 import os
@@ -64,6 +72,7 @@ _hooks_registered = False
 _lock = threading.Lock()
 _kept_signals: list[int] = []
 _importing = False
+_froze_heap = False
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 """What Airflow's jobs handle to stop; kept while the imports run, sent again after the fork."""
 
@@ -98,7 +107,7 @@ def _before_fork() -> None:
         return
     if threading.current_thread() is not threading.main_thread():
         return  # Airflow forks its runner from the main thread: the only one that may set handlers
-    global _importing
+    global _importing, _froze_heap
     _kept_signals.clear()  # a runner that forks in turn inherited its supervisor's list
     handlers = {signum: signal.signal(signum, _keep) for signum in STOP_SIGNALS}
     _importing = True
@@ -113,11 +122,20 @@ def _before_fork() -> None:
         for signum, handler in handlers.items():
             if handler is not None:
                 signal.signal(signum, handler)
+        # Last, so that the imports' objects are frozen too; a heap someone froze already
+        # (a runner forking in turn) is theirs to unfreeze.
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            _froze_heap = True
 
 
 def _after_fork_in_parent() -> None:
+    global _froze_heap
     if not _in_triggerer():
         return
+    if _froze_heap:
+        gc.unfreeze()
+        _froze_heap = False
     runner_forked.set()
     if _kept_signals:
         kept = list(_kept_signals)

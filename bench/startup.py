@@ -152,6 +152,18 @@ def _epoch(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
+def _sampler_env(args: argparse.Namespace, name: str, state: str) -> dict[str, str]:
+    """With ``--sample-loop``: the loop sampler (``bench/loop_sampler``) in every forked child."""
+    if args.sample_loop is None:
+        return {}
+    out = args.sample_loop / f"{name}-{state}"
+    out.mkdir(parents=True, exist_ok=True)
+    return {
+        "PYTHONPATH": f"{REPO / 'bench' / 'loop_sampler'}{os.pathsep}{REPO}",
+        "LOOP_SAMPLER_OUT": str(out),
+    }
+
+
 def run_cell(name: str, state: str, watchers: int, args: argparse.Namespace) -> Cell:
     cell = Cell(trigger=name, state=state, watchers=watchers, load_before=os.getloadavg()[0])
     with contextlib.ExitStack() as stack:
@@ -168,6 +180,7 @@ def run_cell(name: str, state: str, watchers: int, args: argparse.Namespace) -> 
             env={
                 **rig.env,
                 "PYTHONPATH": str(REPO),
+                **_sampler_env(args, name, state),
                 "AIRFLOW__TRIGGERER__BLOCKED_MAIN_THREAD_WARNING_THRESHOLD": "0.2",
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
                 **({"PYTHONASYNCIODEBUG": "1"} if args.asyncio_debug else {}),
@@ -308,6 +321,13 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="run the triggerer with PYTHONASYNCIODEBUG=1 and record asyncio's slow-callback lines "
         "(debug mode slows the loop: diagnosis, not figures)",
+    )
+    parser.add_argument(
+        "--sample-loop",
+        type=Path,
+        metavar="DIR",
+        help="sample the event loop's stack in the triggerer's forked runner and write each busy "
+        "run over 0.15 s to DIR/<trigger>-<state>/<pid>.txt (diagnosis, not figures)",
     )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "startup.md")
     args = parser.parse_args(argv)
