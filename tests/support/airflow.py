@@ -95,6 +95,13 @@ def airflow_bin() -> Path:
 
 
 REPO = Path(__file__).resolve().parents[2]
+SQLITE_BUSY_TIMEOUT = 60.0
+"""
+Seconds a component waits for SQLite's write lock before "database is locked" (sqlite3's own
+default is 5 s). On a loaded machine an api-server request held the lock for 6 s and the
+triggerer's supervisor, whose insert of an asset event timed out, exited (Airflow does not
+retry it): the demo's busy run of 2026-11-29. PostgreSQL has no such limit.
+"""
 
 
 def migrated_airflow_home(home: Path, dag_file: Path) -> dict[str, str]:
@@ -150,7 +157,7 @@ class AirflowDeployment:
 
     @property
     def sql_alchemy_conn(self) -> str:
-        return self.database_url or f"sqlite:///{self.db_path}"
+        return self.database_url or f"sqlite:///{self.db_path}?timeout={SQLITE_BUSY_TIMEOUT:g}"
 
     @property
     def database(self) -> str:
