@@ -92,10 +92,6 @@ def _one_store_per_asset(monkeypatch: Any, stores: dict[str, InMemoryStateStore]
     monkeypatch.setattr(testing, "_rebuild", rebuilt_with_its_asset)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a start reads the memory of a paused watcher's asset, older than the running ones': re-reads",
-)
 @pytest.mark.parametrize("kafka_broker", ["tansu"], indirect=True)  # the broker with topic ids
 async def test_a_memory_left_stale_in_a_paused_watchers_asset_does_not_make_a_restart_re_read_a_topic(
     kafka, monkeypatch
@@ -110,8 +106,9 @@ async def test_a_memory_left_stale_in_a_paused_watchers_asset_does_not_make_a_re
     the triggerer restarts again: run 3 reads ``paused``'s asset first, whose memory still says
     topic id 1, and takes the topic it followed and committed on for days for one created again
     while no stream ran: it reads it again from its start for every watcher, so ``running``'s Dag
-    fires again for records 0-4. Expected: ``running`` gets record 5 only (``paused`` reads the
-    new log from its start: it was away).
+    fires again for records 0-4 (broke so). Now each write of a change raises the memory's
+    ``generation`` and a start takes the newest it reads: ``running`` gets record 5 only
+    (``paused`` reads the new log from its start: it was away).
     """
     rig = _Rig(kafka, monkeypatch)
     stores = {"'running' != 'never'": InMemoryStateStore(), "'paused' != 'never'": InMemoryStateStore()}
