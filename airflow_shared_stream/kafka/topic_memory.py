@@ -14,9 +14,10 @@ store (the channel :mod:`~airflow_shared_stream.common.figures` uses): under
 here (:func:`~airflow_shared_stream.common.figures.one_asset_writer`), at most
 :data:`MAX_STORES` of them, lowest trigger id first; each write of a change raises its
 ``generation`` and a start takes the newest it reads (:meth:`TopicMemory._read`). It is
-written, in the background, when the stream first commits on a topic id this memory does not hold (its first start, a re-creation it
-followed), and once to each watcher's asset that does not hold it yet (a watcher that joined
-later: a start with only such watchers would find no memory).
+written, in the background, when the stream first commits on a topic id this memory does not
+hold (its first start, a re-creation it followed), and once to each watcher's asset that does
+not hold it yet (a watcher that joined later: a start with only such watchers would find no
+memory).
 
 At start it is read in the background (the store's reads go through the triggerer's supervisor and
 can take tens of seconds), bounded by :data:`READ_TIMEOUT`; the stream anchors as it always did and
