@@ -12,10 +12,12 @@ So the stream keeps, per topic, the id it last committed positions on, in Airflo
 store (the channel :mod:`~airflow_shared_stream.common.figures` uses): under
 :func:`memory_key` (the stream's identity digest), in the asset of each of its watchers running
 here (:func:`~airflow_shared_stream.common.figures.one_asset_writer`), at most
-:data:`MAX_STORES` of them, lowest trigger id first. It is written, in the background, when the
-stream first commits on a topic id this memory does not hold (its first start, a re-creation it
-followed), and once to each watcher's asset that does not hold it yet (a watcher that joined
-later: a start with only such watchers would find no memory).
+:data:`MAX_STORES` of them, lowest trigger id first; each write of a change raises its
+``generation`` and a start takes the newest it reads (:meth:`TopicMemory._read`). It is
+written, in the background, when the stream first commits on a topic id this memory does not
+hold (its first start, a re-creation it followed), and once to each watcher's asset that does
+not hold it yet (a watcher that joined later: a start with only such watchers would find no
+memory).
 
 At start it is read in the background (the store's reads go through the triggerer's supervisor and
 can take tens of seconds), bounded by :data:`READ_TIMEOUT`; the stream anchors as it always did and
@@ -123,6 +125,8 @@ class TopicMemory:
         self._task: asyncio.Task[None] | None = None
         self._seen: dict[int, Any] = {}
         self._read_failures = 0
+        self._generation = 0
+        """The generation of the memory held: the newest read, raised by each write of a change."""
         self._given: set[int] = set()
         """Trigger ids whose asset's store holds :attr:`held` (a watcher that joined later is given it)."""
 
@@ -199,6 +203,8 @@ class TopicMemory:
 
     def _value(self, topics: dict[str, str], new_logs: list[NewLog], served: list[str]) -> dict[str, Any]:
         value: dict[str, Any] = {"topics": topics}
+        if self._generation:
+            value["generation"] = self._generation
         if new_logs:
             value["new_logs"] = new_logs
         if served:
@@ -263,6 +269,7 @@ class TopicMemory:
                 self._wake.clear()
                 wanted, new_logs, served = self._wanted(), self._new_logs_wanted(), self._served_wanted()
                 if self._changed():
+                    self._generation += 1
                     written = await self._write(key, self._value(wanted, new_logs, served))
                     if written:
                         self.held, self.held_new_logs, self.held_served = wanted, new_logs, served
@@ -281,12 +288,16 @@ class TopicMemory:
 
     async def _read(self, key: str) -> tuple[dict[str, str], list[NewLog], list[str]] | None:
         """
-        The first memory a watcher's asset holds (topic ids, new logs, served); empty when none does;
+        The newest memory the watchers' assets hold (topic ids, new logs, served): the highest
+        ``generation``, the lowest trigger id among equals. An asset of a watcher that was paused
+        while another run of the stream wrote the memory holds an older one (a stale topic id
+        would make this start read a topic it followed again). Empty when none holds one;
         ``None`` when one does not answer in time (this run then writes nothing: a memory it did
         not read is not overwritten).
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + READ_TIMEOUT
+        newest: tuple[int, int, dict[str, Any]] | None = None
         for trigger_id, store in self._carried():
             try:
                 value = await asyncio.wait_for(store.aget(key), max(deadline - loop.time(), 0.01))
@@ -301,13 +312,19 @@ class TopicMemory:
                     type(exc).__name__,
                 )
                 return None
-            if isinstance(value, dict) and isinstance(topics := value.get("topics"), dict):
-                self._given = {trigger_id}
-                ids = {str(topic): str(topic_id) for topic, topic_id in topics.items()}
-                served = value.get("served")
-                groups = [str(group) for group in served] if isinstance(served, list) else []
-                return ids, _read_new_logs(value.get("new_logs")), groups[-MAX_SERVED:]
-        return {}, [], []
+            if isinstance(value, dict) and isinstance(value.get("topics"), dict):
+                generation = value.get("generation")
+                generation = generation if isinstance(generation, int) else 0
+                if newest is None or generation > newest[0]:
+                    newest = (generation, trigger_id, value)
+        if newest is None:
+            return {}, [], []
+        self._generation, chosen, value = newest
+        self._given = {chosen}  # the others are given it (written) as watchers that joined later
+        ids = {str(topic): str(topic_id) for topic, topic_id in value["topics"].items()}
+        served = value.get("served")
+        groups = [str(group) for group in served] if isinstance(served, list) else []
+        return ids, _read_new_logs(value.get("new_logs")), groups[-MAX_SERVED:]
 
     async def _write(self, key: str, value: dict[str, Any], only: set[int] | None = None) -> set[int]:
         """Write ``value`` to the watchers' stores (``only`` these trigger ids); those written."""

@@ -117,6 +117,7 @@ class WatcherPositions:
             self.watchers.pending[:0] = pending
             return
         loaded: list[tuple[WatcherCursor, str, dict[TopicPartition, int]]] = []
+        known_away: dict[str, dict[TopicPartition, frozenset[str]]] = {}
         for cursor in pending:
             group = cursor.group = watcher_group_id(stream_group, cursor.digest)
             try:
@@ -126,6 +127,7 @@ class WatcherPositions:
                 raise self._error(f"reading the position of watcher {cursor.label}", exc) from None
             if not self._refused(cursor, committed):
                 loaded.append((cursor, group, self._with_new_logs(cursor, committed.offsets)))
+                known_away[group] = {tp: away for tp, (_, away) in self.new_logs.items()}
         # A position the log no longer holds (retention, a new topic) reads from the log start.
         try:
             bounds = await read_log_bounds(consumer, self.lanes) if loaded else {}
@@ -164,7 +166,8 @@ class WatcherPositions:
                 await self._write(cursor, group, anchors)
             except KafkaError as exc:
                 raise self._error(f"anchoring the position of watcher {cursor.label}", exc) from None
-            self._no_longer_away(group)
+            if not self._named_away_meanwhile(cursor, group, known_away[group]):
+                self._no_longer_away(group)
             committer = OffsetCommitter(
                 commit=functools.partial(self._write, cursor, group),
                 describe_error=self._error,
@@ -215,6 +218,24 @@ class WatcherPositions:
                 "" if stale is None else f" (its position {stale} there was of the old log, sent late)",
             )
         return found
+
+    def _named_away_meanwhile(
+        self, cursor: WatcherCursor, group: str, known: dict[TopicPartition, frozenset[str]]
+    ) -> bool:
+        """
+        Whether the memory named ``group`` away from a new log during its admission (its answer
+        came after :meth:`_with_new_logs` read :attr:`new_logs`, while the admission awaited the
+        broker): not admitted yet, :meth:`recall` did not put it back; it is put back at the next
+        pass (:meth:`_put_back`), and stays away until then.
+        """
+        late = False
+        for tp, (start, away) in self.new_logs.items():
+            position = cursor.next.get(tp)
+            if group in away and group not in known.get(tp, ()) and position is not None and position > start:
+                _, named = self.recalled.get(tp, (start, frozenset()))
+                self.recalled[tp] = (start, named | {group})
+                late = True
+        return late
 
     def _no_longer_away(self, group: str) -> None:
         """
