@@ -321,7 +321,11 @@ class TopicMemory:
             return {}, [], []
         self._generation, chosen, value = newest
         self._given = {chosen}  # the others are given it (written) as watchers that joined later
-        ids = {str(topic): str(topic_id) for topic, topic_id in value["topics"].items()}
+        # An id that is not text (a value someone else wrote) is left out: read as "None", it
+        # would differ from every topic's id and take the topic for created again (read all again).
+        ids = {
+            str(topic): topic_id for topic, topic_id in value["topics"].items() if isinstance(topic_id, str)
+        }
         served = value.get("served")
         groups = [str(group) for group in served] if isinstance(served, list) else []
         return ids, _read_new_logs(value.get("new_logs")), groups[-MAX_SERVED:]

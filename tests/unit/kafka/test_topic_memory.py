@@ -54,6 +54,19 @@ async def test_a_remembered_id_that_differs_takes_the_topic_for_created_again(ca
     await memory.aclose()
 
 
+async def test_an_id_that_is_not_text_is_left_out_never_taken_for_a_new_topic():
+    """A memory someone else wrote (``null``, a number): the topic is not read again from its start."""
+    store = InMemoryStateStore()
+    store.set(memory_key("digest"), {"topics": {"orders": None, "other": 7}})
+    cluster = _cluster("aa")
+    memory = _memory(store)
+    await memory.start(cluster, consumer=None)  # type: ignore[arg-type]
+    assert memory.ready.is_set()
+    assert "orders" not in cluster.gone
+    assert not cluster.due()
+    await memory.aclose()
+
+
 async def test_the_same_id_changes_nothing_and_writes_nothing():
     store = InMemoryStateStore()
     store.set(memory_key("digest"), {"topics": {"orders": "aa"}})
