@@ -4,7 +4,9 @@ Attacks on "a watcher paused across a topic's re-creation reads the new log from
 
 Each :class:`SharedStreamHarness` is one triggerer; a watcher is paused by removing its trigger
 (Airflow cancels it) and resumed by adding it again. Topics are deleted as Apache Kafka deletes
-them: with every group's offsets on them (``KafkaSandbox.delete_topic``).
+them: with every group's offsets on them (``KafkaSandbox.delete_topic``). On noida-db (no topic
+ids) empty fetches are held as Kafka holds them (``tests/support/kafka_fetch_wait.py``), and a
+re-created topic is written to only once the stream follows its new log (``_Rig.recreate``).
 """
 
 from __future__ import annotations
