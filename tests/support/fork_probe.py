@@ -31,14 +31,15 @@ class ForkProbeTrigger(BaseEventTrigger):
         if pid == 0:  # the grandchild: gone at once
             os._exit(0)
         held = time.monotonic() - started
+        after = {thread.name for thread in threading.enumerate()}  # before the waitpid's own thread
+        frozen_after = gc.get_freeze_count()
         await asyncio.to_thread(os.waitpid, pid, 0)
-        after = {thread.name for thread in threading.enumerate()}
         yield TriggerEvent(
             {
                 "new_threads": sorted(after - before),
                 "fork_seconds": round(held, 3),
                 "frozen_before": frozen_before,
-                "frozen_after": gc.get_freeze_count(),
+                "frozen_after": frozen_after,
             }
         )
         await asyncio.Event().wait()
