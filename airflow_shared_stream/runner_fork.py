@@ -27,7 +27,11 @@ whatever the supervisor had imported. Two consequences for this provider:
   LocalExecutor does before it forks its workers) and unfreezes it just after, in itself only:
   the runner keeps those objects out of its collections, the supervisor's collector is as it was.
 
-Both hooks are registered once per process by this provider's listener, act only in a triggerer
+In the runner (the child) they are inert: it inherits the supervisor's state, and a fork of its
+own (a trigger using ``multiprocessing``'s fork context) must neither build an Execution API on
+its event loop nor unfreeze the heap it inherited.
+
+The hooks are registered once per process by this provider's listener, act only in a triggerer
 job's process, and never raise: a failed import is the stream's to report when it opens.
 
 A stop signal during the imports is not lost. CPython reports an exception that leaves an
@@ -93,7 +97,11 @@ def watch(job: Any) -> None:
     with _lock:
         _jobs.append(job)
         if not _hooks_registered and hasattr(os, "register_at_fork"):
-            os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
+            os.register_at_fork(
+                before=_before_fork,
+                after_in_parent=_after_fork_in_parent,
+                after_in_child=_after_fork_in_child,
+            )
             _hooks_registered = True
 
 
@@ -143,6 +151,18 @@ def _after_fork_in_parent() -> None:
         threading.Thread(
             target=_send_again, args=(kept,), name="shared-stream-stop-signal", daemon=True
         ).start()
+
+
+def _after_fork_in_child() -> None:
+    """The runner: its supervisor's hooks are done; a fork of the runner's own is not theirs."""
+    global _froze_heap
+    if not _in_triggerer():
+        return
+    # Without this the runner, which inherits the supervisor's state, ran the imports and built a
+    # second Execution API on its event loop at a fork of its own (a trigger using
+    # multiprocessing's fork context), then unfroze the heap it inherited.
+    runner_forked.set()
+    _froze_heap = False
 
 
 def _send_again(signums: list[int]) -> None:

@@ -156,3 +156,53 @@ def test_supervisor_threads_start_their_work_only_after_the_runner_is_forked() -
     forked.set()
     waiting.join(60)
     assert got == [3]
+
+
+RUNNER_FORKS_IN_TURN = """
+import gc, json, os, sys, threading
+from types import SimpleNamespace
+from airflow_shared_stream.placement import PlacementListener
+
+job = SimpleNamespace(job_type=None)
+PlacementListener().on_starting(job)
+job.job_type = "TriggererJob"
+job.id = 7
+read, write = os.pipe()
+pid = os.fork()  # the supervisor forks its trigger runner
+if pid == 0:  # the runner forks in turn (a trigger using multiprocessing's fork context)
+    before = {thread.name for thread in threading.enumerate()}
+    frozen_before = gc.get_freeze_count()
+    grandchild = os.fork()
+    if grandchild == 0:
+        os._exit(0)
+    os.waitpid(grandchild, 0)
+    os.write(write, json.dumps({
+        "new_threads": sorted({thread.name for thread in threading.enumerate()} - before),
+        "frozen_before": frozen_before,
+        "frozen_after": gc.get_freeze_count(),
+    }).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+print(json.dumps(json.loads(os.read(read, 65536))))
+"""
+
+
+def test_a_fork_inside_the_trigger_runner_leaves_the_supervisors_hooks_out() -> None:
+    """
+    FAULT_MODEL 13 (load): the runner inherited the supervisor's hook state, so a fork of its
+    own ran the streams' imports and built a second Execution API (two threads) on its event
+    loop, then unfroze the heap it had inherited (its next full collection walks it on the loop).
+    """
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run(
+        [sys.executable, "-c", RUNNER_FORKS_IN_TURN],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+        check=True,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["frozen_after"] == result["frozen_before"] > 0, result
+    assert result["new_threads"] == [], result
