@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.airflow import AirflowDeployment
-from tests.support.processes import wait_until
+from tests.support.runner_probe import probe_report
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -38,28 +37,12 @@ with DAG(dag_id="fork_probe", schedule=probe, catchup=False):
 
 def test_a_fork_inside_the_trigger_runner_builds_no_execution_api_there(tmp_path: Path) -> None:
     """FAULT_MODEL 13 (load) and 7 (liveness): the supervisor's pre-fork work ran on the runner's loop."""
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    (dags / "fork_probe.py").write_text(DAG)
-    deployment = AirflowDeployment(home=tmp_path / "home", dags_folder=dags)
-    deployment.migrate()
-    try:
-        deployment.start_component("dag-processor")
-        deployment.start_component("triggerer")
-
-        def reported() -> bool:
-            deployment.check_alive()
-            return bool(deployment.asset_events("fork_probe"))
-
-        wait_until(reported, 300, "the fork probe's event from the trigger runner", interval=0.5)
-        payload = deployment.asset_events("fork_probe")[0].payload
-        assert payload["frozen_after"] == payload["frozen_before"] > 0, (
-            f"a fork inside the trigger runner unfroze the heap it inherited from its supervisor: "
-            f"its next full collection walks it on the loop ({payload})"
-        )
-        assert payload["new_threads"] == [], (
-            f"a fork inside the trigger runner ran the supervisor's pre-fork warm-up on the runner's "
-            f"loop ({payload['fork_seconds']} s): threads left {payload['new_threads']}"
-        )
-    finally:
-        deployment.stop()
+    payload = probe_report(tmp_path, DAG, "fork_probe")
+    assert payload["frozen_after"] == payload["frozen_before"] > 0, (
+        f"a fork inside the trigger runner unfroze the heap it inherited from its supervisor: "
+        f"its next full collection walks it on the loop ({payload})"
+    )
+    assert payload["new_threads"] == [], (
+        f"a fork inside the trigger runner ran the supervisor's pre-fork warm-up on the runner's "
+        f"loop ({payload['fork_seconds']} s): threads left {payload['new_threads']}"
+    )

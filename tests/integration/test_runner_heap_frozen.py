@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.airflow import AirflowDeployment
-from tests.support.processes import wait_until
+from tests.support.runner_probe import probe_report
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -35,25 +34,8 @@ def test_the_trigger_runners_collector_never_walks_what_the_supervisor_had_at_th
     tmp_path: Path,
 ) -> None:
     """FAULT_MODEL 13 (load): a full collection of the inherited heap held the runner's loop."""
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    (dags / "heap_probe.py").write_text(DAG)
-    deployment = AirflowDeployment(home=tmp_path / "home", dags_folder=dags)
-    deployment.migrate()
-    try:
-        deployment.start_component("dag-processor")
-        deployment.start_component("triggerer")
-
-        def reported() -> bool:
-            deployment.check_alive()
-            return bool(deployment.asset_events("heap_probe"))
-
-        wait_until(reported, 300, "the heap probe's event from the trigger runner", interval=0.5)
-        payload = deployment.asset_events("heap_probe")[0].payload
-        assert "airflow_shared_stream.sqs.producer" in payload["imported"], payload
-        assert payload["collected"] == [], (
-            f"the trigger runner's collector walks what its supervisor had at the fork: "
-            f"{payload['collected']}"
-        )
-    finally:
-        deployment.stop()
+    payload = probe_report(tmp_path, DAG, "heap_probe")
+    assert "airflow_shared_stream.sqs.producer" in payload["imported"], payload
+    assert payload["collected"] == [], (
+        f"the trigger runner's collector walks what its supervisor had at the fork: {payload['collected']}"
+    )
