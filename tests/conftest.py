@@ -32,9 +32,12 @@ NO_JVM_IN_SPARK = (
 """Spark tests against the fake master only (no JVM): off the critical path, with the brokers."""
 
 
-SQS_AND_FAULTS = ("tests/integration/sqs/", "tests/reliability/")
-"""SQS integration tests (waiting on visibility timeouts and redeliveries) and the fault scenarios
-(waiting on kills, outages and redeliveries of every broker)."""
+SQS_FAULTS_AND_BENCH = ("tests/integration/sqs/", "tests/reliability/", "tests/integration/bench/")
+"""SQS integration tests (waiting on visibility timeouts and redeliveries), the fault scenarios
+(waiting on kills, outages and redeliveries of every broker) and the benchmarks' smoke runs."""
+
+ONE_FILE_SCENES = "tests/integration/test_"
+"""The integration tests of no broker's folder (installs, triggerer processes, coexisting providers)."""
 
 PUBSUB_AND_SERVICE_BUS = ("tests/integration/pubsub/", "tests/integration/servicebus/")
 """Pub/Sub and Service Bus integration tests: mostly waiting on ack deadlines, locks and redeliveries."""
@@ -46,8 +49,9 @@ def worker_group(nodeid: str) -> str:
 
     The Airflow deployments and Spark clusters (e2e, Spark integration) are the longest group
     under load; the other three are cut to finish before it: the SQS integration tests with the
-    fault scenarios; the Pub/Sub and Service Bus integration tests; everything else (Kafka, the
-    contract mutants, unit tests, docs, the Spark tests that only talk to a fake master). The two
+    fault scenarios, the benchmarks' smoke runs and the one-file integration scenes; the Pub/Sub
+    and Service Bus integration tests; everything else (Kafka, the contract mutants, unit tests,
+    docs, the Spark tests that only talk to a fake master). The two
     leased-queue groups spend most of their time waiting for leases, locks, redeliveries and
     outages rather than on a core (split so their waits are about even), so four workers fit two
     cores. A group runs on one worker in collection order, so module- and session-scoped fixtures
@@ -56,8 +60,10 @@ def worker_group(nodeid: str) -> str:
     """
     if nodeid.startswith(AIRFLOW_AND_SPARK) and not nodeid.startswith(NO_JVM_IN_SPARK):
         return "airflow-and-spark"
-    if nodeid.startswith(SQS_AND_FAULTS):
-        return "sqs-and-faults"
+    if nodeid.startswith(SQS_FAULTS_AND_BENCH) or (
+        nodeid.startswith(ONE_FILE_SCENES) and "/" not in nodeid.split("::")[0][len(ONE_FILE_SCENES) :]
+    ):
+        return "sqs-faults-and-bench"
     if nodeid.startswith(PUBSUB_AND_SERVICE_BUS):
         return "pubsub-and-service-bus"
     return "brokers"
@@ -83,17 +89,27 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 GROUP_SECONDS: dict[str, float] = {}
 """Seconds of setup, call and teardown per worker group, summed as the reports come in."""
 
+FILE_SECONDS: dict[tuple[str, str], float] = {}
+"""The same per test file, to see what to move when one group outgrows the others."""
+
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     group = worker_group(report.nodeid)
     GROUP_SECONDS[group] = GROUP_SECONDS.get(group, 0.0) + report.duration
+    key = (group, report.nodeid.split("::")[0])
+    FILE_SECONDS[key] = FILE_SECONDS.get(key, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Each worker group's time: the longest is the suite's wall time (what to split next)."""
-    if GROUP_SECONDS:
-        spent = ", ".join(f"{group} {seconds:.0f} s" for group, seconds in sorted(GROUP_SECONDS.items()))
-        terminalreporter.write_line(f"time per worker group: {spent}")
+    """Each worker group's time (the longest is the suite's wall time) and its slowest files."""
+    if not GROUP_SECONDS:
+        return
+    spent = ", ".join(f"{group} {seconds:.0f} s" for group, seconds in sorted(GROUP_SECONDS.items()))
+    terminalreporter.write_line(f"time per worker group: {spent}")
+    for group in sorted(GROUP_SECONDS):
+        files = sorted(((s, f) for (g, f), s in FILE_SECONDS.items() if g == group), reverse=True)
+        slowest = ", ".join(f"{path} {seconds:.0f} s" for seconds, path in files[:8])
+        terminalreporter.write_line(f"  {group}, slowest files: {slowest}")
 
 
 @pytest.fixture(autouse=True)
