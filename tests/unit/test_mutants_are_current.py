@@ -10,6 +10,7 @@ checks are pure text: they catch a stale mutant in the unit tests, without a bro
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import sys
 from collections import Counter
@@ -47,14 +48,20 @@ def _whole(entry):
 MUTANTS = [mutant for mutant in map(_whole, ENTRIES) if mutant is not None]
 
 
-def _test_names(path: Path) -> set[str]:
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A test module parsed once for all the mutants that name it (hundreds name the contract's)."""
+    return ast.parse(path.read_text())
+
+
+@functools.cache
+def _test_names(path: Path) -> frozenset[str]:
     """Names of the test functions a module defines (its own and its classes')."""
-    tree = ast.parse(path.read_text())
-    return {
+    return frozenset(
         node.name
-        for node in ast.walk(tree)
+        for node in ast.walk(_tree(path))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")
-    }
+    )
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: f"{e.get('broker')}: {e.get('name')}")
@@ -113,7 +120,7 @@ def test_the_tests_that_must_catch_it_exist(mutant):
     # a test of the module the mutant names, there; any other test is named by its node id
     # (a test class may inherit its tests from tests/integration/contract).
     if mutant.module:
-        defined = _test_names(ROOT / mutant.module)
+        defined = set(_test_names(ROOT / mutant.module))
     else:
         contract = ROOT / "tests" / "integration" / mutant.broker / f"test_{mutant.broker}_contract.py"
         defined = set().union(*map(_test_names, (ROOT / "tests" / "integration" / "contract").glob("*.py")))
@@ -137,8 +144,7 @@ def test_its_test_ids_name_the_brokers_contract_class(mutant):
         if test_id.count("::") != 2:
             continue  # a module-level test: the test above checks its name
         path, cls, _ = test_id.split("::")
-        tree = ast.parse((ROOT / path).read_text())
-        classes = {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+        classes = {node.name for node in ast.walk(_tree(ROOT / path)) if isinstance(node, ast.ClassDef)}
         assert cls in classes, f"mutant {mutant.name!r} runs {test_id}, but {path} defines no {cls}"
 
 
