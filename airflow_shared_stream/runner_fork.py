@@ -11,7 +11,10 @@ whatever the supervisor had imported. Two consequences for this provider:
   loop answered nothing meanwhile (docs/benchmarks.rst). Imported in the supervisor just before
   the fork, once, the producers of the installed brokers cost the runner nothing. Importing starts
   no thread in any of the four SDKs (gRPC's core starts with its first channel), so the fork
-  copies no half-started client. Airflow's metrics registry is built then too (a YAML parse the
+  copies no half-started client. So are the Task SDK's modules a stream's first connection read
+  imports lazily (:data:`STREAM_START_MODULES`): imported there, in every broker's hook, the
+  first of them (``Connection``, an attrs class) held the runner's loop a quarter of a second
+  on a loaded machine. Airflow's metrics registry is built then too (a YAML parse the
   first metric would otherwise pay in the runner); its stats backend is not, since an
   OpenTelemetry backend starts an exporter thread that a fork would leave behind.
 * **Threads.** A thread importing modules while the process forks leaves the child a module lock
@@ -67,6 +70,16 @@ STREAM_PRODUCERS = (
     "airflow_shared_stream.servicebus.producer:ServiceBusSharedStreamProducer",
 )
 """What a stream imports when it opens: its producer's module, then the producer's ``sdk_modules``."""
+
+STREAM_START_MODULES = (
+    "airflow.sdk.definitions.connection",
+    "airflow.sdk.execution_time.cache",
+)
+"""
+What every broker's hook imports through Airflow at a stream's first connection read
+(``BaseHook.aget_connection``, and ``get_connection``): found imported on the runner's loop by
+tests/integration/test_stream_start_imports_nothing_on_the_loop.py. Neither starts a thread.
+"""
 
 runner_forked = threading.Event()
 """Set in a triggerer's supervisor once it has forked its trigger runner."""
@@ -181,7 +194,10 @@ def _send_again(signums: list[int]) -> None:
 
 
 def preload_stream_modules() -> list[str]:
-    """Import the installed brokers' producer modules and build the metrics registry; what was imported."""
+    """
+    Import the installed brokers' producer modules, what a stream's first connection read imports,
+    and build the metrics registry; the producers imported.
+    """
     started = time.monotonic()
     loaded = []
     for path in STREAM_PRODUCERS:
@@ -196,6 +212,11 @@ def preload_stream_modules() -> list[str]:
             log.info("Not importing %s before the trigger runner starts (%s)", name, type(exc).__name__)
             continue
         loaded.append(name)
+    for name in STREAM_START_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # the stream's own connection read reports it
+            log.info("Not importing %s before the trigger runner starts (%s)", name, type(exc).__name__)
     from airflow_shared_stream.common.metrics import warm_up_metrics_registry
 
     warm_up_metrics_registry()

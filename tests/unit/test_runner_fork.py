@@ -49,6 +49,8 @@ if pid == 0:  # the trigger runner: what it started with is what the supervisor 
         collected.append("the Execution API")  # built before the fork, after the freeze
     os.write(write, json.dumps({
         "runner_had": [name for name in names if name in sys.modules],
+        "runner_had_for_connections": [name for name in runner_fork.STREAM_START_MODULES
+                                       if name in sys.modules],
         "runner_collects": collected,
         "api_ready_at_fork": bool(api is not None and api.app._cadwyn_initialized),
     }).encode())
@@ -97,6 +99,18 @@ def test_a_triggerers_runner_starts_with_every_installed_streams_modules_importe
         "airflow_shared_stream.servicebus.producer",
     }, "the runner would import its streams' SDKs in a thread beside its event loop"
     assert result["forked"] is True
+
+
+def test_a_triggerers_runner_starts_with_what_a_streams_first_connection_read_imports() -> None:
+    """
+    Every broker's hook reads its connection through ``BaseHook.aget_connection`` on the runner's
+    loop, whose first call imported the Task SDK's ``Connection`` there (issue 50).
+    """
+    result = _fork_as("TriggererJob")
+    assert result["runner_had_for_connections"] == [
+        "airflow.sdk.definitions.connection",
+        "airflow.sdk.execution_time.cache",
+    ], "a stream's first connection read would import them on the runner's event loop"
 
 
 def test_a_triggerers_runner_never_collects_the_objects_the_supervisor_had_at_the_fork() -> None:

@@ -1,0 +1,112 @@
+"""
+A stream's start in a real ``airflow triggerer`` imports nothing on the trigger runner's event
+loop (issue 50, :mod:`airflow_shared_stream.runner_fork`).
+
+``bench/startup.py --sample-loop`` caught the SQS stream's start blocking the runner's loop
+0.21-0.28 s on a machine with 8 busy processes: the hook's first connection read
+(``BaseHook.aget_connection``) imported the Task SDK's ``Connection`` and the modules behind it on
+the loop's thread. The supervisor imported the producers and their SDKs before it forked the
+runner, not what a stream imports lazily through Airflow at its start. A Dag's assets are watched
+by our SQS and Kafka triggers; in the runner, a meta path finder
+(tests/support/loop_imports/sitecustomize.py) writes down every module imported on the loop's
+thread while a frame of ``airflow_shared_stream`` is on the stack. Read after each stream's first
+asset event: an event, not a timing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bench.startup_rigs import RIGS, Rig
+from tests.support.airflow import AirflowDeployment
+from tests.support.processes import tail
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+REPO = Path(__file__).resolve().parents[2]
+PROBE_DIR = REPO / "tests" / "support" / "loop_imports"
+BROKERS = ("sqs", "kafka")
+GENEROUS = 420.0
+"""Seconds any one wait may take: a loaded 2-core machine."""
+CANARY_AGAIN_AFTER = 5.0
+"""Seconds before a stream still without an event gets another canary (a Kafka stream that opens
+at its topic's end after the first was sent never sees it; any canary will do)."""
+
+DAG = """
+from airflow.sdk import DAG, Asset, AssetWatcher
+from airflow.providers.standard.operators.empty import EmptyOperator
+
+{imports}
+
+n = 0
+assets = [
+    Asset("sqs_start", watchers=[AssetWatcher(name="sqs_start_w", trigger={sqs})]),
+    Asset("kafka_start", watchers=[AssetWatcher(name="kafka_start_w", trigger={kafka})]),
+]
+with DAG(dag_id="loop_imports", schedule=assets[0] | assets[1], catchup=False):
+    EmptyOperator(task_id="nothing")
+"""
+
+
+def _without_events(airflow: AirflowDeployment) -> set[str]:
+    return {b for b in BROKERS if not airflow.asset_events(f"{b}_start")}
+
+
+def _recorded(out: Path) -> tuple[list[Path], list[dict[str, str]]]:
+    files = sorted(out.glob("*.jsonl"))
+    return files, [json.loads(line) for f in files for line in f.read_text().splitlines() if line]
+
+
+def test_a_streams_start_imports_nothing_on_the_trigger_runners_event_loop(tmp_path: Path) -> None:
+    """FAULT_MODEL 13 (load): a stream's first connection read imported Airflow's modules on the loop."""
+    out = tmp_path / "loop-imports"
+    out.mkdir()
+    with contextlib.ExitStack() as stack:
+        rigs: dict[str, Rig] = {broker: RIGS[broker](stack) for broker in BROKERS}
+        dags = tmp_path / "dags"
+        dags.mkdir()
+        (dags / "loop_imports.py").write_text(
+            DAG.format(
+                imports="\n".join(rig.imports for rig in rigs.values()),
+                sqs=rigs["sqs"].trigger,
+                kafka=rigs["kafka"].trigger,
+            )
+        )
+        env = {key: value for rig in rigs.values() for key, value in rig.env.items()}
+        airflow = AirflowDeployment(
+            home=tmp_path / "airflow",
+            dags_folder=dags,
+            env={**env, "PYTHONPATH": f"{PROBE_DIR}:{REPO}", "LOOP_IMPORTS_OUT": str(out)},
+        )
+        airflow.migrate()
+        stack.callback(airflow.stop)
+        airflow.start_component("dag-processor")
+        airflow.wait_for_dags({"loop_imports"}, timeout=GENEROUS)
+        airflow.start_component("triggerer")
+        airflow.wait_for_watchers({f"{b}_start_w" for b in BROKERS}, timeout=GENEROUS)
+
+        deadline = time.monotonic() + GENEROUS
+        while waiting := _without_events(airflow):
+            assert time.monotonic() < deadline, (
+                f"no asset event of {sorted(waiting)} in {GENEROUS:.0f} s\n"
+                f"{tail(airflow.log_path('triggerer'), 60)}"
+            )
+            airflow.check_alive()
+            for broker in waiting:
+                rigs[broker].publish({"canary": f"canary-{uuid.uuid4().hex[:8]}"})
+            again = time.monotonic() + CANARY_AGAIN_AFTER
+            while time.monotonic() < again and _without_events(airflow) == waiting:
+                time.sleep(0.2)
+        files, imported = _recorded(out)
+
+    assert files, "the loop-import recorder was never installed in a trigger runner"
+    assert imported == [], (
+        f"a stream's start imported {len(imported)} module(s) on the trigger runner's event loop: "
+        + "; ".join(f"{r['module']} (via {r['via']})" for r in imported)
+    )
