@@ -41,6 +41,10 @@ the triggerer ran on as though never told to stop (the imports take seconds on a
 machine). While they run, those signals end the imports and are kept; once the fork is done and
 the supervisor's main thread is out of the hooks, a thread sends them again, and Airflow's own
 handler acts on them.
+
+The job's heartbeat goes on meanwhile (:mod:`.warmup_heartbeat`): Airflow's supervisor loop,
+which sends it, starts only after the fork, and the warm-up took 30 s on a loaded machine, long
+enough for the triggerer to look dead to its health check and to other triggerers.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ import threading
 import time
 from typing import Any
 
+from airflow_shared_stream import warmup_heartbeat
 from airflow_shared_stream.execution_api_warmup import warm_up_before_fork
 
 log = logging.getLogger(__name__)
@@ -106,8 +111,12 @@ def watch(job: Any) -> None:
 
 
 def _in_triggerer() -> bool:
+    return _triggerer_job() is not None
+
+
+def _triggerer_job() -> Any:
     # Read from the instance's __dict__: never an ORM load, not in a fork hook.
-    return any(vars(job).get("job_type") == "TriggererJob" for job in _jobs)
+    return next((job for job in _jobs if vars(job).get("job_type") == "TriggererJob"), None)
 
 
 def _before_fork() -> None:
@@ -119,6 +128,7 @@ def _before_fork() -> None:
     _kept_signals.clear()  # a runner that forks in turn inherited its supervisor's list
     handlers = {signum: signal.signal(signum, _keep) for signum in STOP_SIGNALS}
     _importing = True
+    warmup_heartbeat.beat_for(_triggerer_job())
     try:
         with contextlib.suppress(Exception):
             preload_stream_modules()
@@ -126,6 +136,7 @@ def _before_fork() -> None:
     except _StopRequested:
         pass
     finally:
+        warmup_heartbeat.beat_for(None)
         _importing = False
         for signum, handler in handlers.items():
             if handler is not None:
@@ -185,6 +196,7 @@ def preload_stream_modules() -> list[str]:
     started = time.monotonic()
     loaded = []
     for path in STREAM_PRODUCERS:
+        warmup_heartbeat.beat()  # each broker's imports take seconds on a loaded machine
         name, _, class_name = path.partition(":")
         try:
             producer = getattr(importlib.import_module(name), class_name)
@@ -198,6 +210,7 @@ def preload_stream_modules() -> list[str]:
         loaded.append(name)
     from airflow_shared_stream.common.metrics import warm_up_metrics_registry
 
+    warmup_heartbeat.beat()
     warm_up_metrics_registry()
     log.info(
         "Imported the streams of %s for the trigger runner in %.1f s",
