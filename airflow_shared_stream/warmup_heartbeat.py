@@ -13,6 +13,8 @@ That thread is joined before the fork hook returns: a thread alive at the fork c
 runner a lock it held. A stop signal while the main thread waits for it (``runner_fork``'s
 ``_StopRequested``) waits on for the request, beating, then the fork and the stop go on; a
 second stop signal ends that wait too (a second signal forces Airflow's triggerer out as well).
+While the thread starts, stop signals are held back (a stop raised inside ``Thread.start`` could
+not tell whether the thread exists) and handled as soon as it has started.
 
 A beat never hurts the warm-up: a failure is logged at info. Its callback does nothing (the
 supervisor's sends a metric), and a failed beat's metric goes nowhere rather than build
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -35,6 +39,9 @@ T = TypeVar("T")
 LONGEST_WAIT = 1.0
 """Seconds the main thread waits for the request between two heartbeat checks, or the job's
 heartrate if shorter (Airflow's supervisor loop waits up to 1 s for its runner between them)."""
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+"""Held back while the request's thread starts, and handled as they would have been once it has."""
 
 _job: Any = None
 
@@ -86,32 +93,64 @@ def _no_stats_backend_built() -> Iterator[None]:
 def call_beating(work: Callable[[], T], name: str) -> T:
     """``work()`` in a short-lived thread ``name`` while the calling thread beats; joined on return."""
     outcome: list[tuple[bool, Any]] = []
+    finished = threading.Event()
 
     def run() -> None:
         try:
             outcome.append((True, work()))
         except BaseException as exc:
             outcome.append((False, exc))
+        finally:
+            finished.set()
 
     worker = threading.Thread(target=run, name=name, daemon=True)
-    worker.start()
+    with _stop_signals_held_back() as held:
+        worker.start()  # a stop raised in here could not tell whether the thread exists
     try:
-        _wait_beating(worker)
+        _raise_held(held)
+        _wait_beating(finished)
     finally:
         # A stop signal ended the wait: the request still runs, and the runner must not be forked
         # beside it. A second stop signal ends this wait as well.
-        _wait_beating(worker)
+        _wait_beating(finished)
+        # Only now: a signal handler's exception inside Thread.join (Python 3.11) marks a thread
+        # that still runs as stopped.
+        worker.join()
     done, value = outcome[0]
     if not done:
         raise value
     return value
 
 
-def _wait_beating(worker: threading.Thread) -> None:
+@contextlib.contextmanager
+def _stop_signals_held_back() -> Iterator[list[int]]:
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+    previous = {
+        signum: signal.signal(signum, lambda signum, frame: held.append(signum)) for signum in STOP_SIGNALS
+    }
+    try:
+        yield held
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _raise_held(held: list[int]) -> None:
+    for signum in held:
+        handler = signal.getsignal(signum)
+        if callable(handler):
+            handler(signum, None)
+        else:
+            os.kill(os.getpid(), signum)
+
+
+def _wait_beating(finished: threading.Event) -> None:
     wait = LONGEST_WAIT
     with contextlib.suppress(Exception):
         if _job is not None and float(_job.heartrate) > 0:
             wait = min(wait, float(_job.heartrate))
-    while worker.is_alive():
-        worker.join(wait)
+    while not finished.wait(wait):
         beat()
