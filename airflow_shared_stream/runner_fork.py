@@ -18,7 +18,8 @@ whatever the supervisor had imported. Two consequences for this provider:
   that nobody will release: the runner would hang at its first import of that module. The
   provider's supervisor thread (the placement check) therefore waits for :data:`runner_forked`
   before it does anything, and the Execution API warm-up runs in the hook itself, on the main
-  thread (:mod:`.execution_api_warmup`).
+  thread (:mod:`.execution_api_warmup`; its one request in a thread joined before the hook
+  returns).
 
 * **The collector.** The runner's first full garbage collection, set off by a stream's first
   allocations (its client, its SDK's models), walked every object the supervisor had at the
