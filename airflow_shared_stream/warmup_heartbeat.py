@@ -129,7 +129,9 @@ def _stop_signals_held_back() -> Iterator[list[int]]:
         yield held
         return
     previous = {
-        signum: signal.signal(signum, lambda signum, frame: held.append(signum)) for signum in STOP_SIGNALS
+        signum: signal.signal(signum, lambda signum, frame: held.append(signum))
+        for signum in STOP_SIGNALS
+        if signal.getsignal(signum) is not None  # None: not Python's to put back
     }
     try:
         yield held
