@@ -24,7 +24,8 @@ fails, the supervisor builds its own at its first request, as Airflow does.
 
 The instance's event loop thread (Airflow's, ``InProcessExecutionAPI-loop``) is idle when the
 process forks: the one request has been answered. The runner does not have it and never needs
-it (it talks to the supervisor, not to the API).
+it (it talks to the supervisor, not to the API). The request is sent from a short-lived thread,
+joined before the fork, so that the main thread sends the job's heartbeats while it waits.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import logging
 import threading
 import time
 from typing import Any
+
+from airflow_shared_stream.warmup_heartbeat import beat, call_beating
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +73,26 @@ def triggerer_job_id(
 
 
 def ready_in_process_api() -> Any:
-    """An ``InProcessExecutionAPI`` whose app is built and has answered one request."""
+    """
+    An ``InProcessExecutionAPI`` whose app is built and has answered one request.
+
+    The job's heartbeat goes on between the steps and during the request (:mod:`.warmup_heartbeat`).
+    """
     import httpx
     from airflow.api_fastapi.execution_api.app import InProcessExecutionAPI
 
+    beat()
     api = InProcessExecutionAPI()
-    with httpx.Client(transport=api.transport, base_url=IN_PROCESS_BASE_URL) as client:
-        client.get("/health")  # whatever it answers, Cadwyn generated its routers for it
+    api.app  # noqa: B018 - builds the app (its routes) on this thread
+    beat()
+    transport = api.transport  # starts the API's loop thread and its lifespan
+    beat()
+
+    def first_request() -> None:
+        with httpx.Client(transport=transport, base_url=IN_PROCESS_BASE_URL) as client:
+            client.get("/health")  # whatever it answers, Cadwyn generated its routers for it
+
+    call_beating(first_request, name="shared-stream-execution-api-first-request")
     return api
 
 

@@ -21,7 +21,8 @@ whatever the supervisor had imported. Two consequences for this provider:
   that nobody will release: the runner would hang at its first import of that module. The
   provider's supervisor thread (the placement check) therefore waits for :data:`runner_forked`
   before it does anything, and the Execution API warm-up runs in the hook itself, on the main
-  thread (:mod:`.execution_api_warmup`).
+  thread (:mod:`.execution_api_warmup`; its one request in a thread joined before the hook
+  returns).
 
 * **The collector.** The runner's first full garbage collection, set off by a stream's first
   allocations (its client, its SDK's models), walked every object the supervisor had at the
@@ -44,6 +45,10 @@ the triggerer ran on as though never told to stop (the imports take seconds on a
 machine). While they run, those signals end the imports and are kept; once the fork is done and
 the supervisor's main thread is out of the hooks, a thread sends them again, and Airflow's own
 handler acts on them.
+
+The job's heartbeat goes on meanwhile (:mod:`.warmup_heartbeat`): Airflow's supervisor loop,
+which sends it, starts only after the fork, and the warm-up took 30 s on a loaded machine, long
+enough for the triggerer to look dead to its health check and to other triggerers.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ import threading
 import time
 from typing import Any
 
+from airflow_shared_stream import warmup_heartbeat
 from airflow_shared_stream.execution_api_warmup import warm_up_before_fork
 
 log = logging.getLogger(__name__)
@@ -119,8 +125,12 @@ def watch(job: Any) -> None:
 
 
 def _in_triggerer() -> bool:
+    return _triggerer_job() is not None
+
+
+def _triggerer_job() -> Any:
     # Read from the instance's __dict__: never an ORM load, not in a fork hook.
-    return any(vars(job).get("job_type") == "TriggererJob" for job in _jobs)
+    return next((job for job in _jobs if vars(job).get("job_type") == "TriggererJob"), None)
 
 
 def _before_fork() -> None:
@@ -132,6 +142,7 @@ def _before_fork() -> None:
     _kept_signals.clear()  # a runner that forks in turn inherited its supervisor's list
     handlers = {signum: signal.signal(signum, _keep) for signum in STOP_SIGNALS}
     _importing = True
+    warmup_heartbeat.beat_for(_triggerer_job())
     try:
         with contextlib.suppress(Exception):
             preload_stream_modules()
@@ -139,6 +150,7 @@ def _before_fork() -> None:
     except _StopRequested:
         pass
     finally:
+        warmup_heartbeat.beat_for(None)
         _importing = False
         for signum, handler in handlers.items():
             if handler is not None:
@@ -201,6 +213,7 @@ def preload_stream_modules() -> list[str]:
     started = time.monotonic()
     loaded = []
     for path in STREAM_PRODUCERS:
+        warmup_heartbeat.beat()  # each broker's imports take seconds on a loaded machine
         name, _, class_name = path.partition(":")
         try:
             producer = getattr(importlib.import_module(name), class_name)
@@ -219,6 +232,7 @@ def preload_stream_modules() -> list[str]:
             log.info("Not importing %s before the trigger runner starts (%s)", name, type(exc).__name__)
     from airflow_shared_stream.common.metrics import warm_up_metrics_registry
 
+    warmup_heartbeat.beat()
     warm_up_metrics_registry()
     log.info(
         "Imported the streams of %s for the trigger runner in %.1f s",

@@ -3,62 +3,36 @@ A real ``airflow triggerer`` told to stop while its supervisor warms its Executi
 forking its trigger runner (issue 50, :mod:`airflow_shared_stream.execution_api_warmup`).
 
 The warm-up's one request is answered on Airflow's ``InProcessExecutionAPI-loop`` thread while
-the supervisor's main thread waits for it. A SIGTERM then ends the warm-up on the main thread
-(``runner_fork`` keeps it and sends it again after the fork) while the loop thread is still
-importing (anyio's modules, at the app's first request): the process forks its runner with that
-import half done, a module lock held by a thread the runner does not have. The import is held
-at a gate (a module finder on the triggerer's ``PYTHONPATH``) so the signal lands there on every
-run: events, not timings. The triggerer must still stop.
+a short-lived thread waits for it and the supervisor's main thread waits for that one, sending
+the job's heartbeats (:mod:`airflow_shared_stream.warmup_heartbeat`). A SIGTERM then ends the
+main thread's wait while the loop thread is still importing (anyio's modules, at the app's first
+request); ``runner_fork`` keeps the signal, waits on for the request (no thread of the warm-up
+alive at the fork) and sends the signal again after the fork. The import is held at a gate
+(``tests.support.execution_api_gate``) so the signal lands there on every run: events, not
+timings. The triggerer must still stop.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.support.airflow import REPO, AirflowDeployment
+from tests.support.airflow import AirflowDeployment
+from tests.support.execution_api_gate import gated_environment
 from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
-GATE = textwrap.dedent(
-    """
-    import os, sys, threading, time
-    _gate = os.environ.get("WARMUP_GATE_DIR")
-    class _WarmupGate:
-        # Holds the API loop thread's first anyio import of the warm-up until the test releases it.
-        def find_spec(self, name, path=None, target=None):
-            loop_thread = threading.current_thread().name == "InProcessExecutionAPI-loop"
-            if not name.startswith("anyio") or not loop_thread:
-                return None
-            entered = os.path.join(_gate, "entered")
-            if os.path.exists(entered):
-                return None
-            open(entered, "w").close()
-            while not os.path.exists(os.path.join(_gate, "release")):
-                time.sleep(0.05)
-            return None
-    if _gate:
-        sys.meta_path.insert(0, _WarmupGate())
-    """
-)
-
 
 def test_a_triggerer_told_to_stop_while_it_warms_its_execution_api_up_stops(tmp_path: Path) -> None:
     """FAULT_MODEL 7 (liveness) and 10 (restarts): a stop during the warm-up is never lost."""
-    gate, site, dags = tmp_path / "gate", tmp_path / "site", tmp_path / "dags"
-    for folder in (gate, site, dags):
-        folder.mkdir()
-    (site / "sitecustomize.py").write_text(GATE)
-    deployment = AirflowDeployment(
-        home=tmp_path / "home",
-        dags_folder=dags,
-        env={"WARMUP_GATE_DIR": str(gate), "PYTHONPATH": f"{site}{os.pathsep}{REPO}"},
-    )
+    gate, env = gated_environment(tmp_path)
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    deployment = AirflowDeployment(home=tmp_path / "home", dags_folder=dags, env=env)
     deployment.migrate()
     triggerer = deployment.start_component("triggerer")
     try:
