@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,8 +36,9 @@ import pytest
 
 from bench.startup_rigs import RIGS, Rig, sqs_rig
 from tests.support.airflow import AirflowDeployment
+from tests.support.canaries import canary_until_each_stream_fires
 from tests.support.machine_load import busy_processes, deadlocked_lines, load_average
-from tests.support.processes import tail, wait_until
+from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -46,8 +46,6 @@ REPO = Path(__file__).resolve().parents[2]
 BUSY_PROCESSES = 8
 WATCHERS = 3
 MESSAGES = 20
-CANARY_AGAIN_AFTER = 5.0
-"""Seconds before a stream still waiting gets another canary (any canary will do: none is late)."""
 GENEROUS = 420.0
 """Seconds any one wait may take: a 2-core machine at load 20 with the spinners beside it."""
 
@@ -170,20 +168,13 @@ def test_every_message_reaches_every_watcher_with_8_busy_processes_beside_the_tr
             airflow.start_component("triggerer")
             airflow.wait_for_watchers({f"{b}_w{n}" for b in rigs for n in range(WATCHERS)}, timeout=GENEROUS)
 
-            # A fresh canary every few seconds to each stream until each of its watchers has had
-            # one (a stream that starts at the end of its topic may open after the first was sent).
-            deadline = time.monotonic() + GENEROUS
-            while waiting := _streams_without_events(airflow, rigs):
-                assert time.monotonic() < deadline, (
-                    f"no canary reached every watcher of {sorted(waiting)} in {GENEROUS:.0f} s "
-                    f"(load {load_average()})\n{tail(triggerer_log, 60)}"
-                )
-                airflow.check_alive()
-                for broker in waiting:
-                    rigs[broker].publish({"canary": f"canary-{uuid.uuid4().hex[:8]}"})
-                again = time.monotonic() + CANARY_AGAIN_AFTER
-                while time.monotonic() < again and _streams_without_events(airflow, rigs) == waiting:
-                    time.sleep(0.2)
+            canary_until_each_stream_fires(
+                airflow,
+                rigs,
+                lambda: _streams_without_events(airflow, rigs),
+                GENEROUS,
+                lambda: f" (load {load_average()})",
+            )
 
             messages = {b: {f"{b}-{n}-{uuid.uuid4().hex[:8]}" for n in range(MESSAGES)} for b in rigs}
             for broker, ids in messages.items():

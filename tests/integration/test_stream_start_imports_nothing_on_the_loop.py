@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
-import uuid
 from pathlib import Path
 
 import pytest
 
 from bench.startup_rigs import RIGS, Rig
 from tests.support.airflow import AirflowDeployment
-from tests.support.processes import tail
+from tests.support.canaries import canary_until_each_stream_fires
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -34,9 +32,6 @@ PROBE_DIR = REPO / "tests" / "support" / "loop_imports"
 BROKERS = ("sqs", "kafka")
 GENEROUS = 420.0
 """Seconds any one wait may take: a loaded 2-core machine."""
-CANARY_AGAIN_AFTER = 5.0
-"""Seconds before a stream still without an event gets another canary (a Kafka stream that opens
-at its topic's end after the first was sent never sees it; any canary will do)."""
 
 DAG = """
 from airflow.sdk import DAG, Asset, AssetWatcher
@@ -91,18 +86,7 @@ def test_a_streams_start_imports_nothing_on_the_trigger_runners_event_loop(tmp_p
         airflow.start_component("triggerer")
         airflow.wait_for_watchers({f"{b}_start_w" for b in BROKERS}, timeout=GENEROUS)
 
-        deadline = time.monotonic() + GENEROUS
-        while waiting := _without_events(airflow):
-            assert time.monotonic() < deadline, (
-                f"no asset event of {sorted(waiting)} in {GENEROUS:.0f} s\n"
-                f"{tail(airflow.log_path('triggerer'), 60)}"
-            )
-            airflow.check_alive()
-            for broker in waiting:
-                rigs[broker].publish({"canary": f"canary-{uuid.uuid4().hex[:8]}"})
-            again = time.monotonic() + CANARY_AGAIN_AFTER
-            while time.monotonic() < again and _without_events(airflow) == waiting:
-                time.sleep(0.2)
+        canary_until_each_stream_fires(airflow, rigs, lambda: _without_events(airflow), GENEROUS)
         files, imported = _recorded(out)
 
     assert files, "the loop-import recorder was never installed in a trigger runner"
