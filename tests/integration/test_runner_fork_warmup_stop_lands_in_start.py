@@ -36,11 +36,6 @@ FORCED = "Forcing exit due to second exit signal"
 GRACEFUL = "Exiting gracefully upon receiving signal"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the kept SIGTERM is sent again while the main thread is still in TriggerRunnerSupervisor.start,"
-    " where Airflow takes it for a second signal and forces the triggerer out",
-)
 def test_one_stop_during_the_warm_up_is_airflows_first_stop(tmp_path: Path) -> None:
     """FAULT_MODEL 10 (restarts) and 7 (liveness): one stop signal is one graceful stop."""
     gate, env = gated_environment(tmp_path, in_module=True, slow_start=True)
