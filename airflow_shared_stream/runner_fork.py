@@ -191,8 +191,12 @@ def _after_fork_in_child() -> None:
 
 
 def _send_again(signums: list[int]) -> None:
-    """Send the kept signals once the main thread has left the fork hooks (where they would be lost)."""
-    hooks = {_before_fork.__code__, _after_fork_in_parent.__code__}
+    """
+    Send the kept signals once the main thread has left the fork hooks (where they would be lost)
+    and Airflow's ``TriggerRunnerSupervisor.start`` (where Airflow's handler, the triggerer's runner
+    not set yet, takes a first signal for a second one and forces the triggerer out).
+    """
+    hooks = {_before_fork.__code__, _after_fork_in_parent.__code__, *_supervisor_start_code()}
     main = threading.main_thread().ident
     while True:
         frame = sys._current_frames().get(main or 0)
@@ -203,6 +207,12 @@ def _send_again(signums: list[int]) -> None:
         time.sleep(0.01)
     for signum in signums:
         os.kill(os.getpid(), signum)
+
+
+def _supervisor_start_code() -> list[Any]:
+    runner = getattr(sys.modules.get("airflow.jobs.triggerer_job_runner"), "TriggerRunnerSupervisor", None)
+    code = getattr(getattr(getattr(runner, "start", None), "__func__", None), "__code__", None)
+    return [code] if code is not None else []
 
 
 def preload_stream_modules() -> list[str]:

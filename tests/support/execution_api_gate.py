@@ -5,6 +5,11 @@ the triggerer's ``PYTHONPATH`` as ``sitecustomize``, that holds the API loop thr
 releases it. ``entered`` in the gate folder says the request has begun (the supervisor's main
 thread waits for it, in the fork hook: the trigger runner is not forked yet); ``release`` lets it
 go on. Events, not timings.
+
+The default gate holds the request inside the finder, that is under CPython's global import lock,
+which ``os.fork`` takes too: a fork waits for the release. ``in_module=True`` holds it in the
+module's own execution instead (under that module's lock only), as a real request importing at
+the fork would be: the fork goes on while it is held.
 """
 
 from __future__ import annotations
@@ -28,20 +33,64 @@ GATE = textwrap.dedent(
             entered = os.path.join(_gate, "entered")
             if os.path.exists(entered):
                 return None
+            if os.environ.get("WARMUP_GATE_IN_MODULE"):
+                return self._held_in_module(name, path, target, entered)
             open(entered, "w").close()
+            self._wait()
+            return None
+        def _wait(self):
             while not os.path.exists(os.path.join(_gate, "release")):
                 time.sleep(0.05)
-            return None
+        def _held_in_module(self, name, path, target, entered):
+            from importlib.machinery import PathFinder
+            spec = PathFinder.find_spec(name, path, target)
+            if spec is None or spec.loader is None:
+                return spec
+            real = spec.loader.exec_module
+            def exec_module(module):
+                if os.environ.get("WARMUP_GATE_SLOW_START"):
+                    _slow_start_after_the_fork()
+                open(entered, "w").close()
+                self._wait()
+                return real(module)
+            spec.loader.exec_module = exec_module
+            return spec
+    def _slow_start_after_the_fork():
+        # Keep the supervisor's main thread in TriggerRunnerSupervisor.start after the fork (its
+        # first message to the runner) until the provider's stop-signal thread, if one was started,
+        # has sent what it kept (at most 30 s: the fixed code waits for start to return first).
+        runner = sys.modules["airflow.jobs.triggerer_job_runner"].TriggerRunnerSupervisor
+        send_msg = runner.send_msg
+        def slow_send_msg(self, msg, *args, **kwargs):
+            if type(msg).__name__ == "StartTriggerer":
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and any(
+                    t.name == "shared-stream-stop-signal" for t in threading.enumerate()
+                ):
+                    time.sleep(0.01)
+            return send_msg(self, msg, *args, **kwargs)
+        runner.send_msg = slow_send_msg
     if _gate:
         sys.meta_path.insert(0, _WarmupGate())
     """
 )
 
 
-def gated_environment(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """The gate's folder and the environment a deployment's triggerer needs for it."""
+def gated_environment(
+    tmp_path: Path, in_module: bool = False, slow_start: bool = False
+) -> tuple[Path, dict[str, str]]:
+    """
+    The gate's folder and the environment a deployment's triggerer needs for it; ``slow_start``
+    (with ``in_module``) keeps the supervisor in ``TriggerRunnerSupervisor.start`` after the fork
+    until the provider's stop-signal thread has sent what it kept.
+    """
     gate, site = tmp_path / "gate", tmp_path / "site"
     for folder in (gate, site):
         folder.mkdir()
     (site / "sitecustomize.py").write_text(GATE)
-    return gate, {"WARMUP_GATE_DIR": str(gate), "PYTHONPATH": f"{site}{os.pathsep}{REPO}"}
+    env = {"WARMUP_GATE_DIR": str(gate), "PYTHONPATH": f"{site}{os.pathsep}{REPO}"}
+    if in_module:
+        env["WARMUP_GATE_IN_MODULE"] = "1"
+    if slow_start:
+        env["WARMUP_GATE_SLOW_START"] = "1"
+    return gate, env
