@@ -14,8 +14,9 @@ told to stop (it dies on its closed socket with a "Last chance exception handler
 The warm-up's request is held at the gate in its module's own import
 (``tests.support.execution_api_gate``, ``in_module``), so the fork happens as in production, and
 the supervisor is kept in ``start`` after the fork (``slow_start``: its first message to the
-runner waits for the provider's stop-signal thread, up to 30 s) so that the signal lands there on
-every run, as it did on 2 of 3 runs without that hold: events, not timings.
+runner waits until the provider's stop-signal thread has sent its signal or has gone round its
+waiting loop five times) so that the signal lands there on every run, as it did on 2 of 3 runs
+without that hold: events, not timings.
 """
 
 from __future__ import annotations

@@ -58,16 +58,24 @@ GATE = textwrap.dedent(
     def _slow_start_after_the_fork():
         # Keep the supervisor's main thread in TriggerRunnerSupervisor.start after the fork (its
         # first message to the runner) until the provider's stop-signal thread, if one was started,
-        # has sent what it kept (at most 30 s: the fixed code waits for start to return first).
+        # has sent what it kept, or has gone round its waiting loop WAITS_SEEN times meanwhile (the
+        # fixed code waits for start to return; code that does not sends at its next round).
         runner = sys.modules["airflow.jobs.triggerer_job_runner"].TriggerRunnerSupervisor
         send_msg = runner.send_msg
+        rounds = [0]
+        sleep = time.sleep
+        def counted_sleep(seconds):
+            if threading.current_thread().name == "shared-stream-stop-signal":
+                rounds[0] += 1
+            return sleep(seconds)
+        time.sleep = counted_sleep
+        def signal_thread_alive():
+            return any(t.name == "shared-stream-stop-signal" for t in threading.enumerate())
         def slow_send_msg(self, msg, *args, **kwargs):
             if type(msg).__name__ == "StartTriggerer":
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline and any(
-                    t.name == "shared-stream-stop-signal" for t in threading.enumerate()
-                ):
-                    time.sleep(0.01)
+                seen = rounds[0]
+                while signal_thread_alive() and rounds[0] - seen < 5:
+                    sleep(0.01)
             return send_msg(self, msg, *args, **kwargs)
         runner.send_msg = slow_send_msg
     if _gate:
