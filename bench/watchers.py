@@ -338,10 +338,38 @@ def quiet_loggers() -> None:
             )
 
 
+@contextlib.contextmanager
+def loggers_quieted() -> Iterator[None]:
+    """
+    :func:`quiet_loggers` for one run, the levels as they were afterwards: a test that ran
+    :func:`main` in pytest's process left them at WARNING, and the next test's log capture in that
+    process saw nothing at INFO.
+    """
+    import copy
+    import importlib
+    import logging
+
+    levels = {name: logging.getLogger(name).level for name in QUIET_LOGGERS}
+    namespaces = []
+    for module in ("airflow._shared.logging.structlog", "airflow.sdk._shared.logging.structlog"):
+        with contextlib.suppress(ImportError):
+            trie = importlib.import_module(module).PER_LOGGER_LEVELS
+            namespaces.append((trie, copy.deepcopy(trie)))
+    quiet_loggers()
+    try:
+        yield
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+        for trie, before in namespaces:
+            trie.clear()
+            trie.update(before)
+
+
 def main(argv: list[str] | None = None) -> dict[str, list[Cell]]:
     args = parse_args(argv)
-    quiet_loggers()
-    results = asyncio.run(bench(args))
+    with loggers_quieted():
+        results = asyncio.run(bench(args))
     this_run = run_stamp()
     args.output_dir.mkdir(parents=True, exist_ok=True)
     for broker, cells in results.items():

@@ -31,6 +31,7 @@ FLOORS: dict[str, int] = {
     "placement": 2,
     "execution_api_warmup": 2,
     "runner_fork": 2,
+    "warmup_heartbeat": 2,
     "scheduling": 2,
     "brokers": 2,
     "redrive": 2,
