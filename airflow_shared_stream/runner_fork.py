@@ -96,7 +96,7 @@ _lock = threading.Lock()
 _kept_signals: list[int] = []
 _importing = False
 _froze_heap = False
-STOP_SIGNALS = warmup_heartbeat.STOP_SIGNALS
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 """What Airflow's jobs handle to stop; kept while the imports run, sent again after the fork."""
 
 
